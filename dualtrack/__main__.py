@@ -1,0 +1,5 @@
+import sys
+
+from dualtrack.cli import main
+
+sys.exit(main())

@@ -1,0 +1,63 @@
+"""`dualtrack estimate`: the pre-flight worst case the API checks against limits.max_usd."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
+from dualtrack.pricing import load_table_file
+from lambdas.domain.prices import PriceMissing, worst_case_usd
+
+HELP = """\
+Worst-case cost of a trial: hourly price x nodes x limits.max_hours for each track, plus a GPU fallback run when
+the trial has both tracks. The API refuses a submission whose worst case exceeds limits.max_usd.
+
+exit codes: 0 within limits (or no limits), 1 over limits.max_usd, 2 invalid trial or no price
+
+examples:
+  dualtrack estimate examples/trial-llama31-8b-lora.json
+  dualtrack estimate --region us-west-2 --prices prices.json trial.json
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("estimate", help="worst-case cost against limits", description=HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_trial_argument(parser)
+    parser.add_argument("--region", default=None, help="price region (default: the table's default region)")
+    parser.add_argument("--prices", metavar="FILE", help="price table file (default: shipped table)")
+    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_trial(args.trial, local=args.local)
+    except CommandError as exc:
+        print_problems(args.trial, exc.problems, as_json=args.json)
+        return 2
+    table = load_table_file(args.prices)
+    try:
+        worst = worst_case_usd(spec, table, args.region)
+    except PriceMissing as exc:
+        print(f"{args.trial}: {exc}")
+        return 2
+    limit = spec.limits.max_usd if spec.limits else None
+    over = bool(worst) and limit is not None and worst["total"] > type(worst["total"])(str(limit))
+    if args.json:
+        print(json.dumps({"trial_id": spec.trial_id, "price_table": table.version,
+                          "worst_case_usd": {k: str(v) for k, v in worst.items()},
+                          "max_usd": limit, "over_limit": over}, indent=2))
+    elif not worst:
+        print(f"{spec.trial_id}: no limits.max_hours, so no worst case; add limits {{max_hours, max_usd}}")
+    else:
+        for name, value in worst.items():
+            if name != "total":
+                track = spec.track("gpu" if name == "gpu-fallback" else name)  # type: ignore[arg-type]
+                print(f"  {name:12} {track.instance_type} x{track.nodes} for {spec.limits.max_hours} h "  # type: ignore[union-attr]
+                      f"= {usd(value)}")
+        print(f"worst case {usd(worst['total'])} (price table {table.version})"
+              + (f" vs limits.max_usd {usd(type(worst['total'])(str(limit)))}: {'OVER' if over else 'within'}"
+                 if limit is not None else ""))
+    return 1 if over else 0

@@ -1,0 +1,70 @@
+"""`dualtrack validate`: check a trial file; one line per problem, exit 2 when invalid."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
+from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
+from lambdas.domain.trial import gradient_accumulation_steps, track_layout
+
+HELP = """\
+Check a trial JSON file against the trial schema and its rules: unknown fields, types, s3:// data URIs,
+instance types, parallel layouts (tensor x pipeline must divide the devices), batch arithmetic
+(effective_batch_size = micro_batch_size x data_parallel x gradient accumulation on every track) and fault
+placement. Each problem is printed as `FILE: field.path: what is wrong and what would be valid`.
+
+exit codes: 0 valid, 2 invalid (or unreadable / malformed JSON)
+
+examples:
+  dualtrack validate examples/trial-llama31-8b-lora.json
+  dualtrack validate --local examples/trial-rehearsal.json
+  dualtrack validate --json trial.json | jq .errors
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("validate", help="check a trial file", description=HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_trial_argument(parser)
+    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_trial(args.trial, local=args.local)
+    except CommandError as exc:
+        print_problems(args.trial, exc.problems, as_json=args.json)
+        return 2
+    layouts = {name: track_layout(spec, name) for name in spec.track_names()}
+    try:
+        worst = worst_case_usd(spec, load_price_table())
+    except PriceMissing as exc:
+        worst, note = {}, str(exc)
+    else:
+        note = ""
+    if args.json:
+        print(json.dumps({
+            "valid": True, "file": args.trial, "trial_id": spec.trial_id, "spec_sha256": spec.spec_hash(),
+            "tracks": {name: {"devices_per_node": lay.devices_per_node, "nodes": lay.nodes,
+                              "data_parallel": lay.data_parallel,
+                              "gradient_accumulation_steps": gradient_accumulation_steps(spec, lay)}
+                       for name, lay in layouts.items()},
+            "worst_case_usd": {k: str(v) for k, v in worst.items()},
+        }, indent=2))
+        return 0
+    print(f"{args.trial}: valid trial {spec.trial_id}")
+    for name, lay in layouts.items():
+        print(f"  {name:5} {spec.track(name).instance_type} x{lay.nodes}: {lay.world_size} devices, "
+              f"tp={lay.tensor_parallel} pp={lay.pipeline_parallel} dp={lay.data_parallel}, "
+              f"grad accumulation {gradient_accumulation_steps(spec, lay)} "
+              f"(effective batch {spec.effective_batch_size})")
+    if worst:
+        parts = ", ".join(f"{k} {usd(v)}" for k, v in worst.items() if k != "total")
+        print(f"  worst case at limits.max_hours: {usd(worst['total'])} ({parts}); information only, "
+              "the API checks limits.max_usd at submission")
+    elif note:
+        print(f"  worst case: {note}")
+    return 0

@@ -1,0 +1,88 @@
+"""Refresh the price table from the AWS Pricing API (GetProducts), and load tables from files.
+
+Only on-demand Linux, shared-tenancy, no pre-installed software, capacitystatus=Used rows are read: Capacity Block
+rows come back at $0 and would silently zero a trial's instance cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.prices import PriceTable, load_price_table
+
+PRICE_TABLE_ENV = "DUALTRACK_PRICE_TABLE"
+ON_DEMAND_FILTERS = {
+    "operatingSystem": "Linux",
+    "tenancy": "Shared",
+    "preInstalledSw": "NA",
+    "capacitystatus": "Used",
+    "marketoption": "OnDemand",
+}
+
+
+def product_filters(instance_type: str, region: str) -> list[dict[str, str]]:
+    fields = {"instanceType": instance_type, "regionCode": region, **ON_DEMAND_FILTERS}
+    return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in fields.items()]
+
+
+def hourly_usd_from_products(price_list: Iterable[str | dict[str, Any]]) -> str | None:
+    """The on-demand hourly USD rate in a GetProducts PriceList, or None if no usable (non-zero) row."""
+    rates: set[str] = set()
+    for item in price_list:
+        product = json.loads(item) if isinstance(item, str) else item
+        attrs = product.get("product", {}).get("attributes", {})
+        if attrs.get("marketoption", "OnDemand") != "OnDemand" or attrs.get("capacitystatus", "Used") != "Used":
+            continue
+        for term in product.get("terms", {}).get("OnDemand", {}).values():
+            for dim in term.get("priceDimensions", {}).values():
+                usd = dim.get("pricePerUnit", {}).get("USD")
+                if dim.get("unit") in ("Hrs", "Hours") and usd and float(usd) > 0:
+                    rates.add(usd.rstrip("0").rstrip(".") if "." in usd else usd)
+    if len(rates) > 1:
+        raise ValueError(f"ambiguous on-demand rates {sorted(rates)}; the filters matched several products")
+    return rates.pop() if rates else None
+
+
+def refresh(region: str, *, client: Any = None, instance_types: Iterable[str] | None = None,
+            base: PriceTable | None = None, today: date | None = None,
+            progress: Any = None) -> tuple[PriceTable, list[str]]:
+    """Query GetProducts for each catalogue instance type; returns the new table and the types left unchanged."""
+    if client is None:
+        import boto3  # deferred: only this command talks to AWS
+
+        client = boto3.client("pricing", region_name="us-east-1")
+    table = base or load_price_table()
+    types = list(instance_types or sorted(load_catalogue().instances))
+    rows: dict[str, dict[str, str]] = {}
+    missing: list[str] = []
+    for itype in types:
+        if progress:
+            progress(f"GetProducts {itype} {region}")
+        response = client.get_products(ServiceCode="AmazonEC2", Filters=product_filters(itype, region),
+                                       FormatVersion="aws_v1", MaxResults=100)
+        rate = hourly_usd_from_products(response.get("PriceList", []))
+        if rate is None:
+            missing.append(itype)
+        else:
+            rows[itype] = {"hourly_usd": rate, "confidence": "pricing-api"}
+    stamp = (today or date.today()).isoformat()
+    new = table.with_overrides({
+        "instances": {region: rows}, "version": stamp,
+        "source": f"AWS Pricing API GetProducts (AmazonEC2, OnDemand, Linux, Shared, capacitystatus Used) on {stamp}; "
+                  f"rows not returned kept from {table.version}",
+    })
+    return new, missing
+
+
+def load_table_file(path: str | None) -> PriceTable:
+    """A price table from --prices FILE or $DUALTRACK_PRICE_TABLE, else the shipped table."""
+    path = path or os.environ.get(PRICE_TABLE_ENV)
+    if not path:
+        return load_price_table()
+    return load_price_table(base=json.loads(Path(path).read_text()))

@@ -1,0 +1,1 @@
+"""The dualtrack CDK app: stateful, compute and control stacks for one deployment stage."""

@@ -1,0 +1,1 @@
+"""dualtrack's Lambda code: pure domain, boto3 adapters, Powertools runtime and thin handlers."""

@@ -1,0 +1,73 @@
+"""The ledger in DynamoDB: facts are created once (conditional put), the cost entry only moves forward."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from lambdas.adapters.aws import client, error_code
+from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry
+
+
+class DynamoLedger:
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def append(self, entry: LedgerEntry) -> bool:
+        item = {"run_key": {"S": entry.run_key}, "entry_key": {"S": entry.entry_key}, "kind": {"S": entry.kind},
+                "body": {"S": entry.body_json()}}
+        try:
+            client("dynamodb").put_item(TableName=self.table, Item=item,
+                                        ConditionExpression="attribute_not_exists(entry_key)")
+        except Exception as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def entries(self, run_key: str) -> list[LedgerEntry]:
+        paginator = client("dynamodb").get_paginator("query")
+        out: list[LedgerEntry] = []
+        for page in paginator.paginate(TableName=self.table, KeyConditionExpression="run_key = :k",
+                                       ExpressionAttributeValues={":k": {"S": run_key}}, ConsistentRead=True):
+            for item in page["Items"]:
+                if item["entry_key"]["S"] == COST_ENTRY_KEY:
+                    continue
+                out.append(LedgerEntry(run_key=run_key, entry_key=item["entry_key"]["S"], kind=item["kind"]["S"],
+                                       body=json.loads(item["body"]["S"])))
+        return out
+
+    def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
+        from lambdas.domain.trial import canonical_json
+
+        trial_id, run = run_key.rsplit("#", 1)
+        item = {"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}, "kind": {"S": "cost"},
+                "trial_id": {"S": trial_id}, "run": {"S": run}, "facts": {"N": str(facts)},
+                "body": {"S": canonical_json(body)}}
+        try:
+            client("dynamodb").put_item(
+                TableName=self.table, Item=item,
+                ConditionExpression="attribute_not_exists(entry_key) OR facts < :f",
+                ExpressionAttributeValues={":f": {"N": str(facts)}},
+            )
+        except Exception as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def cost(self, run_key: str) -> dict[str, Any] | None:
+        got = client("dynamodb").get_item(TableName=self.table, ConsistentRead=True,
+                                          Key={"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}})
+        item = got.get("Item")
+        return json.loads(item["body"]["S"]) if item else None
+
+    def iter_costs(self) -> Iterator[dict[str, Any]]:
+        """Every run's cost entry: one pass over the table (linear in its size)."""
+        paginator = client("dynamodb").get_paginator("scan")
+        for page in paginator.paginate(TableName=self.table, FilterExpression="kind = :c",
+                                       ExpressionAttributeValues={":c": {"S": "cost"}},
+                                       ProjectionExpression="run_key, body"):
+            for item in page["Items"]:
+                yield {"run_key": item["run_key"]["S"], **json.loads(item["body"]["S"])}

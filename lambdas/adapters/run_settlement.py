@@ -1,0 +1,146 @@
+"""Recording a run's facts and closing its cost.
+
+``record_job_event`` turns one Batch state change into ledger facts; ``settle_run`` folds the ledger and stores
+the run's cost whenever the run is terminal. Settlement runs after every new fact about a terminal run (a late
+STARTING, a checkpoint manifest), so the stored cost is the fold of the full ledger whatever order facts came in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from lambdas.adapters.ports import Ledger, Objects, Trials
+from lambdas.domain import ledger as L
+
+CHECKPOINT_MANIFEST = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
+                                 r"step-(?P<step>\d+)/manifest\.json$")
+ATTEMPT_SUMMARY = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
+                             r"summary\.json$")
+
+
+@dataclass(frozen=True)
+class JobIdentity:
+    trial_id: str
+    run: str
+
+
+def identify_job(environment: dict[str, str], tags: dict[str, str], job_name: str) -> JobIdentity | None:
+    """Which trial and run a Batch job belongs to: container environment first, then tags, then its name."""
+    trial = environment.get("DUALTRACK_TRIAL_ID") or tags.get("dualtrack:trial")
+    run = environment.get("DUALTRACK_RUN") or tags.get("dualtrack:run")
+    if not (trial and run):
+        for candidate in L.RUNS:
+            if job_name.endswith(f"-{candidate}") and not (candidate == "gpu" and job_name.endswith("fallback")):
+                trial, run = job_name[: -len(candidate) - 1], candidate
+                break
+    if not (trial and run) or run not in L.RUNS:
+        return None
+    return JobIdentity(trial, run)
+
+
+def job_facts(identity: JobIdentity, detail: Any, at: Any, instance_type: str | None) -> list[L.LedgerEntry]:
+    """The ledger facts one Batch job state change carries: the transition, plus every finished attempt."""
+    container = detail.container
+    exit_code = container.exit_code if container else None
+    facts = [L.transition_entry(identity.trial_id, identity.run, job_id=detail.job_id, attempt=detail.attempt,
+                                status=detail.status, at=at, status_reason=detail.status_reason,
+                                exit_code=exit_code if detail.terminal else None, instance_type=instance_type,
+                                nodes=detail.nodes, created_at_ms=detail.created_at_ms, job_name=detail.job_name)]
+    for number, attempt in enumerate(detail.attempts, start=1):
+        facts.append(L.attempt_entry(
+            identity.trial_id, identity.run, job_id=detail.job_id, attempt=number,
+            started_at_ms=attempt.started_at_ms, stopped_at_ms=attempt.stopped_at_ms,
+            exit_code=attempt.container.exit_code if attempt.container else None,
+            status_reason=attempt.status_reason))
+    return facts
+
+
+def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEntry | None:
+    match = CHECKPOINT_MANIFEST.match(key)
+    if match is None:
+        return None
+    shards = manifest.get("shards") or manifest.get("files") or []
+    files = len(shards) if isinstance(shards, list | dict) else int(shards)
+    if isinstance(shards, list):
+        size = sum(int(s.get("bytes") or 0) for s in shards if isinstance(s, dict))
+    elif isinstance(shards, dict):
+        size = sum(int(s.get("bytes") or 0) for s in shards.values() if isinstance(s, dict))
+    else:
+        size = 0
+    size = int(manifest.get("bytes") or manifest.get("total_bytes") or size)
+    step = int(manifest.get("step", match["step"]))
+    return L.checkpoint_entry(match["trial"], match["run"], step=step, bytes_=size, files=files,
+                              save_s=float(manifest.get("save_s") or 0.0), uri=uri.rsplit("/", 1)[0] + "/")
+
+
+class RunSettlement:
+    def __init__(self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: Any, region: str,
+                 metrics: Any | None = None) -> None:
+        self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
+        self.prices, self.region, self.metrics = prices, region, metrics
+
+    def record(self, facts: list[L.LedgerEntry]) -> int:
+        return sum(1 for fact in facts if self.ledger.append(fact))
+
+    def collect_artifacts(self, trial_id: str, run: str) -> int:
+        """Read what the trainer left in S3 for a run (summaries, checkpoint manifests) into the ledger."""
+        added = 0
+        for key in self.artifacts.list_keys(f"trials/{trial_id}/{run}/"):
+            summary = ATTEMPT_SUMMARY.match(key)
+            if summary:
+                body = self.artifacts.get_json(key)
+                if isinstance(body, dict):
+                    added += self.ledger.append(L.summary_entry(trial_id, run, int(summary["attempt"]), body))
+            elif CHECKPOINT_MANIFEST.match(key):
+                manifest = self.artifacts.get_json(key)
+                fact = checkpoint_fact(key, manifest, self.artifacts.uri(key)) if isinstance(manifest, dict) else None
+                if fact is not None:
+                    added += self.ledger.append(fact)
+        return added
+
+    def fold(self, trial_id: str, run: str) -> L.RunFold:
+        trial = self.trials.get(trial_id) or {}
+        tracks = trial.get("tracks") or {}
+        declared = tracks.get(L.track_of(run)) or {}
+        return L.fold_run(self.ledger.entries(L.run_key(trial_id, run)), trial_id=trial_id, run=run,
+                          instance_type=str(declared.get("instance_type") or "unknown"),
+                          nodes=int(declared.get("nodes") or 1), region=self.region, storage_days=Decimal(30))
+
+    def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold) -> int:
+        """For attempts without a summary, take phase seconds and steps from CloudWatch (stored as facts)."""
+        if self.metrics is None:
+            return 0
+        entries = self.ledger.entries(L.run_key(trial_id, run))
+        have = {e.body["attempt"] for e in entries if e.kind in ("summary", "metrics")}
+        added = 0
+        from datetime import UTC, datetime
+
+        ends = [e.body for e in entries if e.kind == "transition"]
+        if not ends:
+            return 0
+        start = min(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
+        end = max(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
+        for usage in fold.usage.attempts:
+            if usage.attempt in have:
+                continue
+            phases, step = self.metrics.phases(trial_id, run, usage.attempt, start.astimezone(UTC), end)
+            if phases or step is not None:
+                added += self.ledger.append(L.metrics_entry(trial_id, run, usage.attempt, phases, step))
+        return added
+
+    def settle(self, trial_id: str, run: str, *, collect: bool = False) -> dict[str, Any] | None:
+        """Close the run's cost if it is terminal. Returns the stored cost body (or None while it is open)."""
+        fold = self.fold(trial_id, run)
+        if fold.terminal_status is None:
+            return None
+        if collect and (self.collect_artifacts(trial_id, run) + self.backfill_metrics(trial_id, run, fold)):
+            fold = self.fold(trial_id, run)
+        from lambdas.domain.cost import compute_run_cost
+
+        cost = compute_run_cost(fold.usage, self.prices)
+        body = L.cost_body(fold, cost)
+        self.ledger.put_cost(L.run_key(trial_id, run), body, fold.facts)
+        return self.ledger.cost(L.run_key(trial_id, run))

@@ -1,0 +1,120 @@
+"""Versioned price table: instance hourly rates per region and S3 rates, with per-deployment overrides.
+
+No price lives in logic: the shipped table is data (data/prices.json, with its source and date), a deployment
+overrides rows (negotiated rates, Savings Plans) through ``load_price_table(overrides)``, and
+``dualtrack prices refresh`` rewrites the table from the AWS Pricing API.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.domain.trial import TrialSpec
+
+HOURS = Decimal(3600)
+
+
+class PriceMissing(LookupError):
+    pass
+
+
+class InstancePrice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hourly_usd: Decimal = Field(ge=0)
+    confidence: Literal["list", "estimate", "override", "pricing-api"] = "list"
+    note: str = ""
+
+
+class S3Rates(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    storage_gb_month_usd: Decimal = Field(ge=0)
+    put_per_1000_usd: Decimal = Field(ge=0)
+    get_per_1000_usd: Decimal = Field(ge=0)
+
+
+class PriceTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str
+    currency: Literal["USD"] = "USD"
+    source: str
+    default_region: str = "us-east-1"
+    instances: dict[str, dict[str, InstancePrice]]
+    s3: dict[str, S3Rates]
+
+    def instance_price(self, instance_type: str, region: str | None = None) -> InstancePrice:
+        region = region or self.default_region
+        row = self.instances.get(region, {}).get(instance_type)
+        if row is None:
+            raise PriceMissing(
+                f"no price for {instance_type} in {region} (price table {self.version}); run "
+                f"`dualtrack prices refresh --region {region}` or add an override "
+                f'{{"instances": {{"{region}": {{"{instance_type}": {{"hourly_usd": "..."}}}}}}}}'
+            )
+        return row
+
+    def instance_hourly_usd(self, instance_type: str, region: str | None = None) -> Decimal:
+        return self.instance_price(instance_type, region).hourly_usd
+
+    def s3_rates(self, region: str | None = None) -> S3Rates:
+        region = region or self.default_region
+        rates = self.s3.get(region) or self.s3.get(self.default_region)
+        if rates is None:
+            raise PriceMissing(f"no S3 rates for {region} in price table {self.version}; add an s3 override")
+        return rates
+
+    def with_overrides(self, overrides: dict[str, Any] | None) -> PriceTable:
+        if not overrides:
+            return self
+        unknown = set(overrides) - {"instances", "s3", "version", "source"}
+        if unknown:
+            raise ValueError(f"price overrides: unknown keys {sorted(unknown)}; use instances, s3, version, source")
+        data = self.model_dump(mode="json")
+        for region, rows in (overrides.get("instances") or {}).items():
+            for itype, row in rows.items():
+                row = {"hourly_usd": row} if isinstance(row, str | int | float) else dict(row)
+                row.setdefault("confidence", "override")
+                data["instances"].setdefault(region, {})[itype] = row
+        for region, rates in (overrides.get("s3") or {}).items():
+            data["s3"][region] = {**data["s3"].get(region, {}), **rates}
+        data["version"] = overrides.get("version", f"{self.version}+overrides")
+        if "source" in overrides:
+            data["source"] = overrides["source"]
+        return PriceTable.model_validate(data)
+
+
+@lru_cache(maxsize=1)
+def _shipped_table() -> PriceTable:
+    text = resources.files("lambdas.domain").joinpath("data/prices.json").read_text()
+    return PriceTable.model_validate(json.loads(text))
+
+
+def load_price_table(overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> PriceTable:
+    """The shipped table (or `base`, e.g. a refreshed table) with per-deployment overrides applied."""
+    table = PriceTable.model_validate(base) if base is not None else _shipped_table()
+    return table.with_overrides(overrides)
+
+
+def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None) -> dict[str, Decimal]:
+    """Pre-flight ceiling: hourly price x nodes x limits.max_hours per track (a GPU fallback can double trn2's GPU
+    share, so the fallback run is priced too when the trial has a trn2 track and a gpu track)."""
+    hours = Decimal(str(spec.limits.max_hours)) if spec.limits and spec.limits.max_hours else None
+    out: dict[str, Decimal] = {}
+    if hours is None:
+        return out
+    for name in spec.track_names():
+        track = spec.track(name)
+        out[name] = table.instance_hourly_usd(track.instance_type, region) * track.nodes * hours
+    if "trn2" in out and spec.tracks.gpu is not None:
+        gpu = spec.tracks.gpu
+        out["gpu-fallback"] = table.instance_hourly_usd(gpu.instance_type, region) * gpu.nodes * hours
+    out["total"] = sum(out.values(), Decimal(0))
+    return out

@@ -1,0 +1,193 @@
+"""Routing by training shape: the source document's table 1 (first choice, judgement, risks) and table 3 (scores).
+
+Scenarios are tried in a fixed precedence: blockers first (custom CUDA operators, graph churn), then the platform
+and method shapes. Every scenario that matches is listed in ``considered``; the first one in precedence wins and
+the result says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from lambdas.domain.trial import Route, TrialSpec
+
+
+class Scores(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gpu: int
+    trn2_trial: int
+    dual_track: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    title: str  # table 3 row
+    scores: Scores  # table 3, exactly as published (higher = better fit; not vendor performance scores)
+    conclusion: str  # table 3
+    route: Route  # table 1 "first choice"
+    first_choice: str  # table 1
+    judgement: str  # table 1
+    risks: tuple[str, ...]  # table 1
+    blocker: bool
+    matches: Callable[[TrialSpec], str | None]  # why it matches, or None
+
+
+def _cuda(spec: TrialSpec) -> str | None:
+    if spec.workload.custom_cuda_ops:
+        return "workload.custom_cuda_ops is true: the training code depends on custom CUDA operators"
+    if spec.method == "qlora":
+        return "method qlora depends on CUDA-only 4-bit kernels"
+    return None
+
+
+def _graph_churn(spec: TrialSpec) -> str | None:
+    if spec.workload.graph_change_frequency == "daily":
+        return "workload.graph_change_frequency is daily: every structure change is a new graph and a recompile"
+    if spec.workload.dynamic_shapes:
+        return "workload.dynamic_shapes is true: dynamic graphs recompile repeatedly on Neuron"
+    return None
+
+
+def _shared(spec: TrialSpec) -> str | None:
+    return "workload.shared_platform is true: several teams share the training platform" if (
+        spec.workload.shared_platform) else None
+
+
+def _full(spec: TrialSpec) -> str | None:
+    if spec.method in ("full", "continued_pretraining"):
+        return f"method {spec.method}: optimizer state, parallel strategy and resume must be verified together"
+    return None
+
+
+def _long_stable(spec: TrialSpec) -> str | None:
+    if spec.workload.long_running and spec.workload.graph_change_frequency == "rare":
+        return "workload.long_running with a rarely changing graph: compile cost amortises over a long run"
+    return None
+
+
+def _standard_lora(spec: TrialSpec) -> str | None:
+    if spec.method == "lora" and spec.workload.graph_change_frequency != "daily":
+        return "method lora on a fixed-structure model with a fixed sequence length"
+    return None
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "custom_cuda_ops", "custom CUDA operators", Scores(gpu=5, trn2_trial=1, dual_track=3),
+        "don't migrate before an equivalent implementation exists", "gpu", "GPU",
+        "don't migrate unless an equivalent Neuron implementation exists",
+        ("operator rewrite", "numerical differences", "maintenance ownership"), True, _cuda,
+    ),
+    Scenario(
+        "daily_structure_changes", "model structure changes daily", Scores(gpu=5, trn2_trial=2, dual_track=4),
+        "GPU main line; Trainium2 validates stable branches only", "gpu", "GPU",
+        "research iteration speed matters more than hardware price",
+        ("repeated recompiles", "longer debugging path"), True, _graph_churn,
+    ),
+    Scenario(
+        "multi_team_platform", "multi-team shared platform", Scores(gpu=4, trn2_trial=3, dual_track=5),
+        "unify interfaces, then grow the Trainium2 share", "dual_track", "dual track",
+        "unify input/output interfaces, then assign devices per job",
+        ("images", "caches", "quotas", "job-queue governance"), False, _shared,
+    ),
+    Scenario(
+        "full_parameter_continued", "full-parameter continued training", Scores(gpu=4, trn2_trial=3, dual_track=5),
+        "focus on parallelism, checkpoints and resume", "dual_track", "Trainium2 pilot + GPU fallback",
+        "must verify optimizer state, parallel strategy and resume continuity together",
+        ("multi-node scaling that doesn't pay", "loss curve broken after resume"), False, _full,
+    ),
+    Scenario(
+        "long_stable_graph", "long training cycles, stable graph", Scores(gpu=3, trn2_trial=4, dual_track=5),
+        "Trainium2 worth a trial, but keep the GPU fallback", "trn2_trial", "try Trainium2, keep the GPU fallback",
+        "compile cost amortises over a long run; the fallback stays ready",
+        ("first compile", "checkpoint format", "loss curve broken after resume"), False, _long_stable,
+    ),
+    Scenario(
+        "standard_lora", "fixed-structure standard LoRA", Scores(gpu=4, trn2_trial=4, dual_track=5),
+        "build the GPU baseline first, then trial Trainium2", "trn2_trial", "try Trainium2 first",
+        "official samples and model structure reusable; changes limited to launch script and device backend",
+        ("first compile", "operator coverage", "checkpoint format"), False, _standard_lora,
+    ),
+)
+
+
+class Considered(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    scenario: str
+    matched: bool
+    why: str | None = None
+
+
+class TriageResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    route: Route
+    scenario: str
+    scenario_title: str
+    scores: Scores
+    conclusion: str
+    first_choice: str
+    judgement: str
+    risks: list[str]
+    reasons: list[str]
+    blockers: list[str]
+    considered: list[Considered]
+    winner: str
+    notes: list[str]
+
+
+def triage(spec: TrialSpec) -> TriageResult:
+    considered: list[Considered] = []
+    matched: list[tuple[Scenario, str]] = []
+    for scenario in SCENARIOS:
+        why = scenario.matches(spec)
+        considered.append(Considered(scenario=scenario.id, matched=why is not None, why=why))
+        if why is not None:
+            matched.append((scenario, why))
+    if matched:
+        chosen, why = matched[0]
+        others = [s.id for s, _ in matched[1:]]
+        winner = (f"{chosen.id} wins: {'blockers come first' if chosen.blocker else 'first match in precedence'}"
+                  + (f" (also matched: {', '.join(others)})" if others else ""))
+    else:
+        # No listed shape fits (e.g. qlora-free full fine-tune variants are covered above; this is a fallback).
+        chosen, why = SCENARIOS[-1], "no scenario matched exactly; treated as a standard fixed-structure trial"
+        winner = "standard_lora by default: no scenario matched"
+    notes: list[str] = []
+    if spec.workload.graph_change_frequency == "weekly":
+        notes.append("weekly graph changes: each change is a new graph; budget a first compile per change and "
+                     "re-verify compile artefacts and memory bounds")
+    if any(t.nodes > 1 for t in (spec.tracks.gpu, spec.tracks.trn2) if t is not None):
+        notes.append("multi-node: 'runs on one node' does not imply 'worth running on many'; compare effective "
+                     "steps, per-step communication time and rerun share after node failure")
+    if spec.tracks.gpu is None and spec.tracks.trn2 is not None:
+        notes.append("no gpu track: without a GPU baseline the trial cannot check that outputs stay consistent")
+    return TriageResult(
+        route=chosen.route,
+        scenario=chosen.id,
+        scenario_title=chosen.title,
+        scores=chosen.scores,
+        conclusion=chosen.conclusion,
+        first_choice=chosen.first_choice,
+        judgement=chosen.judgement,
+        risks=list(chosen.risks),
+        reasons=[why for _, why in matched] or [why],
+        blockers=[why for s, why in matched if s.blocker],
+        considered=considered,
+        winner=winner,
+        notes=notes,
+    )
+
+
+def submission_refusal(spec: TrialSpec, result: TriageResult) -> str | None:
+    """Why a submission must be refused, or None. A trn2 track on a gpu-routed trial needs a recorded override."""
+    if result.route == "gpu" and spec.tracks.trn2 is not None and spec.triage_override is None:
+        return (f"triage routes this trial to gpu ({'; '.join(result.blockers or result.reasons)}), but it asks for "
+                "a trn2 track; remove tracks.trn2 or add triage_override {route, reason, approved_by}")
+    return None

@@ -1,0 +1,123 @@
+"""Environment settings, one model per function, validated once at cold start.
+
+A missing or malformed variable fails the first invocation with a message naming the variable and what it must
+hold, instead of a ``KeyError`` deep inside an adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from functools import wraps
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class SettingsInvalid(RuntimeError):
+    pass
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> _Settings:
+        source = dict(os.environ if env is None else env)
+        try:
+            return cls.model_validate(source)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                name = str(err["loc"][0]) if err["loc"] else "<environment>"
+                field = cls.model_fields.get(name)
+                what = field.description if field is not None and field.description else err["msg"]
+                problems.append(f"{name}: {err['msg'].lower()} ({what})")
+            raise SettingsInvalid(f"{cls.__name__}: " + "; ".join(problems)) from None
+
+
+def _name(description: str) -> Any:
+    return Field(min_length=1, description=description)
+
+
+class LedgerSettings(_Settings):
+    LEDGER_TABLE: str = _name("name of the DynamoDB ledger table (pk run_key, sk entry_key)")
+    TRIALS_TABLE: str = _name("name of the DynamoDB trials table (pk trial_id)")
+    ARTIFACTS_BUCKET: str = _name("name of the artifacts bucket holding trials/<id>/...")
+    PRICE_REGION: str = Field(default="us-east-1", description="region whose prices the cost model applies")
+    PRICE_OVERRIDES: dict[str, Any] | None = Field(
+        default=None, description="JSON object of price-table overrides (negotiated rates, Savings Plans)"
+    )
+
+    @field_validator("PRICE_OVERRIDES", mode="before")
+    @classmethod
+    def _overrides(cls, value: Any) -> Any:
+        if value in (None, ""):
+            return None
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"must be a JSON object: {exc.msg} at char {exc.pos}") from None
+        return value
+
+
+class IdempotentSettings(LedgerSettings):
+    IDEMPOTENCY_TABLE: str = _name("name of the DynamoDB idempotency table (pk id, TTL attribute expiration)")
+
+
+class RunEventSettings(IdempotentSettings):
+    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
+
+
+class ArtifactEventSettings(RunEventSettings):
+    CACHE_BUCKET: str = _name("name of the compile-cache bucket (neuron/<model>/<compiler>/<key>/)")
+
+
+class ApiSettings(ArtifactEventSettings):
+    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine")
+    MAX_BODY_BYTES: int = Field(default=256 * 1024, ge=1024, description="largest accepted request body")
+    REPORT_URL_EXPIRES_S: int = Field(default=900, ge=60, le=43200, description="presigned report URL lifetime")
+
+
+class CacheSettings(ArtifactEventSettings):
+    CACHE_RETENTION_DAYS: int = Field(default=30, ge=1, description="days an unused cache entry is kept")
+
+
+class CostReportSettings(LedgerSettings):
+    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
+    REPORT_TOPIC_ARN: str | None = Field(default=None, description="SNS topic ARN that receives the summary")
+    COST_REPORT_PERIOD_DAYS: int = Field(default=7, ge=1, le=366, description="days a scheduled report covers")
+
+
+S = TypeVar("S", bound=_Settings)
+F = TypeVar("F", bound=Callable[..., Any])
+_loaded: dict[type[_Settings], _Settings] = {}
+
+
+def settings_for(model: type[S]) -> S:
+    """The validated settings for this function (read once per container)."""
+    found = _loaded.get(model)
+    if found is None:
+        found = _loaded[model] = model.from_env()
+    return found  # type: ignore[return-value]
+
+
+def reset_settings() -> None:
+    """Forget validated settings (tests change the environment between cases)."""
+    _loaded.clear()
+
+
+def require_settings(model: type[_Settings]) -> Callable[[F], F]:
+    """Outermost handler decorator: validate the environment before anything else runs."""
+
+    def decorate(fn: F) -> F:
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            settings_for(model)
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,130 @@
+"""The CLI as a user meets it: exit codes, one line per problem, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dualtrack.cli import main
+from dualtrack.pricing import hourly_usd_from_products, product_filters, refresh
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = str(ROOT / "examples" / "trial-llama31-8b-lora.json")
+
+
+def write(tmp_path: Path, doc: Any) -> str:
+    path = tmp_path / "trial.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def test_validate_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "valid trial llama31-8b-lora-pilot-" in out and "grad accumulation 8" in out
+
+
+def test_validate_reports_each_problem_on_its_own_line(tmp_path: Path, example_trial: dict[str, Any],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    example_trial.update(bogus=1, precision="fp8")
+    path = write(tmp_path, example_trial)
+    assert main(["validate", path]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2
+    assert any(": bogus: unknown field" in line for line in lines)
+    assert any(": precision: must be" in line for line in lines)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", "not json at all", '{"schema_version": 1}'])
+def test_validate_malformed_input_exits_2_without_traceback(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    proc = subprocess.run([sys.executable, "-m", "dualtrack", "validate", path], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip()
+
+
+def test_validate_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "/nonexistent/trial.json"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_validate_json_output(tmp_path: Path, example_trial: dict[str, Any],
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    example_trial["precision"] = "fp8"
+    assert main(["validate", "--json", write(tmp_path, example_trial)]) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert result["valid"] is False and result["errors"][0]["path"] == "precision"
+
+
+def test_triage_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["triage", EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "route: trn2_trial" in out and "gpu 4 | trn2 trial 4 | dual track 5" in out
+    assert main(["triage", "--json", EXAMPLE]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["scores"] == {"gpu": 4, "trn2_trial": 4, "dual_track": 5}
+    assert result["submission"]["accepted"] is True
+
+
+def test_triage_shows_refusal(tmp_path: Path, example_trial: dict[str, Any],
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    example_trial["workload"]["custom_cuda_ops"] = True
+    assert main(["triage", write(tmp_path, example_trial)]) == 0
+    assert "submission: refused" in capsys.readouterr().out
+
+
+def test_estimate_limits(tmp_path: Path, example_trial: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", EXAMPLE]) == 0
+    assert "within" in capsys.readouterr().out
+    example_trial["limits"]["max_usd"] = 100
+    assert main(["estimate", write(tmp_path, example_trial)]) == 1
+    assert "OVER" in capsys.readouterr().out
+
+
+def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["validate", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes" in out and "examples:" in out
+
+
+class FakePricing:
+    def __init__(self, rows: dict[str, str]):
+        self.rows, self.calls = rows, []
+
+    def get_products(self, **kw: Any) -> dict[str, Any]:
+        self.calls.append(kw)
+        itype = next(f["Value"] for f in kw["Filters"] if f["Field"] == "instanceType")
+        if itype not in self.rows:
+            return {"PriceList": []}
+        return {"PriceList": [json.dumps(_product(self.rows[itype]))]}
+
+
+def _product(usd: str, market: str = "OnDemand") -> dict[str, Any]:
+    return {"product": {"attributes": {"marketoption": market, "capacitystatus": "Used"}},
+            "terms": {"OnDemand": {"X.Y": {"priceDimensions": {"X.Y.Z": {"unit": "Hrs",
+                                                                          "pricePerUnit": {"USD": usd}}}}}}}
+
+
+def test_pricing_parser_skips_capacity_block_zero_rows() -> None:
+    assert hourly_usd_from_products([_product("0.0000000000")]) is None
+    assert hourly_usd_from_products([_product("12.5000000000", market="CapacityBlock")]) is None
+    assert hourly_usd_from_products([json.dumps(_product("35.7630000000"))]) == "35.763"
+    filters = {f["Field"]: f["Value"] for f in product_filters("trn2.48xlarge", "us-east-2")}
+    assert filters["marketoption"] == "OnDemand" and filters["capacitystatus"] == "Used"
+
+
+def test_prices_refresh_updates_rows_and_records_source() -> None:
+    client = FakePricing({"trn2.48xlarge": "40.1000000000"})
+    table, missing = refresh("us-east-2", client=client, instance_types=["trn2.48xlarge", "p5.48xlarge"])
+    assert table.instance_hourly_usd("trn2.48xlarge", "us-east-2") == __import__("decimal").Decimal("40.1")
+    assert table.instance_price("trn2.48xlarge", "us-east-2").confidence == "pricing-api"
+    assert missing == ["p5.48xlarge"]
+    assert "Pricing API" in table.source

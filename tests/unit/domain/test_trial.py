@@ -1,0 +1,143 @@
+"""The trial spec's rules: each rejection names the field and what would be valid."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from lambdas.domain.trial import (
+    TrialInvalid,
+    gradient_accumulation_steps,
+    parse_trial,
+    track_layout,
+)
+
+
+def problems(doc: Any, **kw: Any) -> dict[str, str]:
+    with pytest.raises(TrialInvalid) as info:
+        parse_trial(doc, **kw)
+    return {p.path: p.message for p in info.value.problems}
+
+
+def test_example_validates_as_is(example_trial: dict[str, Any]) -> None:
+    spec = parse_trial(example_trial)
+    assert spec.name == "llama31-8b-lora-pilot"
+    assert spec.track_names() == ["gpu", "trn2"]
+    gpu, trn2 = track_layout(spec, "gpu"), track_layout(spec, "trn2")
+    assert (gpu.world_size, gpu.data_parallel) == (8, 8)
+    assert (trn2.world_size, trn2.data_parallel) == (64, 8)  # LNC=2: 128 physical cores -> 64 logical
+    assert gradient_accumulation_steps(spec, gpu) == gradient_accumulation_steps(spec, trn2) == 8
+
+
+def test_trial_id_is_deterministic_and_content_addressed(example_trial: dict[str, Any]) -> None:
+    a = parse_trial(example_trial)
+    b = parse_trial(json.dumps(example_trial, indent=4))
+    assert a.trial_id == b.trial_id and a.trial_id.startswith("llama31-8b-lora-pilot-")
+    changed = copy.deepcopy(example_trial)
+    changed["max_steps"] = 999
+    assert parse_trial(changed).trial_id != a.trial_id
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "fragment"),
+    [
+        (lambda d: d.update(bogus=1), "bogus", "unknown field"),
+        (lambda d: d["tracks"]["trn2"].update(colour="red"), "tracks.trn2.colour", "valid fields here"),
+        (lambda d: d.update(max_steps="lots"), "max_steps", "valid integer"),
+        (lambda d: d.update(seed=True), "seed", "integer"),
+        (lambda d: d["lora"].update(rank="16"), "lora.rank", "integer"),
+        (lambda d: d.update(schema_version=2), "schema_version", "1"),
+        (lambda d: d.update(name="bad name!"), "name", "Batch-safe"),
+        (lambda d: d.update(precision="fp8"), "precision", "bf16"),
+        (lambda d: d.update(method="rlhf"), "method", "lora"),
+        (lambda d: d["data"].update(train_uri="/data/train.jsonl"), "data.train_uri", "s3://"),
+        (lambda d: d["data"].update(validation_uri="https://x/y"), "data.validation_uri", "s3://"),
+        (lambda d: d.update(max_steps=0), "max_steps", "greater than or equal to 1"),
+        (lambda d: d.pop("data"), "data", "required"),
+        (lambda d: d["tracks"]["trn2"].update(logical_nc_config=4), "tracks.trn2.logical_nc_config", "1"),
+    ],
+)
+def test_field_level_rejections(example_trial: dict[str, Any], mutate: Any, path: str, fragment: str) -> None:
+    mutate(example_trial)
+    found = problems(example_trial)
+    assert path in found, found
+    assert fragment in found[path]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "fragment"),
+    [
+        (lambda d: d.pop("lora"), "lora", "required when method is 'lora'"),
+        (lambda d: d.update(method="full"), "lora", "only valid for method lora or qlora"),
+        (lambda d: d["tracks"]["gpu"].update(instance_type="p9.huge"), "tracks.gpu.instance_type", "unknown"),
+        (lambda d: d["tracks"]["gpu"].update(instance_type="trn2.48xlarge"), "tracks.gpu.instance_type",
+         "takes only"),
+        (lambda d: d["tracks"]["trn2"].update(instance_type="p5.48xlarge"), "tracks.trn2.instance_type",
+         "takes only"),
+        (lambda d: d["tracks"]["trn2"].update(tensor_parallel=128), "tracks.trn2.tensor_parallel",
+         "does not fit in one node"),
+        (lambda d: d["tracks"]["trn2"].update(tensor_parallel=3), "tracks.trn2.tensor_parallel", "must divide"),
+        (lambda d: d["tracks"]["gpu"].update(pipeline_parallel=3), "tracks.gpu.pipeline_parallel", "must divide"),
+        (lambda d: d.update(effective_batch_size=60), "effective_batch_size", "multiple of"),
+        (lambda d: d.update(method="qlora"), "method", "use method 'lora'"),
+        (lambda d: d.update(checkpoint_interval_steps=2000), "checkpoint_interval_steps", "exceeds max_steps"),
+        (lambda d: d["evaluation"].update(interval_steps=1001), "evaluation.interval_steps", "exceeds max_steps"),
+        (lambda d: d["fault_injection"].update(at_step=100), "fault_injection.at_step", "before the first"),
+        (lambda d: d["fault_injection"].update(at_step=1000), "fault_injection.at_step", "not before the last"),
+        (lambda d: d["tracks"].pop("trn2"), "fault_injection.track", "no trn2 track"),
+        (lambda d: d.update(tracks={}, fault_injection=None), "tracks", "at least one track"),
+    ],
+)
+def test_cross_field_rules(example_trial: dict[str, Any], mutate: Any, path: str, fragment: str) -> None:
+    mutate(example_trial)
+    if example_trial.get("fault_injection") is None:
+        example_trial.pop("fault_injection", None)
+    found = problems(example_trial)
+    assert path in found, found
+    assert fragment in found[path]
+
+
+def test_logical_nc_config_changes_device_count(example_trial: dict[str, Any]) -> None:
+    example_trial["tracks"]["trn2"].update(logical_nc_config=1, tensor_parallel=16)
+    spec = parse_trial(example_trial)
+    assert track_layout(spec, "trn2").world_size == 128
+    example_trial["tracks"]["trn2"].update(logical_nc_config=2, tensor_parallel=128)
+    assert "tracks.trn2.tensor_parallel" in problems(example_trial)
+
+
+def test_effective_batch_is_identical_whatever_the_device_count(example_trial: dict[str, Any]) -> None:
+    for nodes in (1, 2, 4):
+        example_trial["tracks"]["gpu"]["nodes"] = nodes
+        example_trial["effective_batch_size"] = 64 * nodes if nodes > 1 else 64
+        spec = parse_trial(example_trial)
+        for name in spec.track_names():
+            layout = track_layout(spec, name)
+            assert gradient_accumulation_steps(spec, layout) * spec.micro_batch_size * layout.data_parallel == (
+                spec.effective_batch_size)
+
+
+def test_local_paths_only_with_local_mode(example_trial: dict[str, Any]) -> None:
+    example_trial["data"]["train_uri"] = "examples/data/train.jsonl"
+    assert "data.train_uri" in problems(example_trial)
+    assert parse_trial(example_trial, allow_local_paths=True).data.train_uri == "examples/data/train.jsonl"
+
+
+def test_every_problem_is_reported_at_once(example_trial: dict[str, Any]) -> None:
+    example_trial.update(bogus=1, max_steps="x", precision="fp8")
+    assert {"bogus", "max_steps", "precision"} <= set(problems(example_trial))
+
+
+@pytest.mark.parametrize("doc", ["{", "[]", "null", "42", '"trial"', b"\xff\xfe"])
+def test_malformed_documents_are_one_problem_not_a_traceback(doc: Any) -> None:
+    found = problems(doc)
+    assert len(found) >= 1
+    assert all(isinstance(m, str) and m for m in found.values())
+
+
+def test_override_is_accepted_and_validated(example_trial: dict[str, Any]) -> None:
+    example_trial["triage_override"] = {"route": "dual_track", "reason": "ok"}
+    found = problems(example_trial)
+    assert "triage_override.reason" in found and "triage_override.approved_by" in found
