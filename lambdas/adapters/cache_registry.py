@@ -20,10 +20,19 @@ class DynamoCacheRegistry:
     def __init__(self, table: str) -> None:
         self.table = table
 
-    def _update(self, key: str, expression: str, values: dict[str, Any], names: dict[str, str] | None = None,
-                condition: str | None = None) -> bool:
-        kwargs: dict[str, Any] = {"TableName": self.table, "Key": {"cache_key": {"S": key}},
-                                  "UpdateExpression": expression}
+    def _update(
+        self,
+        key: str,
+        expression: str,
+        values: dict[str, Any],
+        names: dict[str, str] | None = None,
+        condition: str | None = None,
+    ) -> bool:
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"cache_key": {"S": key}},
+            "UpdateExpression": expression,
+        }
         if values:
             kwargs["ExpressionAttributeValues"] = values
         if names:
@@ -38,15 +47,34 @@ class DynamoCacheRegistry:
             raise
         return True
 
-    def ensure(self, key: str, *, prefix: str, model_slug: str, compiler_version: str,
-               components: dict[str, Any] | None, at: str) -> None:
-        values = to_item({":p": prefix, ":m": model_slug, ":c": compiler_version, ":at": at, ":zero": 0,
-                          ":empty": {}, ":status": "new"})
-        expression = ("SET prefix = if_not_exists(prefix, :p), model_slug = if_not_exists(model_slug, :m), "
-                      "compiler_version = if_not_exists(compiler_version, :c), created_at = if_not_exists("
-                      "created_at, :at), hits = if_not_exists(hits, :zero), misses = if_not_exists(misses, :zero), "
-                      "failures = if_not_exists(failures, :zero), objects = if_not_exists(objects, :empty), "
-                      "#st = if_not_exists(#st, :status)")
+    def ensure(
+        self,
+        key: str,
+        *,
+        prefix: str,
+        model_slug: str,
+        compiler_version: str,
+        components: dict[str, Any] | None,
+        at: str,
+    ) -> None:
+        values = to_item(
+            {
+                ":p": prefix,
+                ":m": model_slug,
+                ":c": compiler_version,
+                ":at": at,
+                ":zero": 0,
+                ":empty": {},
+                ":status": "new",
+            }
+        )
+        expression = (
+            "SET prefix = if_not_exists(prefix, :p), model_slug = if_not_exists(model_slug, :m), "
+            "compiler_version = if_not_exists(compiler_version, :c), created_at = if_not_exists("
+            "created_at, :at), hits = if_not_exists(hits, :zero), misses = if_not_exists(misses, :zero), "
+            "failures = if_not_exists(failures, :zero), objects = if_not_exists(objects, :empty), "
+            "#st = if_not_exists(#st, :status)"
+        )
         names = {"#st": "status"}
         if components:
             values.update(to_item({":comp": components}))
@@ -59,11 +87,13 @@ class DynamoCacheRegistry:
 
     def touch(self, key: str, at: str, field: str = "last_used_at") -> None:
         """Move a timestamp forward only (events arrive out of order)."""
-        self._update(key, "SET #f = :at", to_item({":at": at}), {"#f": field},
-                     condition="attribute_not_exists(#f) OR #f < :at")
+        self._update(
+            key, "SET #f = :at", to_item({":at": at}), {"#f": field}, condition="attribute_not_exists(#f) OR #f < :at"
+        )
 
-    def observe(self, key: str, observation: str, outcome: Outcome, compile_s: float, at: str,
-                reason: str | None = None) -> bool:
+    def observe(
+        self, key: str, observation: str, outcome: Outcome, compile_s: float, at: str, reason: str | None = None
+    ) -> bool:
         """Count one run attempt's use of the entry (hit, miss or failed compile) once."""
         values = to_item({":obs": observation, ":one": 1, ":s": compile_s})
         values[":obsset"] = {"SS": [observation]}
@@ -77,19 +107,23 @@ class DynamoCacheRegistry:
             expression += ", failures :one SET #st = :failed, failure_reason = :why, retry_requested = :no"
             values.update(to_item({":failed": "failed", ":why": reason or "compilation failed", ":no": False}))
         names = {"#st": "status"} if outcome != "hit" else None
-        counted = self._update(key, expression, values, names,
-                               condition="attribute_not_exists(observed) OR NOT contains(observed, :obs)")
+        counted = self._update(
+            key, expression, values, names, condition="attribute_not_exists(observed) OR NOT contains(observed, :obs)"
+        )
         self.touch(key, at)
         return counted
 
     def request_retry(self, key: str) -> bool:
-        return self._update(key, "SET retry_requested = :yes, #st = :retry",
-                            to_item({":yes": True, ":retry": "retry_requested", ":failed": "failed"}),
-                            {"#st": "status"}, condition="#st = :failed")
+        return self._update(
+            key,
+            "SET retry_requested = :yes, #st = :retry",
+            to_item({":yes": True, ":retry": "retry_requested", ":failed": "failed"}),
+            {"#st": "status"},
+            condition="#st = :failed",
+        )
 
     def get(self, key: str) -> dict[str, Any] | None:
-        got = client("dynamodb").get_item(TableName=self.table, Key={"cache_key": {"S": key}},
-                                          ConsistentRead=True)
+        got = client("dynamodb").get_item(TableName=self.table, Key={"cache_key": {"S": key}}, ConsistentRead=True)
         return from_item(got["Item"]) if "Item" in got else None
 
     def iter_all(self) -> Iterator[dict[str, Any]]:

@@ -20,8 +20,9 @@ def last_activity(entry: dict[str, Any]) -> datetime | None:
     return max(present) if present else None
 
 
-def expired_entries(entries: Iterable[dict[str, Any]], *, now: datetime, retention_days: int,
-                    active_keys: set[str]) -> list[str]:
+def expired_entries(
+    entries: Iterable[dict[str, Any]], *, now: datetime, retention_days: int, active_keys: set[str]
+) -> list[str]:
     """Keys unused for more than `retention_days`, never one an active trial is using (or about to use)."""
     if retention_days < 1:
         raise ValueError("retention_days must be at least 1")
@@ -42,14 +43,23 @@ def entry_view(entry: dict[str, Any]) -> dict[str, Any]:
     saved = max(0.0, hits * float(first) - float(entry.get("hit_compile_s_total") or 0)) if first else 0.0
     objects = entry.get("objects") or {}
     return {
-        "cache_key": entry["cache_key"], "prefix": entry.get("prefix"), "model": entry.get("model_slug"),
-        "compiler_version": entry.get("compiler_version"), "status": entry.get("status", "new"),
-        "hits": hits, "misses": misses, "failures": int(entry.get("failures") or 0),
+        "cache_key": entry["cache_key"],
+        "prefix": entry.get("prefix"),
+        "model": entry.get("model_slug"),
+        "compiler_version": entry.get("compiler_version"),
+        "status": entry.get("status", "new"),
+        "hits": hits,
+        "misses": misses,
+        "failures": int(entry.get("failures") or 0),
         "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None,
-        "first_compile_s": float(first) if first is not None else None, "saved_compile_s": round(saved, 3),
-        "size_bytes": sum(int(v) for v in objects.values()), "objects": len(objects),
-        "failure_reason": entry.get("failure_reason"), "retry_requested": bool(entry.get("retry_requested")),
-        "last_used_at": entry.get("last_used_at"), "created_at": entry.get("created_at"),
+        "first_compile_s": float(first) if first is not None else None,
+        "saved_compile_s": round(saved, 3),
+        "size_bytes": sum(int(v) for v in objects.values()),
+        "objects": len(objects),
+        "failure_reason": entry.get("failure_reason"),
+        "retry_requested": bool(entry.get("retry_requested")),
+        "last_used_at": entry.get("last_used_at"),
+        "created_at": entry.get("created_at"),
         "components": entry.get("components"),
     }
 
@@ -60,8 +70,19 @@ def group_stats(entries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for entry in entries:
         view = entry_view(entry)
         key = (str(view["model"]), str(view["compiler_version"]))
-        g = groups.setdefault(key, {"model": key[0], "compiler_version": key[1], "entries": 0, "hits": 0,
-                                    "misses": 0, "failures": 0, "saved_compile_s": 0.0, "size_bytes": 0})
+        g = groups.setdefault(
+            key,
+            {
+                "model": key[0],
+                "compiler_version": key[1],
+                "entries": 0,
+                "hits": 0,
+                "misses": 0,
+                "failures": 0,
+                "saved_compile_s": 0.0,
+                "size_bytes": 0,
+            },
+        )
         g["entries"] += 1
         for name in ("hits", "misses", "failures", "size_bytes"):
             g[name] += view[name]

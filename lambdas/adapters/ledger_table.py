@@ -15,11 +15,16 @@ class DynamoLedger:
         self.table = table
 
     def append(self, entry: LedgerEntry) -> bool:
-        item = {"run_key": {"S": entry.run_key}, "entry_key": {"S": entry.entry_key}, "kind": {"S": entry.kind},
-                "body": {"S": entry.body_json()}}
+        item = {
+            "run_key": {"S": entry.run_key},
+            "entry_key": {"S": entry.entry_key},
+            "kind": {"S": entry.kind},
+            "body": {"S": entry.body_json()},
+        }
         try:
-            client("dynamodb").put_item(TableName=self.table, Item=item,
-                                        ConditionExpression="attribute_not_exists(entry_key)")
+            client("dynamodb").put_item(
+                TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(entry_key)"
+            )
         except Exception as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False
@@ -29,25 +34,42 @@ class DynamoLedger:
     def entries(self, run_key: str) -> list[LedgerEntry]:
         paginator = client("dynamodb").get_paginator("query")
         out: list[LedgerEntry] = []
-        for page in paginator.paginate(TableName=self.table, KeyConditionExpression="run_key = :k",
-                                       ExpressionAttributeValues={":k": {"S": run_key}}, ConsistentRead=True):
+        for page in paginator.paginate(
+            TableName=self.table,
+            KeyConditionExpression="run_key = :k",
+            ExpressionAttributeValues={":k": {"S": run_key}},
+            ConsistentRead=True,
+        ):
             for item in page["Items"]:
                 if item["entry_key"]["S"] == COST_ENTRY_KEY:
                     continue
-                out.append(LedgerEntry(run_key=run_key, entry_key=item["entry_key"]["S"], kind=item["kind"]["S"],
-                                       body=json.loads(item["body"]["S"])))
+                out.append(
+                    LedgerEntry(
+                        run_key=run_key,
+                        entry_key=item["entry_key"]["S"],
+                        kind=item["kind"]["S"],
+                        body=json.loads(item["body"]["S"]),
+                    )
+                )
         return out
 
     def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
         from lambdas.domain.trial import canonical_json
 
         trial_id, run = run_key.rsplit("#", 1)
-        item = {"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}, "kind": {"S": "cost"},
-                "trial_id": {"S": trial_id}, "run": {"S": run}, "facts": {"N": str(facts)},
-                "body": {"S": canonical_json(body)}}
+        item = {
+            "run_key": {"S": run_key},
+            "entry_key": {"S": COST_ENTRY_KEY},
+            "kind": {"S": "cost"},
+            "trial_id": {"S": trial_id},
+            "run": {"S": run},
+            "facts": {"N": str(facts)},
+            "body": {"S": canonical_json(body)},
+        }
         try:
             client("dynamodb").put_item(
-                TableName=self.table, Item=item,
+                TableName=self.table,
+                Item=item,
                 ConditionExpression="attribute_not_exists(entry_key) OR facts < :f",
                 ExpressionAttributeValues={":f": {"N": str(facts)}},
             )
@@ -58,16 +80,28 @@ class DynamoLedger:
         return True
 
     def cost(self, run_key: str) -> dict[str, Any] | None:
-        got = client("dynamodb").get_item(TableName=self.table, ConsistentRead=True,
-                                          Key={"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}})
+        got = client("dynamodb").get_item(
+            TableName=self.table,
+            ConsistentRead=True,
+            Key={"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}},
+        )
         item = got.get("Item")
         return json.loads(item["body"]["S"]) if item else None
 
     def iter_costs(self) -> Iterator[dict[str, Any]]:
         """Every run's cost entry: one pass over the table (linear in its size)."""
+        return self.iter_kinds(("cost",))
+
+    def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        """Entries of the given kinds, with their kind, in one scan of the table."""
+        values = {f":k{i}": {"S": k} for i, k in enumerate(kinds)}
         paginator = client("dynamodb").get_paginator("scan")
-        for page in paginator.paginate(TableName=self.table, FilterExpression="kind = :c",
-                                       ExpressionAttributeValues={":c": {"S": "cost"}},
-                                       ProjectionExpression="run_key, body"):
+        for page in paginator.paginate(
+            TableName=self.table,
+            FilterExpression=f"#k IN ({', '.join(values)})",
+            ExpressionAttributeValues=values,
+            ExpressionAttributeNames={"#k": "kind"},
+            ProjectionExpression="run_key, #k, body",
+        ):
             for item in page["Items"]:
-                yield {"run_key": item["run_key"]["S"], **json.loads(item["body"]["S"])}
+                yield {"run_key": item["run_key"]["S"], "kind": item["kind"]["S"], **json.loads(item["body"]["S"])}

@@ -21,8 +21,7 @@ class S3Objects:
         body = json.dumps(value, sort_keys=True, indent=1, default=str).encode()
         extra = {"IfNoneMatch": "*"} if if_absent else {}
         try:
-            client("s3").put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json",
-                                    **extra)
+            client("s3").put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **extra)
         except Exception as exc:
             if if_absent and error_code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                 return False
@@ -55,7 +54,8 @@ class S3Objects:
 
     def presigned_get(self, key: str, expires_s: int) -> str:
         return client("s3").generate_presigned_url(  # type: ignore[no-any-return]
-            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s)
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
+        )
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:

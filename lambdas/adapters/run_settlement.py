@@ -15,10 +15,14 @@ from typing import Any
 from lambdas.adapters.ports import Ledger, Objects, Trials
 from lambdas.domain import ledger as L
 
-CHECKPOINT_MANIFEST = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
-                                 r"step-(?P<step>\d+)/manifest\.json$")
-ATTEMPT_SUMMARY = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
-                             r"summary\.json$")
+CHECKPOINT_MANIFEST = re.compile(
+    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
+    r"step-(?P<step>\d+)/manifest\.json$"
+)
+ATTEMPT_SUMMARY = re.compile(
+    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
+    r"summary\.json$"
+)
 
 
 @dataclass(frozen=True)
@@ -45,16 +49,35 @@ def job_facts(identity: JobIdentity, detail: Any, at: Any, instance_type: str | 
     """The ledger facts one Batch job state change carries: the transition, plus every finished attempt."""
     container = detail.container
     exit_code = container.exit_code if container else None
-    facts = [L.transition_entry(identity.trial_id, identity.run, job_id=detail.job_id, attempt=detail.attempt,
-                                status=detail.status, at=at, status_reason=detail.status_reason,
-                                exit_code=exit_code if detail.terminal else None, instance_type=instance_type,
-                                nodes=detail.nodes, created_at_ms=detail.created_at_ms, job_name=detail.job_name)]
+    facts = [
+        L.transition_entry(
+            identity.trial_id,
+            identity.run,
+            job_id=detail.job_id,
+            attempt=detail.attempt,
+            status=detail.status,
+            at=at,
+            status_reason=detail.status_reason,
+            exit_code=exit_code if detail.terminal else None,
+            instance_type=instance_type,
+            nodes=detail.nodes,
+            created_at_ms=detail.created_at_ms,
+            job_name=detail.job_name,
+        )
+    ]
     for number, attempt in enumerate(detail.attempts, start=1):
-        facts.append(L.attempt_entry(
-            identity.trial_id, identity.run, job_id=detail.job_id, attempt=number,
-            started_at_ms=attempt.started_at_ms, stopped_at_ms=attempt.stopped_at_ms,
-            exit_code=attempt.container.exit_code if attempt.container else None,
-            status_reason=attempt.status_reason))
+        facts.append(
+            L.attempt_entry(
+                identity.trial_id,
+                identity.run,
+                job_id=detail.job_id,
+                attempt=number,
+                started_at_ms=attempt.started_at_ms,
+                stopped_at_ms=attempt.stopped_at_ms,
+                exit_code=attempt.container.exit_code if attempt.container else None,
+                status_reason=attempt.status_reason,
+            )
+        )
     return facts
 
 
@@ -72,13 +95,21 @@ def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEnt
         size = 0
     size = int(manifest.get("bytes") or manifest.get("total_bytes") or size)
     step = int(manifest.get("step", match["step"]))
-    return L.checkpoint_entry(match["trial"], match["run"], step=step, bytes_=size, files=files,
-                              save_s=float(manifest.get("save_s") or 0.0), uri=uri.rsplit("/", 1)[0] + "/")
+    return L.checkpoint_entry(
+        match["trial"],
+        match["run"],
+        step=step,
+        bytes_=size,
+        files=files,
+        save_s=float(manifest.get("save_s") or 0.0),
+        uri=uri.rsplit("/", 1)[0] + "/",
+    )
 
 
 class RunSettlement:
-    def __init__(self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: Any, region: str,
-                 metrics: Any | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: Any, region: str, metrics: Any | None = None
+    ) -> None:
         self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
         self.prices, self.region, self.metrics = prices, region, metrics
 
@@ -105,9 +136,15 @@ class RunSettlement:
         trial = self.trials.get(trial_id) or {}
         tracks = trial.get("tracks") or {}
         declared = tracks.get(L.track_of(run)) or {}
-        return L.fold_run(self.ledger.entries(L.run_key(trial_id, run)), trial_id=trial_id, run=run,
-                          instance_type=str(declared.get("instance_type") or "unknown"),
-                          nodes=int(declared.get("nodes") or 1), region=self.region, storage_days=Decimal(30))
+        return L.fold_run(
+            self.ledger.entries(L.run_key(trial_id, run)),
+            trial_id=trial_id,
+            run=run,
+            instance_type=str(declared.get("instance_type") or "unknown"),
+            nodes=int(declared.get("nodes") or 1),
+            region=self.region,
+            storage_days=Decimal(30),
+        )
 
     def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold) -> int:
         """For attempts without a summary, take phase seconds and steps from CloudWatch (stored as facts)."""

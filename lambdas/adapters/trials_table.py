@@ -17,8 +17,9 @@ class DynamoTrials:
 
     def create(self, item: dict[str, Any]) -> bool:
         try:
-            client("dynamodb").put_item(TableName=self.table, Item=to_item(item),
-                                        ConditionExpression="attribute_not_exists(trial_id)")
+            client("dynamodb").put_item(
+                TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(trial_id)"
+            )
         except Exception as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return False
@@ -26,8 +27,7 @@ class DynamoTrials:
         return True
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
-        got = client("dynamodb").get_item(TableName=self.table, Key={"trial_id": {"S": trial_id}},
-                                          ConsistentRead=True)
+        got = client("dynamodb").get_item(TableName=self.table, Key={"trial_id": {"S": trial_id}}, ConsistentRead=True)
         return from_item(got["Item"]) if "Item" in got else None
 
     def delete(self, trial_id: str) -> None:
@@ -42,9 +42,13 @@ class DynamoTrials:
         kwargs: dict[str, Any] = {"ExpressionAttributeNames": names}
         if values:
             kwargs["ExpressionAttributeValues"] = values
-        client("dynamodb").update_item(TableName=self.table, Key={"trial_id": {"S": trial_id}},
-                                       UpdateExpression=expression.strip(),
-                                       ConditionExpression="attribute_exists(trial_id)", **kwargs)
+        client("dynamodb").update_item(
+            TableName=self.table,
+            Key={"trial_id": {"S": trial_id}},
+            UpdateExpression=expression.strip(),
+            ConditionExpression="attribute_exists(trial_id)",
+            **kwargs,
+        )
 
     def list(self, limit: int, start: str | None) -> tuple[list[dict[str, Any]], str | None]:
         kwargs: dict[str, Any] = {"TableName": self.table, "Limit": limit}

@@ -26,8 +26,9 @@ class StepFunctionsWorkflow:
 
     def start(self, name: str, payload: dict[str, Any]) -> Started:
         try:
-            got = client("stepfunctions").start_execution(stateMachineArn=self.state_machine_arn, name=name,
-                                                          input=json.dumps(payload, sort_keys=True))
+            got = client("stepfunctions").start_execution(
+                stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(payload, sort_keys=True)
+            )
         except Exception as exc:
             if error_code(exc) == "ExecutionAlreadyExists":
                 return Started(self.execution_arn(name), already_submitted=True)
@@ -37,7 +38,8 @@ class StepFunctionsWorkflow:
     def status(self, execution_arn: str) -> str | None:
         try:
             return client("stepfunctions").describe_execution(  # type: ignore[no-any-return]
-                executionArn=execution_arn)["status"]
+                executionArn=execution_arn
+            )["status"]
         except Exception as exc:
             if error_code(exc) == "ExecutionDoesNotExist":
                 return None
@@ -47,7 +49,6 @@ class StepFunctionsWorkflow:
         """Stop a running execution (the workflow's Batch tasks terminate their jobs). Returns the final status."""
         current = self.status(execution_arn)
         if current == "RUNNING":
-            client("stepfunctions").stop_execution(executionArn=execution_arn, error="Cancelled",
-                                                   cause=cause[:32768])
+            client("stepfunctions").stop_execution(executionArn=execution_arn, error="Cancelled", cause=cause[:32768])
             return "ABORTED"
         return current or "NOT_STARTED"

@@ -54,53 +54,106 @@ class LedgerEntry(BaseModel):
         return canonical_json(self.body)
 
 
-def transition_entry(trial_id: str, run: str, *, job_id: str, attempt: int, status: str, at: datetime,
-                     status_reason: str | None = None, exit_code: int | None = None,
-                     instance_type: str | None = None, nodes: int = 1, created_at_ms: int | None = None,
-                     job_name: str = "") -> LedgerEntry:
-    body = {"job_id": job_id, "job_name": job_name, "attempt": attempt, "status": status, "at": _iso(at),
-            "status_reason": status_reason, "exit_code": exit_code, "instance_type": instance_type,
-            "nodes": nodes, "created_at_ms": created_at_ms}
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"transition#{job_id}#a{attempt:03d}#{status}",
-                       kind="transition", body=body)
+def transition_entry(
+    trial_id: str,
+    run: str,
+    *,
+    job_id: str,
+    attempt: int,
+    status: str,
+    at: datetime,
+    status_reason: str | None = None,
+    exit_code: int | None = None,
+    instance_type: str | None = None,
+    nodes: int = 1,
+    created_at_ms: int | None = None,
+    job_name: str = "",
+) -> LedgerEntry:
+    body = {
+        "job_id": job_id,
+        "job_name": job_name,
+        "attempt": attempt,
+        "status": status,
+        "at": _iso(at),
+        "status_reason": status_reason,
+        "exit_code": exit_code,
+        "instance_type": instance_type,
+        "nodes": nodes,
+        "created_at_ms": created_at_ms,
+    }
+    return LedgerEntry(
+        run_key=run_key(trial_id, run),
+        entry_key=f"transition#{job_id}#a{attempt:03d}#{status}",
+        kind="transition",
+        body=body,
+    )
 
 
-def attempt_entry(trial_id: str, run: str, *, job_id: str, attempt: int, started_at_ms: int | None,
-                  stopped_at_ms: int | None, exit_code: int | None, status_reason: str | None) -> LedgerEntry:
+def attempt_entry(
+    trial_id: str,
+    run: str,
+    *,
+    job_id: str,
+    attempt: int,
+    started_at_ms: int | None,
+    stopped_at_ms: int | None,
+    exit_code: int | None,
+    status_reason: str | None,
+) -> LedgerEntry:
     """A finished attempt as Batch lists it in the job's ``attempts`` (present on every later event)."""
-    body = {"job_id": job_id, "attempt": attempt, "started_at_ms": started_at_ms, "stopped_at_ms": stopped_at_ms,
-            "exit_code": exit_code, "status_reason": status_reason}
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"attempt#{job_id}#a{attempt:03d}",
-                       kind="attempt", body=body)
+    body = {
+        "job_id": job_id,
+        "attempt": attempt,
+        "started_at_ms": started_at_ms,
+        "stopped_at_ms": stopped_at_ms,
+        "exit_code": exit_code,
+        "status_reason": status_reason,
+    }
+    return LedgerEntry(
+        run_key=run_key(trial_id, run), entry_key=f"attempt#{job_id}#a{attempt:03d}", kind="attempt", body=body
+    )
 
 
-SUMMARY_FIELDS = ("status", "exit_code", "backend", "stand_in", "global_step", "start_step", "resumed_from_step",
-                  "rerun_steps", "steps_this_attempt", "tokens_this_attempt", "phases", "compile", "started_at",
-                  "ended_at")
+SUMMARY_FIELDS = (
+    "status",
+    "exit_code",
+    "backend",
+    "stand_in",
+    "global_step",
+    "start_step",
+    "resumed_from_step",
+    "rerun_steps",
+    "steps_this_attempt",
+    "tokens_this_attempt",
+    "phases",
+    "compile",
+    "started_at",
+    "ended_at",
+)
 
 
 def summary_entry(trial_id: str, run: str, attempt: int, summary: Mapping[str, Any]) -> LedgerEntry:
     """The cost-relevant part of the trainer's run summary for one attempt (the full summary stays in S3)."""
     body = {name: summary.get(name) for name in SUMMARY_FIELDS}
     body["attempt"] = attempt
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"summary#a{attempt:03d}", kind="summary",
-                       body=body)
+    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"summary#a{attempt:03d}", kind="summary", body=body)
 
 
-def metrics_entry(trial_id: str, run: str, attempt: int, phases: Mapping[str, float],
-                  global_step: int | None) -> LedgerEntry:
+def metrics_entry(
+    trial_id: str, run: str, attempt: int, phases: Mapping[str, float], global_step: int | None
+) -> LedgerEntry:
     """Phase seconds from CloudWatch, used only for an attempt whose summary never arrived."""
-    body = {"attempt": attempt, "phases": {k: float(v) for k, v in sorted(phases.items())},
-            "global_step": global_step}
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"metrics#a{attempt:03d}", kind="metrics",
-                       body=body)
+    body = {"attempt": attempt, "phases": {k: float(v) for k, v in sorted(phases.items())}, "global_step": global_step}
+    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"metrics#a{attempt:03d}", kind="metrics", body=body)
 
 
-def checkpoint_entry(trial_id: str, run: str, *, step: int, bytes_: int, files: int, save_s: float,
-                     uri: str) -> LedgerEntry:
+def checkpoint_entry(
+    trial_id: str, run: str, *, step: int, bytes_: int, files: int, save_s: float, uri: str
+) -> LedgerEntry:
     body = {"step": step, "bytes": bytes_, "files": files, "save_s": save_s, "uri": uri}
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"checkpoint#{step:010d}", kind="checkpoint",
-                       body=body)
+    return LedgerEntry(
+        run_key=run_key(trial_id, run), entry_key=f"checkpoint#{step:010d}", kind="checkpoint", body=body
+    )
 
 
 def _iso(at: datetime) -> str:
@@ -135,8 +188,16 @@ class _Attempt:
         self.record: dict[str, Any] | None = None
 
 
-def fold_run(entries: Iterable[LedgerEntry], *, trial_id: str, run: str, instance_type: str, nodes: int = 1,
-             region: str | None = None, storage_days: Decimal = Decimal(30)) -> RunFold:
+def fold_run(
+    entries: Iterable[LedgerEntry],
+    *,
+    trial_id: str,
+    run: str,
+    instance_type: str,
+    nodes: int = 1,
+    region: str | None = None,
+    storage_days: Decimal = Decimal(30),
+) -> RunFold:
     """Fold a run's entries (any order, any duplicates) into the usage its cost is computed from."""
     facts = sorted({e.entry_key: e for e in entries if e.kind != "cost"}.values(), key=lambda e: e.entry_key)
     attempts: dict[tuple[str, int], _Attempt] = {}
@@ -186,17 +247,19 @@ def fold_run(entries: Iterable[LedgerEntry], *, trial_id: str, run: str, instanc
         fallback = metrics.get(slot.attempt) or {}
         phases = summary.get("phases") or fallback.get("phases") or {}
         exit_code = (slot.record or {}).get("exit_code")
-        usages.append(AttemptUsage(
-            attempt=index,
-            billed_seconds=_seconds(start, end),
-            queue_seconds=_seconds(queue_from, start),
-            phases=Phases(**{k: float(v) for k, v in phases.items() if k in Phases.model_fields}),
-            start_step=int(summary.get("start_step") or 0),
-            end_step=int(summary.get("global_step") or fallback.get("global_step") or 0),
-            resumed_from_step=summary.get("resumed_from_step"),
-            rerun_steps=int(summary.get("rerun_steps") or 0),
-            succeeded=status == "SUCCEEDED" or (exit_code == 0 and status is None),
-        ))
+        usages.append(
+            AttemptUsage(
+                attempt=index,
+                billed_seconds=_seconds(start, end),
+                queue_seconds=_seconds(queue_from, start),
+                phases=Phases(**{k: float(v) for k, v in phases.items() if k in Phases.model_fields}),
+                start_step=int(summary.get("start_step") or 0),
+                end_step=int(summary.get("global_step") or fallback.get("global_step") or 0),
+                resumed_from_step=summary.get("resumed_from_step"),
+                rerun_steps=int(summary.get("rerun_steps") or 0),
+                succeeded=status == "SUCCEEDED" or (exit_code == 0 and status is None),
+            )
+        )
         previous_end = end
     if terminal is None or not ordered:
         complete = False
@@ -211,13 +274,27 @@ def fold_run(entries: Iterable[LedgerEntry], *, trial_id: str, run: str, instanc
         if restored is not None:
             gets += int(restored.get("files") or 0) + 1
     usage = RunUsage(
-        trial_id=trial_id, run=run, track=track_of(run), instance_type=instance_type, nodes=nodes, region=region,
-        attempts=usages, checkpoint_bytes=sum(int(c.get("bytes") or 0) for c in checkpoints.values()),
-        checkpoint_put_requests=puts, checkpoint_get_requests=gets, storage_days=storage_days,
+        trial_id=trial_id,
+        run=run,
+        track=track_of(run),
+        instance_type=instance_type,
+        nodes=nodes,
+        region=region,
+        attempts=usages,
+        checkpoint_bytes=sum(int(c.get("bytes") or 0) for c in checkpoints.values()),
+        checkpoint_put_requests=puts,
+        checkpoint_get_requests=gets,
+        storage_days=storage_days,
     )
     digest = hashlib.sha256("\n".join(f"{e.entry_key}={e.body_json()}" for e in facts).encode()).hexdigest()
-    return RunFold(usage=usage, terminal_status=terminal, complete=complete, facts=len(facts),
-                   fingerprint=digest, ended_at=ended_at)
+    return RunFold(
+        usage=usage,
+        terminal_status=terminal,
+        complete=complete,
+        facts=len(facts),
+        fingerprint=digest,
+        ended_at=ended_at,
+    )
 
 
 def _bounds(slot: _Attempt) -> tuple[int | None, int | None]:
@@ -245,6 +322,12 @@ def _seconds(start: int | None, end: int | None) -> Decimal:
 
 def cost_body(fold: RunFold, cost: BaseModel) -> dict[str, Any]:
     """The cost entry's body: the priced fold plus what it was computed from (so a reader can re-check it)."""
-    return {"cost": cost.model_dump(mode="json"), "facts": fold.facts, "fingerprint": fold.fingerprint,
-            "complete": fold.complete, "terminal_status": fold.terminal_status, "ended_at": fold.ended_at,
-            "usage": fold.usage.model_dump(mode="json")}
+    return {
+        "cost": cost.model_dump(mode="json"),
+        "facts": fold.facts,
+        "fingerprint": fold.fingerprint,
+        "complete": fold.complete,
+        "terminal_status": fold.terminal_status,
+        "ended_at": fold.ended_at,
+        "usage": fold.usage.model_dump(mode="json"),
+    }

@@ -21,8 +21,9 @@ def _idempotency_config() -> Any:
     if _config is None:
         from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 
-        _config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=EXPIRES_AFTER_S,
-                                    raise_on_no_idempotency_key=True)
+        _config = IdempotencyConfig(
+            event_key_jmespath="key", expires_after_seconds=EXPIRES_AFTER_S, raise_on_no_idempotency_key=True
+        )
     return _config
 
 
@@ -45,8 +46,15 @@ def once_per_fact(table_name: Callable[[], str]) -> Callable[[F], F]:
                 from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
 
                 store = DynamoDBPersistenceLayer(table_name=table_name())
-                built.append(idempotent_function(fn, data_keyword_argument="fact", persistence_store=store,
-                                                 config=_idempotency_config(), output_serializer=PydanticSerializer))
+                built.append(
+                    idempotent_function(
+                        fn,
+                        data_keyword_argument="fact",
+                        persistence_store=store,
+                        config=_idempotency_config(),
+                        output_serializer=PydanticSerializer,
+                    )
+                )
             return built[0](fact=fact)
 
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]

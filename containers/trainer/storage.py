@@ -1,0 +1,160 @@
+"""One small interface over local paths and s3:// URIs for specs, data, checkpoints, summaries and caches."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+
+class AlreadyExists(FileExistsError):
+    """A write-once object (a checkpoint manifest) is already there."""
+
+
+@lru_cache(maxsize=1)
+def _s3() -> Any:
+    import boto3  # lazy: local runs never need it
+
+    return boto3.client("s3")
+
+
+def reset_clients() -> None:
+    """Forget cached AWS clients (after credentials or endpoints change, e.g. between mocked tests)."""
+    _s3.cache_clear()
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def local_path(uri: str) -> Path:
+    return Path(uri.removeprefix("file://"))
+
+
+def join(base: str, *parts: str) -> str:
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def read_bytes(uri: str) -> bytes:
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        return _s3().get_object(Bucket=bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+    return local_path(uri).read_bytes()
+
+
+def read_text(uri: str) -> str:
+    return read_bytes(uri).decode("utf-8")
+
+
+def exists(uri: str) -> bool:
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        try:
+            _s3().head_object(Bucket=bucket, Key=key)
+        except _s3().exceptions.ClientError:
+            return False
+        return True
+    return local_path(uri).exists()
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        _s3().put_object(Bucket=bucket, Key=key, Body=data)
+        return
+    path = local_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)  # readers never see half a file
+
+
+def write_once(uri: str, data: bytes) -> None:
+    """Create ``uri`` only if absent (S3 ``IfNoneMatch="*"``, local ``O_EXCL``); raise AlreadyExists otherwise."""
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        client = _s3()
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except client.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise AlreadyExists(uri) from exc
+            raise
+        return
+    path = local_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError as exc:
+        raise AlreadyExists(uri) from exc
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def list_prefixes(uri: str) -> list[str]:
+    """Immediate child "directories" of ``uri`` (their names, not full URIs)."""
+    if is_s3(uri):
+        bucket, key = split_s3(join(uri, ""))
+        prefix = key if key.endswith("/") else f"{key}/"
+        names: list[str] = []
+        for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            names += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
+        return names
+    path = local_path(uri)
+    return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
+
+
+def list_files(uri: str) -> dict[str, int]:
+    """Every object under ``uri``: relative name -> size in bytes."""
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        prefix = key if key.endswith("/") or not key else f"{key}/"
+        out: dict[str, int] = {}
+        for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                out[obj["Key"][len(prefix):]] = int(obj["Size"])
+        return out
+    root = local_path(uri)
+    if not root.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
+def sync_down(uri: str, directory: Path) -> int:
+    """Copy what ``uri`` holds into ``directory`` (files already there with the same size are kept)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    copied = 0
+    for name, size in list_files(uri).items():
+        target = directory / name
+        if target.exists() and target.stat().st_size == size:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(read_bytes(join(uri, name)))
+        copied += 1
+    return copied
+
+
+def sync_up(directory: Path, uri: str) -> int:
+    """Upload files in ``directory`` that ``uri`` lacks or holds with another size."""
+    remote = list_files(uri)
+    copied = 0
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        name = str(path.relative_to(directory))
+        if remote.get(name) == path.stat().st_size:
+            continue
+        write_bytes(join(uri, name), path.read_bytes())
+        copied += 1
+    return copied

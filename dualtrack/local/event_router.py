@@ -1,0 +1,122 @@
+"""Deliver EventBridge events to Lambda targets in-process, asynchronously, with retries and a DLQ.
+
+moto's EventBridge matches events against rules (the synthesized rules' real patterns) but does not deliver to
+Lambda targets. :class:`EventRouter` wraps moto's ``Rule.send_to_targets``: moto still delivers to the targets it
+supports, and each Lambda target gets the event through a queue drained by a worker thread, as EventBridge invokes
+Lambdas asynchronously. A handler that raises is retried (``RetryPolicy.MaximumRetryAttempts``) and then sent to the
+target's dead-letter queue, so a failing handler neither loses the event nor blocks the publisher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+Invoke = Callable[[str, dict[str, Any]], Any]  # (function ARN, event) -> handler result
+
+
+@dataclass
+class Delivery:
+    rule: str
+    function_arn: str
+    event: dict[str, Any]
+    max_retries: int
+    dlq_arn: str | None
+    attempt: int = 0
+
+
+@dataclass
+class EventRouter:
+    invoke: Invoke
+    on_failure: Callable[[Delivery, BaseException], None] | None = None
+    delivered: list[tuple[str, str]] = field(default_factory=list)  # (rule, detail-type) in delivery order
+    failed: list[Delivery] = field(default_factory=list)
+    _queue: queue.Queue[Delivery | None] = field(default_factory=queue.Queue)
+    _worker: threading.Thread | None = None
+    _pending: int = 0
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextlib.contextmanager
+    def install(self) -> Iterator[EventRouter]:
+        from moto.events.models import Rule
+
+        original = Rule.send_to_targets
+        router = self
+
+        def send_to_targets(rule: Any, original_event: dict[str, Any], transform_input: bool = True) -> None:
+            original(rule, original_event, transform_input)
+            if not rule.event_pattern.matches_event(original_event):
+                return
+            for target in rule.targets:
+                arn = str(target["Arn"])
+                if ":lambda:" in arn and ":function:" in arn:
+                    router.submit(Delivery(
+                        rule=rule.name, function_arn=arn, event=json.loads(json.dumps(original_event, default=str)),
+                        max_retries=int((target.get("RetryPolicy") or {}).get("MaximumRetryAttempts", 2)),
+                        dlq_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
+                    ))
+
+        Rule.send_to_targets = send_to_targets  # type: ignore[method-assign]
+        self._worker = threading.Thread(target=self._drain, name="eventbridge-lambda", daemon=True)
+        self._worker.start()
+        try:
+            yield self
+        finally:
+            self.join()
+            self._queue.put(None)
+            Rule.send_to_targets = original  # type: ignore[method-assign]
+
+    def submit(self, delivery: Delivery) -> None:
+        with self._idle:
+            self._pending += 1
+        self._queue.put(delivery)
+
+    def join(self, timeout: float | None = 60.0) -> bool:
+        """Wait until every submitted event has been handled (or dead-lettered)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout=timeout)
+
+    def _drain(self) -> None:
+        while True:
+            delivery = self._queue.get()
+            if delivery is None:
+                return
+            try:
+                self._deliver(delivery)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _deliver(self, delivery: Delivery) -> None:
+        while True:
+            delivery.attempt += 1
+            try:
+                self.invoke(delivery.function_arn, delivery.event)
+            except Exception as exc:  # a handler error: EventBridge retries, then dead-letters
+                if delivery.attempt <= delivery.max_retries:
+                    continue
+                self.failed.append(delivery)
+                self._dead_letter(delivery, exc)
+                if self.on_failure:
+                    self.on_failure(delivery, exc)
+                return
+            self.delivered.append((delivery.rule, str(delivery.event.get("detail-type"))))
+            return
+
+    def _dead_letter(self, delivery: Delivery, exc: BaseException) -> None:
+        if not delivery.dlq_arn:
+            return
+        import boto3  # deferred: only on the failure path
+
+        name = delivery.dlq_arn.rsplit(":", 1)[-1]
+        sqs = boto3.client("sqs")
+        url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(delivery.event),
+                         MessageAttributes={"ERROR": {"DataType": "String", "StringValue": repr(exc)[:256]},
+                                            "RULE_ARN": {"DataType": "String", "StringValue": delivery.rule}})

@@ -1,0 +1,59 @@
+"""EventBridge routing: Batch job state changes, new artifacts and the cost-report schedule, each to one
+function, with retries and a dead-letter queue for events the target could not take."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_batch as batch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from infra.constructs.functions import dead_letter_queue
+
+# Object keys worth an event: run artefacts (manifests, summaries) and compile-cache entries.
+ARTIFACT_PREFIXES = ("trials/", "neuron/")
+
+
+class TrialEventRules(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, on_batch_job_state: lambda_.IFunction,
+                 on_artifact_created: lambda_.IFunction, scheduled_cost_report: lambda_.IFunction,
+                 queues: list[batch.IJobQueue], buckets: list[s3.IBucket], cost_report_schedule: str) -> None:
+        super().__init__(scope, construct_id)
+        self.dead_letters = dead_letter_queue(self, "DeliveryFailures")
+
+        def target(fn: lambda_.IFunction) -> targets.LambdaFunction:
+            return targets.LambdaFunction(fn, dead_letter_queue=self.dead_letters, retry_attempts=8,
+                                          max_event_age=cdk.Duration.hours(6))
+
+        self.batch_job_state = events.Rule(
+            self, "BatchJobState",
+            description="Batch Job State Change for dualtrack queues → run ledger",
+            event_pattern=events.EventPattern(
+                source=["aws.batch"], detail_type=["Batch Job State Change"],
+                detail={"jobQueue": [queue.job_queue_arn for queue in queues]},
+            ),
+            targets=[target(on_batch_job_state)],
+        )
+        self.artifact_created = events.Rule(
+            self, "ArtifactCreated",
+            description="S3 Object Created under trials/ and neuron/ → ledger and compile-cache registry",
+            event_pattern=events.EventPattern(
+                source=["aws.s3"], detail_type=["Object Created"],
+                detail={"bucket": {"name": [bucket.bucket_name for bucket in buckets]},
+                        "object": {"key": [{"prefix": prefix} for prefix in ARTIFACT_PREFIXES]}},
+            ),
+            targets=[target(on_artifact_created)],
+        )
+        self.cost_report = events.Rule(
+            self, "CostReportSchedule",
+            description="periodic cost report",
+            schedule=events.Schedule.expression(cost_report_schedule),
+            targets=[target(scheduled_cost_report)],
+        )
+
+    @property
+    def rules(self) -> list[events.Rule]:
+        return [self.batch_job_state, self.artifact_created, self.cost_report]

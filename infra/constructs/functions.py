@@ -1,0 +1,92 @@
+"""One factory for every dualtrack Lambda: same runtime, architecture, tracing, logging and layer.
+
+Python 3.12 on arm64 with active tracing; code is the whole ``lambdas`` package (handler
+``lambdas.handlers.<module>.handler``), dependencies come from one shared layer. Functions invoked
+asynchronously (by EventBridge) get a dead-letter queue so a failed event is never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import aws_cdk as cdk
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.bundling import dependency_layer_code, lambda_code
+from infra.constructs.nag import acknowledge
+
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+ARCHITECTURE = lambda_.Architecture.ARM_64
+METRICS_NAMESPACE = "Dualtrack"
+
+
+def dead_letter_queue(scope: Construct, construct_id: str) -> sqs.Queue:
+    queue = sqs.Queue(scope, construct_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                      retention_period=cdk.Duration.days(14))
+    acknowledge(queue, "AwsSolutions-SQS3", "this queue is itself a dead-letter queue; alarms watch its depth")
+    acknowledge(queue, "Serverless-SQSRedrivePolicy",
+                "this queue is itself a dead-letter queue; redriving it elsewhere would only move the failure")
+    return queue
+
+
+class FunctionFactory(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Mapping[str, str],
+                 log_retention: logs.RetentionDays) -> None:
+        super().__init__(scope, construct_id)
+        self._environment = dict(environment)
+        self._log_retention = log_retention
+        self.layer = lambda_.LayerVersion(
+            self, "Dependencies", code=dependency_layer_code(), compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE], description="dualtrack Lambda dependencies (pydantic, Powertools)",
+        )
+        self.code = lambda_code()
+        self.async_failures = dead_letter_queue(self, "AsyncFailures")
+        self.functions: dict[str, lambda_.Function] = {}
+
+    def function(self, module: str, *, timeout_s: int = 30, memory_mib: int = 512, asynchronous: bool = False,
+                 environment: Mapping[str, str] | None = None, description: str = "") -> lambda_.Function:
+        construct_id = "".join(part.capitalize() for part in module.split("_"))
+        log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention)
+        fn = lambda_.Function(
+            self, construct_id,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=f"lambdas.handlers.{module}.handler",
+            code=self.code,
+            layers=[self.layer],
+            timeout=cdk.Duration.seconds(timeout_s),
+            memory_size=memory_mib,
+            tracing=lambda_.Tracing.ACTIVE,
+            log_group=log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            description=description or f"dualtrack {module}",
+            environment={
+                **self._environment,
+                "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                **(environment or {}),
+            },
+            dead_letter_queue=self.async_failures if asynchronous else None,
+            retry_attempts=2 if asynchronous else None,
+        )
+        acknowledge(fn, "AwsSolutions-L1",
+                    "pinned to Python 3.12: the dependency layer is built for cp312 and the handlers are tested "
+                    "on it; moving runtimes is a deliberate upgrade")
+        acknowledge(fn, "Serverless-LambdaLatestVersion",
+                    "pinned to Python 3.12: the dependency layer is built for cp312 wheels")
+        role = fn.role
+        assert role is not None
+        acknowledge(role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                          "AWSLambdaBasicExecutionRole]",
+                    "the AWS-maintained basic execution policy only allows writing this function's logs")
+        if not asynchronous:
+            acknowledge(fn, "Serverless-LambdaDLQ",
+                        "invoked synchronously (API Gateway or a Step Functions task): the caller sees and "
+                        "retries the error, there is no event to dead-letter")
+            acknowledge(fn, "Serverless-LambdaAsyncFailureDestination",
+                        "invoked synchronously (API Gateway or a Step Functions task): no async failures exist")
+        self.functions[module] = fn
+        return fn

@@ -1,0 +1,54 @@
+"""A private network for training jobs: no internet route, only the VPC endpoints the jobs and ECS agent use."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+# Interface endpoints a Batch/ECS host and the trainer call: image pulls, logs, metrics, credentials, ECS agent.
+INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
+    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+    "Ecs": ec2.InterfaceVpcEndpointAwsService.ECS,
+    "EcsAgent": ec2.InterfaceVpcEndpointAwsService.ECS_AGENT,
+    "EcsTelemetry": ec2.InterfaceVpcEndpointAwsService.ECS_TELEMETRY,
+}
+
+
+class TrainingNetwork(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, log_retention: logs.RetentionDays) -> None:
+        super().__init__(scope, construct_id)
+        self.vpc = ec2.Vpc(
+            self, "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            max_azs=2,
+            nat_gateways=0,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="jobs", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=20),
+            ],
+        )
+        flow_logs = logs.LogGroup(self, "FlowLogs", retention=log_retention)
+        self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs))
+        self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnets])
+
+        endpoint_sg = ec2.SecurityGroup(self, "EndpointSg", vpc=self.vpc, allow_all_outbound=False,
+                                        description="VPC interface endpoints: HTTPS from inside the VPC")
+        endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(self.vpc.vpc_cidr_block), ec2.Port.tcp(443),
+                                     "HTTPS from training hosts")
+        for name, service in INTERFACE_ENDPOINTS.items():
+            self.vpc.add_interface_endpoint(name, service=service, subnets=self.subnets,
+                                            security_groups=[endpoint_sg], private_dns_enabled=True)
+
+        # EFA needs all traffic between the nodes of a job, in and out, on the same security group.
+        self.jobs_sg = ec2.SecurityGroup(self, "JobsSg", vpc=self.vpc, allow_all_outbound=False,
+                                         description="training hosts: EFA between nodes, HTTPS to endpoints")
+        self.jobs_sg.add_ingress_rule(self.jobs_sg, ec2.Port.all_traffic(), "EFA and NCCL between job nodes")
+        self.jobs_sg.add_egress_rule(self.jobs_sg, ec2.Port.all_traffic(), "EFA and NCCL between job nodes")
+        # The subnets have no internet route, so HTTPS anywhere reaches only the interface endpoints and S3's
+        # gateway endpoint (whose regional prefix list has no CloudFormation attribute to reference).
+        self.jobs_sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC endpoints and S3")

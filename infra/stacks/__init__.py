@@ -1,0 +1,1 @@
+"""Stacks compose constructs: stateful (data), compute (network + Batch), control (workflow, API, events)."""

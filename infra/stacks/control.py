@@ -1,0 +1,128 @@
+"""The control plane: functions, the trial workflow, the API, event routing, reports topic and monitoring."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from infra.config import StageConfig
+from infra.constructs.batch_compute import AcceleratorCapacity
+from infra.constructs.event_rules import TrialEventRules
+from infra.constructs.functions import FunctionFactory
+from infra.constructs.job_definitions import TrainerJobDefinitions
+from infra.constructs.monitoring import TrialMonitoring
+from infra.constructs.retention import retention_days
+from infra.constructs.storage import TrialStorage
+from infra.constructs.trial_api import TrialApi
+from infra.constructs.trial_workflow import TrialWorkflow
+
+
+class ControlStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
+                 capacity: dict[str, AcceleratorCapacity], jobs: dict[str, TrainerJobDefinitions],
+                 **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        retention = retention_days(config.log_retention_days)
+        key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="dualtrack report topic")
+        # CloudWatch alarms publish to the encrypted topic, so the service must be able to use its key.
+        key.add_to_resource_policy(iam.PolicyStatement(
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")], resources=["*"],
+        ))
+        self.topic = sns.Topic(self, "Reports", master_key=key, enforce_ssl=True,
+                               display_name="dualtrack trial and cost reports")
+        if config.alarm_email:
+            self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+
+        environment = {
+            "TRIALS_TABLE": storage.trials.table_name,
+            "LEDGER_TABLE": storage.ledger.table_name,
+            "CACHE_REGISTRY_TABLE": storage.cache_registry.table_name,
+            "IDEMPOTENCY_TABLE": storage.idempotency.table_name,
+            "ARTIFACTS_BUCKET": storage.artifacts.bucket_name,
+            "CACHE_BUCKET": storage.compile_cache.bucket_name,
+            "REPORT_TOPIC_ARN": self.topic.topic_arn,
+            "PRICE_REGION": config.price_region,
+        }
+        if config.price_overrides:
+            environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
+        self.functions = FunctionFactory(self, "Functions", environment=environment, log_retention=retention)
+        make = self.functions.function
+        resolve = make("resolve_compile_cache", description="workflow: compile-cache URL and warm/cold state")
+        close = make("close_trial_costs", timeout_s=120, memory_mib=1024, description="workflow: per-run costs")
+        report = make("build_trial_report", timeout_s=300, memory_mib=1024, description="workflow: trial report")
+        status = make("set_trial_status", description="workflow: trial status")
+        on_job = make("on_batch_job_state", asynchronous=True, timeout_s=60,
+                      description="Batch Job State Change → run ledger")
+        on_artifact = make("on_artifact_created", asynchronous=True, timeout_s=60,
+                           description="S3 Object Created → ledger and compile-cache registry")
+        cost_report = make("scheduled_cost_report", asynchronous=True, timeout_s=300, memory_mib=1024,
+                           description="scheduled cost report → S3 and SNS")
+        api_fn = make("on_trial_api", timeout_s=29, description="trial API")
+
+        s = storage
+        s.trials.grant_read_data(resolve)
+        s.artifacts.grant_read(resolve, "trials/*")
+        s.cache_registry.grant_read_write_data(resolve)
+        s.compile_cache.grant_read(resolve, "neuron/*")
+        for fn in (close, report, cost_report):
+            s.ledger.grant_read_write_data(fn)
+            s.trials.grant_read_write_data(fn)
+            s.cache_registry.grant_read_data(fn)
+            s.artifacts.grant_read(fn, "trials/*")
+        s.artifacts.grant_put(report, "trials/*")
+        s.artifacts.grant_put(cost_report, "reports/*")
+        for fn in (report, cost_report):
+            self.topic.grant_publish(fn)
+        s.trials.grant_read_write_data(status)
+        for fn in (on_job, on_artifact):
+            s.ledger.grant_read_write_data(fn)
+            s.trials.grant_read_write_data(fn)
+            s.cache_registry.grant_read_write_data(fn)
+            s.idempotency.grant_read_write_data(fn)
+            s.artifacts.grant_read(fn, "trials/*")
+        s.compile_cache.grant_read(on_artifact, "neuron/*")
+        for table in (s.trials, s.ledger, s.cache_registry, s.idempotency):
+            table.grant_read_write_data(api_fn)
+        s.artifacts.grant_read_write(api_fn, "trials/*")
+        s.compile_cache.grant_read(api_fn, "neuron/*")
+
+        self.workflow = TrialWorkflow(
+            self, "Workflow",
+            resolve_compile_cache=resolve, close_trial_costs=close, build_trial_report=report,
+            set_trial_status=status,
+            queues={track: c.queue for track, c in capacity.items()},  # type: ignore[misc]
+            job_definitions={track: j.single_node for track, j in jobs.items()},  # type: ignore[misc]
+            timeout=cdk.Duration.seconds(int(config.workflow_timeout_hours * 3600)),
+            log_retention=retention,
+        )
+        machine = self.workflow.state_machine
+        api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+        machine.grant_start_execution(api_fn)
+        machine.grant_read(api_fn)
+        machine.grant_execution(api_fn, "states:StopExecution")
+
+        self.api = TrialApi(self, "TrialApi", handler=api_fn, principals=config.api_principals,
+                            rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit,
+                            log_retention=retention)
+        self.events = TrialEventRules(
+            self, "Events", on_batch_job_state=on_job, on_artifact_created=on_artifact,
+            scheduled_cost_report=cost_report, queues=[c.queue for c in capacity.values()],
+            buckets=[s.artifacts, s.compile_cache], cost_report_schedule=config.cost_report_schedule,
+        )
+        self.monitoring = TrialMonitoring(
+            self, "Monitoring", topic=self.topic, functions=self.functions.functions,
+            dead_letter_queues={"AsyncFailures": self.functions.async_failures,
+                                "DeliveryFailures": self.events.dead_letters},
+            state_machine=machine,
+        )
+        cdk.CfnOutput(self, "ApiUrl", value=self.api.api.url)
+        cdk.CfnOutput(self, "StateMachineArn", value=machine.state_machine_arn)
+        cdk.CfnOutput(self, "ReportTopicArn", value=self.topic.topic_arn)

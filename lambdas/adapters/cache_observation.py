@@ -1,0 +1,29 @@
+"""Compile-cache hits, misses and failed compilations, taken from what each attempt reported it did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lambdas.adapters.ports import Ledger
+from lambdas.domain.ledger import run_key
+
+
+def observe_run(ledger: Ledger, registry: Any, trial_id: str, run: str) -> int:
+    counted = 0
+    for entry in ledger.entries(run_key(trial_id, run)):
+        if entry.kind != "summary":
+            continue
+        compile_info = entry.body.get("compile") or {}
+        key = compile_info.get("cache_key")
+        outcome = compile_info.get("cache")
+        if compile_info.get("status") == "failed" or compile_info.get("failed"):
+            outcome = "failed"
+        if not key or outcome not in ("hit", "miss", "failed"):
+            continue
+        at = entry.body.get("ended_at") or entry.body.get("started_at") or "1970-01-01T00:00:00Z"
+        reason = compile_info.get("error") or compile_info.get("reason")
+        observation = f"{trial_id}#{run}#a{int(entry.body['attempt']):03d}"
+        counted += registry.observe(
+            key, observation, outcome, float(compile_info.get("seconds") or 0.0), at, reason=reason
+        )
+    return counted

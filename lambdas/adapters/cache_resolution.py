@@ -1,0 +1,106 @@
+"""Resolving a trial's compile-cache entry before the Trn2 track, and collecting entries nobody uses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from lambdas.adapters.cache_retention import entry_view, expired_entries
+from lambdas.adapters.objects import split_s3_uri
+from lambdas.adapters.ports import Objects, Trials
+
+ACTIVE_STATUSES = frozenset({"SUBMITTING", "SUBMITTED", "RUNNING", "CANCELLING"})
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def load_spec(artifacts: Objects, spec_uri: str) -> Any:
+    from lambdas.domain.trial import parse_trial
+
+    _bucket, key = split_s3_uri(spec_uri)
+    if artifacts.uri(key) != spec_uri:
+        raise ValueError(f"spec_uri {spec_uri!r} is outside the artifacts bucket; pass s3://<artifacts>/{key}")
+    body = artifacts.get_json(key)
+    if body is None:
+        raise LookupError(f"no frozen spec at {spec_uri}; submit the trial through the API first")
+    return parse_trial(body)
+
+
+def resolve(
+    trial_id: str,
+    spec_uri: str,
+    *,
+    artifacts: Objects,
+    trials: Trials,
+    registry: Any,
+    cache_bucket: str,
+    retry_failed: bool = False,
+) -> dict[str, Any]:
+    from lambdas.domain.compile_cache import cache_key, cache_url
+
+    spec = load_spec(artifacts, spec_uri)
+    if spec.trial_id != trial_id:
+        raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")
+    key = cache_key(spec)
+    at = now_iso()
+    registry.ensure(
+        key.key,
+        prefix=key.prefix,
+        model_slug=key.model_slug,
+        compiler_version=key.compiler_version,
+        components=key.components,
+        at=at,
+    )
+    registry.touch(key.key, at)
+    entry = registry.get(key.key) or {"cache_key": key.key}
+    failed_before = entry.get("status") in ("failed", "retry_requested")
+    if retry_failed and entry.get("status") == "failed":
+        registry.request_retry(key.key)
+    view = entry_view(entry)
+    warm = view["status"] == "ready" and (view["objects"] > 0 or view["hits"] > 0 or view["misses"] > 0)
+    if trials.get(trial_id) is not None:
+        trials.update(trial_id, cache_key=key.key)
+    return {
+        "cache_url": cache_url(cache_bucket, key),
+        "cache_key": key.key,
+        "prefix": key.prefix,
+        "warm": warm,
+        "failed_before": failed_before,
+        "retry_requested": bool(retry_failed and failed_before),
+    }
+
+
+def collect_garbage(
+    *,
+    trials: Trials,
+    registry: Any,
+    cache_objects: Objects,
+    retention_days: int,
+    dry_run: bool,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    active = {
+        str(t["cache_key"]) for t in trials.iter_all() if t.get("cache_key") and t.get("status") in ACTIVE_STATUSES
+    }
+    expired = expired_entries(
+        registry.iter_all(), now=now or datetime.now(UTC), retention_days=retention_days, active_keys=active
+    )
+    deleted_objects = 0
+    if not dry_run:
+        for key in expired:
+            entry = registry.get(key) or {}
+            prefix = entry.get("prefix")
+            if prefix:
+                for object_key in cache_objects.list_keys(prefix):
+                    cache_objects.delete_key(object_key)
+                    deleted_objects += 1
+            registry.delete(key)
+    return {
+        "expired": expired,
+        "deleted_objects": deleted_objects,
+        "dry_run": dry_run,
+        "retention_days": retention_days,
+        "protected": sorted(active),
+    }

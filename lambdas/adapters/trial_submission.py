@@ -1,0 +1,146 @@
+"""Submitting, reading and cancelling trials (the API's use cases).
+
+Write order for a submission: the frozen spec to S3, then the trials item (conditional on absence), then
+StartExecution with the trial id as execution name. A failure after the item is written removes it again, so a
+retry of the same body starts from a clean slate; a repeated submission finds the item and never starts a second
+execution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from lambdas.adapters.ports import Ledger, Objects, Trials
+from lambdas.domain import ledger as L
+
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+
+
+class SubmissionRefused(Exception):
+    def __init__(self, reason: str, detail: dict[str, Any]) -> None:
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+class TrialNotFound(LookupError):
+    pass
+
+
+@dataclass
+class Submitted:
+    body: dict[str, Any]
+    created: bool
+
+
+def execution_input(spec: Any, artifacts: Objects) -> dict[str, Any]:
+    base = f"trials/{spec.trial_id}"
+    tracks = spec.track_names()
+    run_dirs = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
+    if "trn2" in tracks and "gpu" in tracks:
+        run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
+    hours = spec.limits.max_hours if spec.limits and spec.limits.max_hours else 24.0
+    return {"trial_id": spec.trial_id, "spec_uri": artifacts.uri(f"{base}/spec.json"), "tracks": tracks,
+            "run_dirs": run_dirs, "max_attempts": 2, "attempt_timeout_s": int(hours * 3600)}
+
+
+def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]:
+    """Triage and the worst-case ceiling; raises SubmissionRefused when the trial must not start."""
+    from lambdas.domain.prices import PriceMissing, worst_case_usd
+    from lambdas.domain.triage import submission_refusal, triage
+
+    result = triage(spec)
+    refusal = submission_refusal(spec, result)
+    if refusal:
+        raise SubmissionRefused("triage", {"message": refusal, "triage": result.model_dump(mode="json")})
+    try:
+        worst = worst_case_usd(spec, prices, region)
+    except PriceMissing as exc:
+        raise SubmissionRefused("price", {"errors": [{"path": "tracks", "message": str(exc)}]}) from None
+    limits = spec.limits
+    if limits and limits.max_usd is not None:
+        if not worst:
+            raise SubmissionRefused("limits", {"errors": [{"path": "limits.max_hours", "message":
+                "required when limits.max_usd is set, so the worst case (price x nodes x max_hours) can be checked"}]})
+        if worst["total"] > Decimal(str(limits.max_usd)):
+            raise SubmissionRefused("limits", {"errors": [{"path": "limits.max_usd", "message":
+                f"worst case {worst['total']:.2f} USD (price x nodes x max_hours per run, fallback included) exceeds "
+                f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes"}],
+                "worst_case_usd": {k: str(v) for k, v in worst.items()}})
+    return result, {k: str(v.quantize(Decimal("0.01"))) for k, v in worst.items()}
+
+
+def submit(spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str,
+           now: str) -> Submitted:
+    triage_result, worst = preflight(spec, prices, region)
+    trial_id = spec.trial_id
+    existing = trials.get(trial_id)
+    if existing is not None and existing.get("execution_arn"):
+        return Submitted(_view(existing, already_submitted=True), created=False)
+    payload = execution_input(spec, artifacts)
+    artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
+    item = {"trial_id": trial_id, "name": spec.name, "owner": spec.owner, "spec_hash": spec.spec_hash(),
+            "spec_uri": payload["spec_uri"], "status": "SUBMITTING", "created_at": now, "updated_at": now,
+            "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
+            "triage": {"route": triage_result.route, "scenario": triage_result.scenario,
+                       "scores": triage_result.scores.model_dump(), "conclusion": triage_result.conclusion,
+                       "reasons": triage_result.reasons, "risks": triage_result.risks},
+            "worst_case_usd": worst}
+    created = trials.create(item)
+    if not created:
+        current = trials.get(trial_id) or item
+        if current.get("execution_arn"):
+            return Submitted(_view(current, already_submitted=True), created=False)
+    try:
+        started = workflow.start(trial_id, payload)
+    except Exception:
+        if created:
+            trials.delete(trial_id)  # leave nothing half-submitted; the same body can simply be sent again
+        raise
+    trials.update(trial_id, execution_arn=started.execution_arn, status="SUBMITTED", updated_at=now)
+    item.update(execution_arn=started.execution_arn, status="SUBMITTED")
+    return Submitted(_view(item, already_submitted=started.already_submitted), created=not started.already_submitted)
+
+
+def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, Any]:
+    out = {k: item.get(k) for k in ("trial_id", "name", "owner", "status", "spec_hash", "spec_uri", "execution_arn",
+                                    "created_at", "triage", "worst_case_usd")}
+    out["status_url"] = f"/trials/{item['trial_id']}"
+    if already_submitted:
+        out["already_submitted"] = True
+    return out
+
+
+def trial_status(trial_id: str, *, trials: Trials, ledger: Ledger, settlement: Any) -> dict[str, Any]:
+    item = trials.get(trial_id)
+    if item is None:
+        raise TrialNotFound(trial_id)
+    from lambdas.domain.cost import compute_run_cost
+
+    runs: dict[str, Any] = {}
+    total = Decimal(0)
+    for run in L.RUNS:
+        entries = ledger.entries(L.run_key(trial_id, run))
+        if not entries:
+            continue
+        fold = settlement.fold(trial_id, run)
+        stored = ledger.cost(L.run_key(trial_id, run))
+        cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
+        latest = max((e for e in entries if e.kind == "transition"), key=lambda e: e.body["at"], default=None)
+        runs[run] = {"status": fold.terminal_status or (latest.body["status"] if latest else "PENDING"),
+                     "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
+                     "cost": cost, "cost_final": bool(stored and stored.get("complete"))}
+        total += Decimal(str(cost["total_usd"]))
+    return {**_view(item), "status_cause": item.get("status_cause"), "runs": runs, "total_usd": str(total)}
+
+
+def cancel(trial_id: str, *, trials: Trials, workflow: Any, now: str, reason: str) -> dict[str, Any]:
+    item = trials.get(trial_id)
+    if item is None:
+        raise TrialNotFound(trial_id)
+    if item.get("status") in TERMINAL_STATUSES:
+        return {"trial_id": trial_id, "status": item["status"], "changed": False}
+    execution = workflow.stop(item["execution_arn"], reason) if item.get("execution_arn") else "NOT_STARTED"
+    trials.update(trial_id, status="CANCELLED", status_cause=reason, updated_at=now)
+    return {"trial_id": trial_id, "status": "CANCELLED", "execution_status": execution, "changed": True}

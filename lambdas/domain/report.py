@@ -1,0 +1,374 @@
+"""The per-trial report: both tracks side by side as the source document's record table, the three acceptance
+checks, resume evidence, the five-component cost and a verdict.
+
+``build_trial_report`` is pure (summaries, costs and ledger entries in; a JSON-ready dict out), so the local
+rehearsal and the workflow's report step produce the same document from the same evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from lambdas.domain.cost import COMPONENTS
+from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.trial import TrialSpec
+
+REPORT_VERSION = 1
+RATE_NOTE = "priced at the declared instance's rate"
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")  # type: ignore[no-any-return]
+    return dict(value)
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _merged_loss(summaries: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """Per-step loss by global step; a resumed attempt's values replace the ones it re-ran."""
+    points: dict[int, float] = {}
+    for s in summaries:
+        loss = s.get("loss") or {}
+        start = int(s.get("start_step") or 0)
+        for i, value in enumerate(loss.get("per_step") or []):
+            if isinstance(value, Mapping):
+                points[int(value["step"])] = float(value["loss"])
+            else:
+                points[start + i + 1] = float(value)
+    return sorted(points.items())
+
+
+def _eval_points(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    points: dict[int, float] = {}
+    for s in summaries:
+        for point in (s.get("loss") or {}).get("eval") or []:
+            points[int(point["step"])] = float(point["loss"])
+    return [{"step": k, "loss": v} for k, v in sorted(points.items())]
+
+
+def _track(
+    run: str, summaries: Sequence[Mapping[str, Any]], cost: Mapping[str, Any] | None, spec: TrialSpec
+) -> dict[str, Any]:
+    last = summaries[-1] if summaries else {}
+    first = summaries[0] if summaries else {}
+    phases = [s.get("phases") or {} for s in summaries]
+    compiles = [s.get("compile") or {} for s in summaries]
+    checkpoints: dict[int, Mapping[str, Any]] = {}
+    for s in summaries:
+        for c in s.get("checkpoints") or []:
+            checkpoints[int(c["step"])] = c
+    resumed = next((s for s in summaries if s.get("resumed_from_step") is not None), None)
+    fault = next((s.get("fault") for s in summaries if (s.get("fault") or {}).get("injected_at_step")), None) or {}
+    continuity = (resumed or last).get("continuity") or {}
+    loss = last.get("loss") or {}
+    first_loss = first.get("loss") or {}
+    tokens = sum(int(s.get("tokens_this_attempt") or 0) for s in summaries)
+    steps = int(last.get("global_step") or 0)
+    cost_view: dict[str, Any] = {
+        name: str(Decimal(str((cost or {}).get(name, 0)))) for name in (*COMPONENTS, "total_usd")
+    }
+    total = Decimal(cost_view["total_usd"])
+    cost_view["cost_per_effective_step_usd"] = str((total / steps).quantize(Decimal("0.000001"))) if steps else None
+    cost_view["cost_per_1m_tokens_usd"] = (
+        str((total * 1_000_000 / tokens).quantize(Decimal("0.000001"))) if tokens else None
+    )
+    price = (cost or {}).get("price") or {}
+    cost_view["price_basis"] = (
+        f"{price.get('instance_type', '?')} at {price.get('hourly_usd', '?')} USD/h "
+        f"({price.get('confidence', '?')}, table {price.get('table_version', '?')}); "
+        f"{RATE_NOTE}"
+    )
+    cost_view["billed_instance_s"] = _num((cost or {}).get("billed_instance_seconds"))
+    cost_view["queue_s"] = _num((cost or {}).get("queue_seconds"))
+    throughput = last.get("throughput") or {}
+    stand_in = bool(last.get("stand_in"))
+    return {
+        "run": run,
+        "status": str(last.get("status") or ("unknown" if not summaries else "")),
+        "backend": last.get("backend"),
+        "stand_in": stand_in,
+        "label": (
+            f"stand-in backend {last.get('backend')!s}: timings are from the stand-in, {RATE_NOTE}"
+            if stand_in
+            else f"measured on the track's own hardware, {RATE_NOTE}"
+        ),
+        "instance_type": spec.track("trn2" if run == "trn2" else "gpu").instance_type,
+        "steps_completed": steps,
+        "attempts": len(summaries) or int((cost or {}).get("attempts") or 0),
+        "tokens": tokens,
+        "compile": {
+            "first_compile_s": _num(compiles[0].get("seconds")) if compiles else None,
+            "total_s": sum(float(c.get("seconds") or 0) for c in compiles),
+            "cache": (compiles[-1].get("cache") if compiles else None) or "none",
+            "cache_by_attempt": [c.get("cache") or "none" for c in compiles],
+            "cache_key": compiles[-1].get("cache_key") if compiles else None,
+        },
+        "environment_s": sum(float(p.get("environment_s") or 0) for p in phases),
+        "data_load_s": sum(float(p.get("data_load_s") or 0) for p in phases),
+        "train_s": sum(float(p.get("train_s") or 0) for p in phases),
+        "eval_s": sum(float(p.get("eval_s") or 0) for p in phases),
+        "throughput": {
+            "tokens_per_s": _num(throughput.get("tokens_per_s")),
+            "step_time_s": _num(throughput.get("step_time_s")),
+            "samples_per_s": _num(throughput.get("samples_per_s")),
+        },
+        "memory_peak_mib": _num(last.get("memory_peak_mib")),
+        "loss": {
+            "initial": _num(first_loss.get("initial")),
+            "final": _num(loss.get("final")),
+            "validation": _num(last.get("validation_loss")),
+            "eval": _eval_points(summaries),
+            "per_step": [{"step": k, "loss": v} for k, v in _merged_loss(summaries)],
+        },
+        "checkpoint": {
+            "count": len(checkpoints),
+            "total_bytes": sum(int(c.get("bytes") or 0) for c in checkpoints.values()),
+            "files": sum(int(c.get("files") or 0) for c in checkpoints.values()),
+            "save_s": sum(float(c.get("save_s") or 0) for c in checkpoints.values()),
+            "restore_s": sum(float(p.get("checkpoint_restore_s") or 0) for p in phases),
+        },
+        "resume": {
+            "injected_at_step": fault.get("injected_at_step"),
+            "fault_mode": fault.get("mode"),
+            "resumed_from_step": resumed.get("resumed_from_step") if resumed else None,
+            "rerun_steps": sum(int(s.get("rerun_steps") or 0) for s in summaries),
+            "global_step_continuous": continuity.get("global_step_continuous") if resumed else None,
+            "loss_continuous": continuity.get("loss_continuous") if resumed else None,
+            "max_rel_loss_delta": _num(continuity.get("max_rel_delta")) if resumed else None,
+        },
+        "final_samples": [
+            {"prompt": s.get("prompt"), "completion": s.get("completion")} for s in (last.get("final_samples") or [])
+        ],
+        "cost": cost_view,
+    }
+
+
+def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Table 2 of the source document, one column per run."""
+    rows = []
+    for item, fn in (
+        (
+            "compile and environment preparation",
+            lambda t: {
+                "environment_s": t["environment_s"],
+                "compile_s": t["compile"]["total_s"],
+                "first_compile_s": t["compile"]["first_compile_s"],
+                "cache": t["compile"]["cache"],
+            },
+        ),
+        (
+            "effective training",
+            lambda t: {
+                "step_time_s": t["throughput"]["step_time_s"],
+                "tokens_per_s": t["throughput"]["tokens_per_s"],
+                "validation_loss": t["loss"]["validation"],
+                "effective_steps": t["steps_completed"],
+            },
+        ),
+        (
+            "checkpoint",
+            lambda t: {
+                "save_s": t["checkpoint"]["save_s"],
+                "files": t["checkpoint"]["files"],
+                "total_bytes": t["checkpoint"]["total_bytes"],
+                "restore_s": t["checkpoint"]["restore_s"],
+                "global_step_continuous": t["resume"]["global_step_continuous"],
+                "loss_continuous": t["resume"]["loss_continuous"],
+            },
+        ),
+        (
+            "failed reruns",
+            lambda t: {
+                "failures": max(0, t["attempts"] - 1),
+                "rerun_steps": t["resume"]["rerun_steps"],
+                "data_load_s": t["data_load_s"],
+            },
+        ),
+        (
+            "platform management",
+            lambda t: {
+                "backend": t["backend"],
+                "stand_in": t["stand_in"],
+                "instance_type": t["instance_type"],
+                "compile_cache_key": t["compile"]["cache_key"],
+            },
+        ),
+    ):
+        rows.append({"item": item, **{run: fn(t) for run, t in tracks.items()}})
+    return rows
+
+
+def _check(name: str, passed: bool | None, detail: str) -> dict[str, Any]:
+    return {
+        "check": name,
+        "status": "pass" if passed else ("not_evidenced" if passed is None else "fail"),
+        "detail": detail,
+    }
+
+
+def _loss_falls(t: Mapping[str, Any]) -> bool | None:
+    initial, final = t["loss"]["initial"], t["loss"]["final"]
+    if initial is None or final is None:
+        return None
+    evals = [p["loss"] for p in t["loss"]["eval"]]
+    trend = not evals or evals[-1] <= evals[0]
+    return final < initial and trend and t["resume"]["loss_continuous"] is not False
+
+
+def _acceptance(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> tuple[list[dict[str, Any]], Any]:
+    checks = []
+    for run, t in tracks.items():
+        falls = _loss_falls(t)
+        checks.append(
+            _check(
+                f"{run}: loss keeps falling",
+                falls,
+                f"initial {t['loss']['initial']} -> final {t['loss']['final']}; eval points "
+                f"{len(t['loss']['eval'])}; loss continuous after resume: {t['resume']['loss_continuous']}",
+            )
+        )
+    resumed = [(run, t) for run, t in tracks.items() if t["resume"]["resumed_from_step"] is not None]
+    loads = None if not resumed else all(t["resume"]["global_step_continuous"] is True for _, t in resumed)
+    checks.append(
+        _check(
+            "checkpoints load",
+            loads,
+            "; ".join(
+                f"{run} resumed from step {t['resume']['resumed_from_step']}, global step continuous: "
+                f"{t['resume']['global_step_continuous']}"
+                for run, t in resumed
+            )
+            or "no run resumed from a checkpoint",
+        )
+    )
+    gpu = tracks.get("gpu")
+    candidate = tracks.get("trn2")
+    tolerance = spec.evaluation.loss_tolerance
+    delta = None
+    if gpu and candidate and gpu["loss"]["validation"] and candidate["loss"]["validation"] is not None:
+        delta = (candidate["loss"]["validation"] - gpu["loss"]["validation"]) / gpu["loss"]["validation"]
+    within = None if delta is None else abs(delta) <= tolerance
+    checks.append(
+        _check(
+            "final outputs consistent with GPU",
+            within,
+            f"relative validation-loss delta {delta if delta is None else round(delta, 6)} (tolerance {tolerance})",
+        )
+    )
+    return checks, delta
+
+
+def _verdict(
+    checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], cost_ratio: float | None
+) -> tuple[str, list[str]]:
+    reasons = [f"{c['check']}: {c['status']} ({c['detail']})" for c in checks if c["status"] != "pass"]
+    if "trn2" not in tracks or "gpu" not in tracks:
+        return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
+    if tracks["trn2"]["status"] != "succeeded":
+        fallback = tracks.get("gpu-fallback")
+        note = (
+            f"the GPU fallback {fallback['status']} from step {fallback['resume']['resumed_from_step']}"
+            if fallback
+            else "no GPU fallback ran"
+        )
+        return "stay_on_gpu", [
+            f"the trn2 run ended {tracks['trn2']['status'] or 'without a summary'}; {note}",
+            *reasons,
+        ]
+    if any(c["status"] == "fail" for c in checks):
+        return "stay_on_gpu", reasons
+    if any(c["status"] == "not_evidenced" for c in checks):
+        return "inconclusive", reasons
+    if cost_ratio is None:
+        return "inconclusive", ["no cost for one of the tracks"]
+    if cost_ratio < 1:
+        return "trn2_viable_cheaper", [f"all acceptance checks pass; trn2 costs {cost_ratio:.3f}x the gpu track"]
+    return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but trn2 costs {cost_ratio:.3f}x the gpu track"]
+
+
+def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
+    """Each run's Batch transitions in time order (the report's attempt timeline)."""
+    rows = [
+        {
+            "run": e.run,
+            "attempt": e.body["attempt"],
+            "status": e.body["status"],
+            "at": e.body["at"],
+            "status_reason": e.body.get("status_reason"),
+            "exit_code": e.body.get("exit_code"),
+        }
+        for e in entries
+        if e.kind == "transition"
+    ]
+    return sorted(rows, key=lambda r: (r["at"], r["run"], r["attempt"]))
+
+
+def build_trial_report(
+    spec: TrialSpec,
+    summaries: Mapping[str, Sequence[Any]],
+    costs: Mapping[str, Any],
+    ledger: Iterable[LedgerEntry] = (),
+    *,
+    generated_at: str | None = None,
+) -> dict[str, Any]:
+    """The trial report as a JSON-ready dict. `summaries` maps run -> its attempts' RunSummary (in attempt order),
+    `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline."""
+    runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs]
+    tracks = {
+        run: _track(
+            run, [_plain(s) for s in summaries.get(run, [])], _plain(costs[run]) if run in costs else None, spec
+        )
+        for run in runs
+    }
+    checks, delta = _acceptance(spec, tracks)
+    totals = {run: Decimal(t["cost"]["total_usd"]) for run, t in tracks.items()}
+    trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
+    ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
+    verdict, reasons = _verdict(checks, tracks, ratio)
+    components = {
+        name: str(sum((Decimal(t["cost"][name]) for t in tracks.values()), Decimal(0)))
+        for name in (*COMPONENTS, "total_usd")
+    }
+    return {
+        "report_version": REPORT_VERSION,
+        "trial_id": spec.trial_id,
+        "name": spec.name,
+        "owner": spec.owner,
+        "spec_hash": spec.spec_hash(),
+        "generated_at": generated_at,
+        "model": {"id": spec.model.id, "revision": spec.model.revision, "method": spec.method},
+        "frozen": {
+            "sequence_length": spec.sequence_length,
+            "effective_batch_size": spec.effective_batch_size,
+            "micro_batch_size": spec.micro_batch_size,
+            "max_steps": spec.max_steps,
+            "seed": spec.seed,
+            "precision": spec.precision,
+            "data_version": spec.data.version,
+            "eval_interval_steps": spec.evaluation.interval_steps,
+        },
+        "tracks": tracks,
+        "record_table": _record_table(tracks),
+        "acceptance": checks,
+        "cost": {
+            "by_run": {run: t["cost"] for run, t in tracks.items()},
+            "trial": components,
+            "note": f"five components per the cost formula; {RATE_NOTE}",
+        },
+        "timeline": attempt_timeline(ledger),
+        "comparison": {
+            "final_loss_delta": None if delta is None else round(delta, 6),
+            "loss_tolerance": spec.evaluation.loss_tolerance,
+            "within_tolerance": None if delta is None else abs(delta) <= spec.evaluation.loss_tolerance,
+            "cost_ratio": None if ratio is None else round(ratio, 6),
+            "cost_ratio_basis": "(trn2 + gpu-fallback) total_usd / gpu total_usd",
+            "verdict": verdict,
+            "reasons": reasons,
+        },
+        "stand_in": any(t["stand_in"] for t in tracks.values()),
+    }

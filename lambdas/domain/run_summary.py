@@ -1,0 +1,194 @@
+"""The run summary: what one attempt of the training container did, as the trainer writes it and the cost and
+report Lambdas read it (``<run-dir>/attempt-<A>/summary.json``).
+
+Seconds are wall-clock seconds, bytes are bytes, memory is MiB. A stand-in backend (``cpu`` or ``compiled``) sets
+``stand_in``: its timings describe the machine it ran on, not the track's hardware.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SUMMARY_SCHEMA_VERSION = 1
+RunName = Literal["gpu", "trn2", "gpu-fallback"]
+Backend = Literal["cpu", "compiled", "cuda", "neuron"]
+Status = Literal["succeeded", "failed", "faulted", "interrupted"]
+CacheOutcome = Literal["hit", "miss", "none"]
+STAND_IN_BACKENDS: tuple[str, ...] = ("cpu", "compiled")
+
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Phases(_Model):
+    environment_s: Seconds = 0.0
+    data_load_s: Seconds = 0.0
+    compile_s: Seconds = 0.0
+    train_s: Seconds = 0.0
+    checkpoint_save_s: Seconds = 0.0
+    checkpoint_restore_s: Seconds = 0.0
+    eval_s: Seconds = 0.0
+
+
+class Throughput(_Model):
+    tokens_per_s: float | None = None
+    step_time_s: float | None = Field(default=None, description="Median optimizer-step time, compile excluded.")
+    samples_per_s: float | None = None
+
+
+class LossPoint(_Model):
+    step: Annotated[int, Field(ge=0)]
+    loss: float
+
+
+def _points(value: Any) -> Any:
+    # Accept the compact [[step, loss], ...] form as well as [{"step":..., "loss":...}, ...].
+    if isinstance(value, list):
+        return [{"step": v[0], "loss": v[1]} if isinstance(v, list | tuple) else v for v in value]
+    return value
+
+
+class LossRecord(_Model):
+    initial: float | None = None
+    final: float | None = None
+    per_step: list[LossPoint] = Field(default_factory=list, description="Training loss by global step.")
+    per_step_decimated: bool = False
+    eval: list[LossPoint] = Field(default_factory=list, description="Validation loss at each eval point.")
+
+    _per_step = field_validator("per_step", "eval", mode="before")(lambda cls, v: _points(v))
+
+
+class CheckpointRecord(_Model):
+    step: Annotated[int, Field(ge=0)]
+    bytes: Annotated[int, Field(ge=0)]
+    files: Annotated[int, Field(ge=0)]
+    save_s: Seconds
+    uri: str
+
+
+class SkippedCheckpoint(_Model):
+    step: int
+    uri: str
+    reason: str
+
+
+class CompileRecord(_Model):
+    seconds: Seconds = 0.0
+    cache: CacheOutcome = "none"
+    cache_url: str | None = None
+    cache_key: str | None = None
+    status: Literal["ok", "failed", "not_run"] = "ok"
+    error: str | None = None
+    cache_files_before: int = 0
+    cache_files_after: int = 0
+
+
+class Continuity(_Model):
+    global_step_continuous: bool | None = None
+    loss_continuous: bool | None = None
+    tolerance: float | None = Field(default=None, description="Largest relative loss gap counted as continuous.")
+    max_rel_delta: float | None = None
+    compared_steps: list[int] = Field(default_factory=list)
+
+
+class FaultRecord(_Model):
+    injected_at_step: int | None = None
+    mode: Literal["retryable", "permanent"] | None = None
+    fired: bool = False
+
+
+class FinalSample(_Model):
+    prompt: str
+    completion: str
+    token_ids: list[int]
+
+
+class EnvironmentRecord(_Model):
+    image_digest: str | None = None
+    python: str
+    torch: str
+    transformers: str | None = None
+    peft: str | None = None
+    cuda: str | None = None
+    cuda_driver: str | None = None
+    gpu_name: str | None = None
+    neuron_sdk: str | None = None
+    neuronx_cc: str | None = None
+    torch_neuronx: str | None = None
+    torch_xla: str | None = None
+    neuron_runtime: str | None = None
+    instance_type: str | None = None
+    hostname: str
+    batch_job_id: str | None = None
+
+
+class LayoutRecord(_Model):
+    devices_per_node: int
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    data_parallel: int
+    gradient_accumulation_steps: int
+    micro_batch_size: int
+    effective_batch_size: int
+    world_size_run: int = Field(description="Processes this attempt actually ran (1 when the layout is simulated).")
+
+
+class RunSummary(_Model):
+    schema_version: Literal[1] = SUMMARY_SCHEMA_VERSION
+    trial_id: str
+    track: Literal["gpu", "trn2"]
+    run: RunName
+    attempt: Annotated[int, Field(ge=1)]
+    backend: Backend
+    stand_in: bool
+    precision: Literal["bf16", "fp32"]
+    status: Status
+    exit_code: int
+    error: str | None = None
+    global_step: Annotated[int, Field(ge=0)]
+    max_steps: Annotated[int, Field(ge=1)]
+    start_step: Annotated[int, Field(ge=0)]
+    resumed_from_step: int | None = None
+    resumed_from_uri: str | None = None
+    rerun_steps: Annotated[int, Field(ge=0)] = 0
+    steps_this_attempt: Annotated[int, Field(ge=0)] = 0
+    tokens_this_attempt: Annotated[int, Field(ge=0)] = 0
+    samples_consumed: Annotated[int, Field(ge=0)] = 0
+    layout: LayoutRecord | None = None
+    phases: Phases = Field(default_factory=Phases)
+    throughput: Throughput = Field(default_factory=Throughput)
+    loss: LossRecord = Field(default_factory=LossRecord)
+    checkpoints: list[CheckpointRecord] = Field(default_factory=list)
+    checkpoints_skipped: list[SkippedCheckpoint] = Field(default_factory=list)
+    checkpoint_restore_s: Seconds = 0.0
+    compile: CompileRecord = Field(default_factory=CompileRecord)
+    continuity: Continuity = Field(default_factory=Continuity)
+    fault: FaultRecord = Field(default_factory=FaultRecord)
+    memory_peak_mib: float | None = None
+    final_samples: list[FinalSample] = Field(default_factory=list)
+    validation_loss: float | None = None
+    environment: EnvironmentRecord
+    started_at: str = Field(description="ISO-8601 UTC")
+    ended_at: str = Field(description="ISO-8601 UTC")
+
+    @field_validator("started_at", "ended_at")
+    @classmethod
+    def _utc(cls, value: str) -> str:
+        if not (value.endswith("Z") or value.endswith("+00:00")):
+            raise ValueError("must be an ISO-8601 UTC timestamp ending in Z or +00:00")
+        return value
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+def parse_summary(data: str | bytes | dict[str, Any]) -> RunSummary:
+    if isinstance(data, dict):
+        return RunSummary.model_validate(data)
+    return RunSummary.model_validate_json(data)

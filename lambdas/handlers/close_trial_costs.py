@@ -1,0 +1,64 @@
+"""Workflow task after the tracks: close each run's cost from its ledger and total the trial."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.runtime.observability import logger, metrics, tracer
+from lambdas.runtime.settings import LedgerSettings, require_settings
+
+
+class BranchOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    run: str = Field(pattern=r"^(gpu|trn2|gpu-fallback)$")
+    status: str = "SUCCEEDED"
+    job_id: str | None = None
+    fallback: bool = False
+
+
+class CloseRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    trial_id: str = Field(min_length=1)
+    runs: list[BranchOutput | list[BranchOutput]] = Field(default_factory=list)
+
+    def run_names(self) -> list[str]:
+        flat: list[BranchOutput] = []
+        for item in self.runs:
+            flat += item if isinstance(item, list) else [item]
+        return sorted({b.run for b in flat})
+
+
+def close_costs(request: CloseRequest) -> dict[str, Any]:
+    from lambdas.adapters import wiring
+    from lambdas.domain.cost import compute_run_cost
+
+    settlement = wiring.settlement(LedgerSettings)
+    runs: dict[str, Any] = {}
+    total = Decimal(0)
+    for run in request.run_names():
+        stored = settlement.settle(request.trial_id, run, collect=True)
+        if stored is None:
+            # Terminal events can trail the workflow by seconds: price what is known and say it is provisional.
+            fold = settlement.fold(request.trial_id, run)
+            stored = {
+                "cost": compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json"),
+                "complete": False,
+                "facts": fold.facts,
+            }
+        runs[run] = {**stored["cost"], "complete": bool(stored.get("complete"))}
+        total += Decimal(str(stored["cost"]["total_usd"]))
+    logger.info("trial costs closed", extra={"trial_id": request.trial_id, "total_usd": str(total)})
+    return {"trial_id": request.trial_id, "runs": runs, "total_usd": str(total)}
+
+
+@require_settings(LedgerSettings)
+@logger.inject_lambda_context
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return close_costs(CloseRequest.model_validate(event))

@@ -1,0 +1,123 @@
+"""moto-backed AWS for the Lambda handlers: tables, buckets, a trivial state machine, a Batch queue."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
+REGION = "us-east-1"
+ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE": "cache-registry",
+       "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts", "CACHE_BUCKET": "compile-cache",
+       "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
+       "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+class Context:
+    function_name = "dualtrack-test"
+    memory_limit_in_mb = 512
+    invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:dualtrack-test"
+    aws_request_id = "req-1"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+def load_event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+def _table(ddb: Any, name: str, pk: str, sk: str | None = None) -> None:
+    keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
+    attrs = [{"AttributeName": pk, "AttributeType": "S"}] + ([{"AttributeName": sk, "AttributeType": "S"}] if sk else [])
+    ddb.create_table(TableName=name, KeySchema=keys, AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST")
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("POWERTOOLS_IDEMPOTENCY_DISABLED", raising=False)
+    with mock_aws():
+        from lambdas.adapters import wiring
+        from lambdas.runtime import idempotency
+        from lambdas.runtime.settings import reset_settings
+
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        _table(ddb, "trials", "trial_id")
+        _table(ddb, "ledger", "run_key", "entry_key")
+        _table(ddb, "cache-registry", "cache_key")
+        _table(ddb, "idempotency", "id")
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="artifacts")
+        s3.create_bucket(Bucket="compile-cache")
+        iam = boto3.client("iam", region_name=REGION)
+        role = iam.create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        machine = sfn.create_state_machine(
+            name="trial-workflow", roleArn=role,
+            definition=json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Pass", "End": True}}}),
+        )["stateMachineArn"]
+        monkeypatch.setenv("STATE_MACHINE_ARN", machine)
+        topic = boto3.client("sns", region_name=REGION).create_topic(Name="cost-reports")["TopicArn"]
+        monkeypatch.setenv("REPORT_TOPIC_ARN", topic)
+        reset_settings()
+        wiring.reset()
+        idempotency._config = None
+        yield {"ddb": ddb, "s3": s3, "sfn": sfn, "state_machine": machine, "topic": topic}
+        reset_settings()
+        wiring.reset()
+        idempotency._config = None
+
+
+@pytest.fixture
+def example() -> dict[str, Any]:
+    return json.loads(EXAMPLE.read_text())
+
+
+def api_event(method: str, path: str, body: Any = None, query: dict[str, str] | None = None) -> dict[str, Any]:
+    event = load_event("api_gateway_rest.json")
+    event["httpMethod"] = method
+    event["path"] = path
+    event["requestContext"]["httpMethod"] = method
+    event["queryStringParameters"] = query
+    if body is not None:
+        event["body"] = body if isinstance(body, str) else json.dumps(body)
+    return event
+
+
+def batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str,
+                attempts: list[dict[str, Any]] | None = None, exit_code: int | None = None,
+                reason: str | None = None, queue: str | None = None) -> dict[str, Any]:
+    event = copy.deepcopy(load_event("batch_job_state_change.json"))
+    detail = event["detail"]
+    event["time"] = time
+    detail.update(jobId=job_id, jobName=f"{trial_id}-{run}", status=status, attempts=attempts or [],
+                  jobArn=f"arn:aws:batch:us-east-1:123456789012:job/{job_id}")
+    if queue:
+        detail["jobQueue"] = queue
+    detail["container"]["environment"] = [
+        {"name": "DUALTRACK_TRIAL_ID", "value": trial_id}, {"name": "DUALTRACK_RUN", "value": run},
+        {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"}]
+    if exit_code is not None:
+        detail["container"]["exitCode"] = exit_code
+    if reason:
+        detail["statusReason"] = reason
+    return event
+
+
+def s3_event(bucket: str, key: str, size: int, etag: str, time: str = "2026-11-20T10:05:00Z") -> dict[str, Any]:
+    event = copy.deepcopy(load_event("s3_object_created.json"))
+    event["time"] = time
+    event["detail"]["bucket"]["name"] = bucket
+    event["detail"]["object"].update(key=key, size=size, etag=etag)
+    event["detail"]["object"].pop("version-id")
+    return event

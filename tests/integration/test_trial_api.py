@@ -1,0 +1,126 @@
+"""The trial API against moto: submission is idempotent, bad bodies store nothing, cancel stops the execution."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.conftest import Context, api_event
+
+
+def call(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    from lambdas.handlers.on_trial_api import handler
+
+    out = handler(event, Context())
+    return out["statusCode"], json.loads(out["body"])
+
+
+def stored(aws: dict[str, Any]) -> tuple[int, int, int]:
+    items = aws["ddb"].scan(TableName="trials")["Count"]
+    objects = aws["s3"].list_objects_v2(Bucket="artifacts").get("KeyCount", 0)
+    executions = len(aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"])
+    return items, objects, executions
+
+
+def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    status, first = call(api_event("POST", "/trials", example))
+    assert status == 201, first
+    assert first["trial_id"].startswith("llama31-8b-lora-pilot-")
+    assert first["status_url"] == f"/trials/{first['trial_id']}"
+    assert first["triage"]["route"] in ("trn2_trial", "dual_track")
+    from decimal import Decimal
+
+    from lambdas.domain.prices import load_price_table
+
+    table = load_price_table()
+    expected = (2 * table.instance_hourly_usd("p5.48xlarge") + table.instance_hourly_usd("trn2.48xlarge")) * 12
+    assert Decimal(first["worst_case_usd"]["total"]) == expected.quantize(Decimal("0.01"))
+    status, again = call(api_event("POST", "/trials", example))
+    assert status == 200 and again["already_submitted"] is True
+    assert again["trial_id"] == first["trial_id"] and again["execution_arn"] == first["execution_arn"]
+    assert stored(aws) == (1, 1, 1)
+    execution = aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"][0]
+    assert execution["name"] == first["trial_id"]
+    described = aws["sfn"].describe_execution(executionArn=execution["executionArn"])
+    payload = json.loads(described["input"])
+    assert payload["run_dirs"]["gpu-fallback"] == f"s3://artifacts/trials/{first['trial_id']}/gpu-fallback"
+    assert payload["max_attempts"] == 2 and payload["attempt_timeout_s"] == 12 * 3600
+    spec = json.loads(aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{first['trial_id']}/spec.json")["Body"]
+                      .read())
+    assert spec["name"] == example["name"]
+
+
+def test_execution_already_exists_is_already_submitted(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from lambdas.domain.trial import parse_trial
+
+    trial_id = parse_trial(example).trial_id
+    aws["sfn"].start_execution(stateMachineArn=aws["state_machine"], name=trial_id, input="{}")
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 200 and body["already_submitted"] is True
+    assert stored(aws)[2] == 1
+
+
+def test_invalid_bodies_get_4xx_and_store_nothing(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    bad = dict(example, sequence_length="long", extra_field=1)
+    status, body = call(api_event("POST", "/trials", bad))
+    assert status == 422
+    paths = {e["path"] for e in body["errors"]}
+    assert {"sequence_length", "extra_field"} <= paths
+    assert all(e["message"] for e in body["errors"])
+    status, body = call(api_event("POST", "/trials", "{not json"))
+    assert status == 422 and "malformed JSON" in body["errors"][0]["message"]
+    status, body = call(api_event("POST", "/trials", "[1, 2]"))
+    assert status == 422
+    status, body = call(api_event("POST", "/trials", {"x": "y" * (300 * 1024)}))
+    assert status == 413
+    over = dict(example, limits={"max_usd": 100, "max_hours": 12})
+    status, body = call(api_event("POST", "/trials", over))
+    assert status == 422 and body["errors"][0]["path"] == "limits.max_usd"
+    refused = dict(example, workload={"custom_cuda_ops": True})
+    status, body = call(api_event("POST", "/trials", refused))
+    assert status == 409 and "triage_override" in body["message"] + json.dumps(body)
+    assert stored(aws) == (0, 0, 0)
+
+
+def test_unknown_routes_and_wrong_methods(aws: dict[str, Any]) -> None:
+    status, body = call(api_event("GET", "/nowhere"))
+    assert status == 404 and "no route" in body["message"]
+    status, body = call(api_event("DELETE", "/trials"))
+    assert status == 405 and "GET, POST" in body["message"]
+    status, body = call(api_event("GET", "/trials/unknown-0123456789"))
+    assert status == 404 and "no trial" in body["message"]
+
+
+def test_failed_start_rolls_back_and_retry_succeeds(aws: dict[str, Any], example: dict[str, Any],
+                                                    monkeypatch: Any) -> None:
+    from lambdas.adapters.workflow import StepFunctionsWorkflow
+
+    real = StepFunctionsWorkflow.start
+
+    def broken(self: Any, name: str, payload: dict[str, Any]) -> Any:
+        raise RuntimeError("throttled")
+
+    monkeypatch.setattr(StepFunctionsWorkflow, "start", broken)
+    status, _ = call(api_event("POST", "/trials", example))
+    assert status == 500
+    assert stored(aws)[0] == 0 and stored(aws)[2] == 0
+    monkeypatch.setattr(StepFunctionsWorkflow, "start", real)
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 201 and stored(aws) == (1, 1, 1)
+
+
+def test_cancel_stops_the_execution(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    _, body = call(api_event("POST", "/trials", example))
+    trial_id = body["trial_id"]
+    status, cancelled = call(api_event("POST", f"/trials/{trial_id}/cancel", {"reason": "capacity needed"}))
+    assert status == 200 and cancelled["status"] == "CANCELLED", cancelled
+    described = aws["sfn"].describe_execution(executionArn=body["execution_arn"])
+    assert described["status"] == "ABORTED"
+    status, view = call(api_event("GET", f"/trials/{trial_id}"))
+    assert status == 200 and view["status"] == "CANCELLED" and view["status_cause"] == "capacity needed"
+    status, listing = call(api_event("GET", "/trials"))
+    assert [t["trial_id"] for t in listing["trials"]] == [trial_id]
+    status, again = call(api_event("POST", f"/trials/{trial_id}/cancel"))
+    assert status == 200 and again["changed"] is False
+    status, report = call(api_event("GET", f"/trials/{trial_id}/report"))
+    assert status == 404 and "no report yet" in report["message"]
