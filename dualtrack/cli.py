@@ -15,6 +15,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dualtrack.commands.triage",
     "dualtrack.commands.estimate",
     "dualtrack.commands.prices",
+    *(f"dualtrack.commands.{n}" for n in ("submit", "status", "watch", "report", "cancel", "cache")),
+    "dualtrack.commands.local",
+    "dualtrack.commands.openapi",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

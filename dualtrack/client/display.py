@@ -76,7 +76,8 @@ def status_lines(trial: Mapping[str, Any]) -> list[str]:
     if who:
         lines.append(f"  {who}")
     if triage:
-        lines.append(f"  route {triage.get('route')} ({triage.get('scenario')}): {triage.get('conclusion', '')}".rstrip())
+        route = f"  route {triage.get('route')} ({triage.get('scenario')}): {triage.get('conclusion', '')}"
+        lines.append(route.rstrip())
     runs: Mapping[str, Any] = trial.get("runs") or {}
     max_steps = trial.get("max_steps")
     if not runs:

@@ -154,7 +154,8 @@ def resolve_endpoint(options: ClientOptions) -> Endpoint:
     file = load_config_file(path, required=bool(options.config_path or os.environ.get("DUALTRACK_CONFIG")))
     profile = options.profile or file.profile or os.environ.get("AWS_PROFILE") or None
     region = options.region or file.region
-    tuning = {k: v for k, v in (("timeout_s", file.timeout_s), ("max_attempts", file.max_attempts)) if v is not None}
+    timeout_s = file.timeout_s if file.timeout_s is not None else 30.0
+    max_attempts = file.max_attempts if file.max_attempts is not None else 5
     if options.endpoint:
         url, source = check_url(options.endpoint, "--endpoint"), "--endpoint"
     elif os.environ.get("DUALTRACK_ENDPOINT"):
@@ -169,4 +170,5 @@ def resolve_endpoint(options: ClientOptions) -> Endpoint:
     region = region or region_from_url(url) or session(profile, None).region_name
     if not region:
         raise ConfigFailure(f"no signing region for {url}: pass --region, or set AWS_REGION or the profile's region")
-    return Endpoint(url=url, region=region, source=source, profile=profile, **tuning)
+    return Endpoint(url=url, region=region, source=source, profile=profile, timeout_s=timeout_s,
+                    max_attempts=max_attempts)

@@ -7,6 +7,7 @@ because the API is idempotent by trial id (a repeated submit answers 200 with th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import socket
@@ -59,7 +60,8 @@ class SignedClient:
 
     def url(self, path: str, query: Mapping[str, Any] | None = None) -> str:
         clean = {k: str(v) for k, v in (query or {}).items() if v is not None}
-        suffix = "?" + urlencode(sorted(clean.items()), quote_via=_rfc3986) if clean else ""
+        # SigV4's canonical query encodes all but unreserved characters: send exactly that form.
+        suffix = "?" + urlencode(sorted(clean.items()), safe="-_.~", quote_via=quote) if clean else ""
         return f"{self.base_url}/{quote(path.lstrip('/'), safe='/')}{suffix}"
 
     def signed_request(self, method: str, url: str, body: bytes | None) -> urllib.request.Request:
@@ -94,7 +96,7 @@ class SignedClient:
                 continue
             if response.status not in ok:
                 failure = api_failure(response.status, response.body)
-                if response.status in RETRYABLE_STATUS:
+                if response.status in RETRYABLE_STATUS and attempts > 1:
                     failure.message += f" (gave up after {attempts} attempts)"
                 raise failure
             return response
@@ -109,7 +111,7 @@ class SignedClient:
     def _send(self, method: str, url: str, data: bytes | None) -> Response:
         request = self.signed_request(method, url, data)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as got:  # noqa: S310 (http(s) only)
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as got:
                 return _response(got.status, got.headers, got.read())
         except urllib.error.HTTPError as exc:
             with exc:
@@ -121,7 +123,7 @@ class SignedClient:
             if isinstance(reason, socket.gaierror):
                 raise _Transient(f"cannot resolve {urlsplit(url).hostname} ({reason.strerror})") from None
             raise _Transient(f"network error: {reason}") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise _Transient(f"no answer within {self.timeout_s:g} s") from None
         except (ConnectionError, OSError) as exc:  # reset mid-response, broken pipe
             raise _Transient(f"connection failed: {exc}") from None
@@ -134,7 +136,7 @@ class SignedClient:
         attempts = max(1, self.retry.max_attempts)
         for attempt in range(attempts):
             try:
-                with urllib.request.urlopen(url, timeout=self.timeout_s) as got:  # noqa: S310
+                with urllib.request.urlopen(url, timeout=self.timeout_s) as got:
                     return bytes(got.read())
             except urllib.error.HTTPError as exc:
                 if exc.code not in RETRYABLE_STATUS or attempt == attempts - 1:
@@ -146,11 +148,6 @@ class SignedClient:
                                          f"(gave up after {attempts} attempts)") from None
                 self._wait(attempt, f"network error: {exc}", None)
         raise AssertionError("unreachable")
-
-
-def _rfc3986(value: str, safe: str = "", encoding: str | None = None, errors: str | None = None) -> str:
-    # SigV4's canonical query encodes everything but unreserved characters; send exactly that form.
-    return quote(value, safe="-_.~", encoding=encoding, errors=errors)
 
 
 class _Transient(Exception):
@@ -172,10 +169,8 @@ def _response(status: int, headers: Any, raw: bytes) -> Response:
     kind = next((v for k, v in plain.items() if k.lower() == "content-type"), "")
     body: Any = raw.decode("utf-8", errors="replace")
     if raw and ("json" in kind or body.lstrip()[:1] in ("{", "[")):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             body = json.loads(raw)
-        except json.JSONDecodeError:
-            pass
     elif not raw:
         body = None
     return Response(status, plain, body, raw)

@@ -20,8 +20,12 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "lambdas" / "openapi.json"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("openapi", help="generate the trial API's OpenAPI document", description=HELP,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        "openapi",
+        help="generate the trial API's OpenAPI document",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the committed document")
     mode.add_argument("--check", action="store_true", help="exit 1 when the committed document is stale")

@@ -74,12 +74,14 @@ class AttemptResult:
 
 @dataclass
 class LocalBatch:
-    """Executes moto Batch jobs locally. Install with :meth:`install` (inside the process running moto)."""
+    """Executes moto Batch jobs locally: a ``BatchJobRunner`` for :func:`dualtrack.local.moto_shims.moto_shims`."""
 
     events: EventSink
     progress: ProgressFn | None = None
     log_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Per-job additions on top of the job's own environment (e.g. breaking one track on purpose).
+    job_env: Callable[[Mapping[str, str]], Mapping[str, str]] | None = None
     python: str = sys.executable
     terminate_grace_s: float = 10.0
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -89,25 +91,25 @@ class LocalBatch:
     # ---- moto integration ---------------------------------------------------------------------------------
     @contextlib.contextmanager
     def install(self) -> Iterator[LocalBatch]:
-        from moto.batch_simple.models import BatchSimpleBackend
+        """Own the jobs' statuses while the block runs; pass this runner to ``moto_shims(batch=...)``."""
         from moto.moto_api import state_manager
-
-        original = BatchSimpleBackend._mark_job_as_finished
-        runner = self
-
-        def _run_locally(backend: Any, include_start_attempt: bool, job: Any) -> None:
-            backend.backend._jobs[job.job_id] = job
-            runner.start(job)
 
         # Statuses are ours to set: stop moto advancing them on every DescribeJobs.
         state_manager.set_transition("batch::job", {"progression": "manual", "times": 10**9})
-        BatchSimpleBackend._mark_job_as_finished = _run_locally  # type: ignore[method-assign]
         try:
             yield self
         finally:
-            BatchSimpleBackend._mark_job_as_finished = original  # type: ignore[method-assign]
             state_manager.unset_transition("batch::job")
             self.stop_all("rehearsal stopped")
+
+    def terminate(self, job: Any, reason: str) -> None:
+        """TerminateJob: moto has set ``job.stop``; stop the attempt's process now (SIGTERM, then SIGKILL)."""
+        job.stop = True
+        job.job_stopped_reason = job.job_stopped_reason or reason
+        with self._lock:
+            proc = self._procs.get(job.job_id)
+        if proc is not None:
+            threading.Thread(target=_terminate, args=(proc, self.terminate_grace_s), daemon=True).start()
 
     def start(self, job: Any) -> None:
         thread = threading.Thread(target=self._run_job, args=(job,), name=f"batch-{job.job_name}", daemon=True)
@@ -131,7 +133,10 @@ class LocalBatch:
         job.status = status
         if reason is not None:
             job.job_stopped_reason = reason
-        self.events(self._event(job))
+        try:
+            self.events(self._event(job))
+        except Exception as exc:  # publishing must never take the job down; EventBridge is best-effort here too
+            self._note(job, "error", {"message": f"publishing {status} event failed: {exc!r}"})
 
     def _event(self, job: Any) -> dict[str, Any]:
         detail = job.describe()
@@ -193,6 +198,8 @@ class LocalBatch:
         env.update(self.extra_env)
         env.update(_env_list_to_dict(props.get("environment")))
         env.update(_env_list_to_dict(job.container_overrides.get("environment")))
+        if self.job_env is not None:
+            env.update(self.job_env(env))
         env.update({
             "AWS_BATCH_JOB_ID": job.job_id,
             "AWS_BATCH_JOB_ATTEMPT": str(attempt),
@@ -220,7 +227,7 @@ class LocalBatch:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = (self.log_dir / f"{job.job_name}.attempt-{attempt}.log").open("w")
+            log = (self.log_dir / f"{job.job_name}.attempt-{attempt}.log").open("a", buffering=1)
         try:
             proc = subprocess.Popen(command, cwd=ROOT, env=self._environment(job, props, attempt),
                                     stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL, text=True,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as lambda_destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -69,8 +70,8 @@ class FunctionFactory(Construct):
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 **(environment or {}),
             },
-            dead_letter_queue=self.async_failures if asynchronous else None,
             retry_attempts=2 if asynchronous else None,
+            on_failure=lambda_destinations.SqsDestination(self.async_failures) if asynchronous else None,
         )
         acknowledge(fn, "AwsSolutions-L1",
                     "pinned to Python 3.12: the dependency layer is built for cp312 and the handlers are tested "
@@ -82,7 +83,11 @@ class FunctionFactory(Construct):
         acknowledge(role, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
                           "AWSLambdaBasicExecutionRole]",
                     "the AWS-maintained basic execution policy only allows writing this function's logs")
-        if not asynchronous:
+        if asynchronous:
+            acknowledge(fn, "Serverless-LambdaDLQ",
+                        "an on-failure destination (the AsyncFailures queue) replaces the legacy DLQ: it keeps the "
+                        "error and the request context with the event")
+        else:
             acknowledge(fn, "Serverless-LambdaDLQ",
                         "invoked synchronously (API Gateway or a Step Functions task): the caller sees and "
                         "retries the error, there is no event to dead-letter")

@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.config import ComputeFamily, Track
-from infra.constructs.nag import acknowledge
+from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain.catalogue import load_catalogue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,13 +66,18 @@ class TrainerJobDefinitions(Construct):
         info = load_catalogue().get(family.instance_types[0])
         self.job_role = iam.Role(self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                                  description=f"dualtrack {track} trainer")
-        artifacts.grant_read_write(self.job_role, "trials/*")
-        compile_cache.grant_read_write(self.job_role, "neuron/*")
+        # Read and write, never delete: checkpoints and cache entries are append-only (manifest written last).
+        artifacts.grant_read(self.job_role, "trials/*")
+        artifacts.grant_put(self.job_role, "trials/*")
+        compile_cache.grant_read(self.job_role, "neuron/*")
+        compile_cache.grant_put(self.job_role, "neuron/*")
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": METRICS_NAMESPACE}},
         ))
-        acknowledge(self.job_role, "AwsSolutions-IAM5[Resource::*]",
+        (GrantFindings(self.job_role).kms().s3_read(artifacts, "trials/*").s3_put(artifacts, "trials/*")
+         .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))
+        acknowledge(self.job_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5[Resource::*]",
                     "cloudwatch:PutMetricData has no resource-level permissions; it is limited to the "
                     "Dualtrack namespace by condition")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)

@@ -6,6 +6,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra.constructs.nag import acknowledge
+
 # Interface endpoints a Batch/ECS host and the trainer call: image pulls, logs, metrics, credentials, ECS agent.
 INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
@@ -40,6 +42,8 @@ class TrainingNetwork(Construct):
                                         description="VPC interface endpoints: HTTPS from inside the VPC")
         endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(self.vpc.vpc_cidr_block), ec2.Port.tcp(443),
                                      "HTTPS from training hosts")
+        acknowledge(endpoint_sg, "AwsSolutions-EC23",
+                    "ingress is HTTPS from the VPC's own CIDR only (a token cdk-nag cannot read), not 0.0.0.0/0")
         for name, service in INTERFACE_ENDPOINTS.items():
             self.vpc.add_interface_endpoint(name, service=service, subnets=self.subnets,
                                             security_groups=[endpoint_sg], private_dns_enabled=True)

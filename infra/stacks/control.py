@@ -8,6 +8,7 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
@@ -18,6 +19,7 @@ from infra.constructs.event_rules import TrialEventRules
 from infra.constructs.functions import FunctionFactory
 from infra.constructs.job_definitions import TrainerJobDefinitions
 from infra.constructs.monitoring import TrialMonitoring
+from infra.constructs.nag import GrantFindings, acknowledge
 from infra.constructs.retention import retention_days
 from infra.constructs.storage import TrialStorage
 from infra.constructs.trial_api import TrialApi
@@ -67,32 +69,8 @@ class ControlStack(cdk.Stack):
                            description="scheduled cost report → S3 and SNS")
         api_fn = make("on_trial_api", timeout_s=29, description="trial API")
 
-        s = storage
-        s.trials.grant_read_data(resolve)
-        s.artifacts.grant_read(resolve, "trials/*")
-        s.cache_registry.grant_read_write_data(resolve)
-        s.compile_cache.grant_read(resolve, "neuron/*")
-        for fn in (close, report, cost_report):
-            s.ledger.grant_read_write_data(fn)
-            s.trials.grant_read_write_data(fn)
-            s.cache_registry.grant_read_data(fn)
-            s.artifacts.grant_read(fn, "trials/*")
-        s.artifacts.grant_put(report, "trials/*")
-        s.artifacts.grant_put(cost_report, "reports/*")
-        for fn in (report, cost_report):
-            self.topic.grant_publish(fn)
-        s.trials.grant_read_write_data(status)
-        for fn in (on_job, on_artifact):
-            s.ledger.grant_read_write_data(fn)
-            s.trials.grant_read_write_data(fn)
-            s.cache_registry.grant_read_write_data(fn)
-            s.idempotency.grant_read_write_data(fn)
-            s.artifacts.grant_read(fn, "trials/*")
-        s.compile_cache.grant_read(on_artifact, "neuron/*")
-        for table in (s.trials, s.ledger, s.cache_registry, s.idempotency):
-            table.grant_read_write_data(api_fn)
-        s.artifacts.grant_read_write(api_fn, "trials/*")
-        s.compile_cache.grant_read(api_fn, "neuron/*")
+        self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,
+                                on_job=on_job, on_artifact=on_artifact, cost_report=cost_report, api_fn=api_fn)
 
         self.workflow = TrialWorkflow(
             self, "Workflow",
@@ -104,10 +82,17 @@ class ControlStack(cdk.Stack):
             log_retention=retention,
         )
         machine = self.workflow.state_machine
+        self.workflow.acknowledge_role_findings()
         api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
         machine.grant_start_execution(api_fn)
         machine.grant_read(api_fn)
         machine.grant_execution(api_fn, "states:StopExecution")
+        assert api_fn.role is not None
+        acknowledge(api_fn.role.node.find_child("DefaultPolicy"),
+                    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
+                    'execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + self.resolve(
+                        (machine.node.default_child).logical_id) + '"}]}]}:*]',  # type: ignore[union-attr]
+                    "CDK grant_execution: describe/stop executions of this one state machine (ids are trial ids)")
 
         self.api = TrialApi(self, "TrialApi", handler=api_fn, principals=config.api_principals,
                             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit,
@@ -115,7 +100,7 @@ class ControlStack(cdk.Stack):
         self.events = TrialEventRules(
             self, "Events", on_batch_job_state=on_job, on_artifact_created=on_artifact,
             scheduled_cost_report=cost_report, queues=[c.queue for c in capacity.values()],
-            buckets=[s.artifacts, s.compile_cache], cost_report_schedule=config.cost_report_schedule,
+            buckets=[storage.artifacts, storage.compile_cache], cost_report_schedule=config.cost_report_schedule,
         )
         self.monitoring = TrialMonitoring(
             self, "Monitoring", topic=self.topic, functions=self.functions.functions,
@@ -126,3 +111,53 @@ class ControlStack(cdk.Stack):
         cdk.CfnOutput(self, "ApiUrl", value=self.api.api.url)
         cdk.CfnOutput(self, "StateMachineArn", value=machine.state_machine_arn)
         cdk.CfnOutput(self, "ReportTopicArn", value=self.topic.topic_arn)
+
+    def _grant_data_access(self, s: TrialStorage, *, resolve: lambda_.Function, close: lambda_.Function,
+                           report: lambda_.Function, status: lambda_.Function, on_job: lambda_.Function,
+                           on_artifact: lambda_.Function, cost_report: lambda_.Function,
+                           api_fn: lambda_.Function) -> None:
+        """Least privilege per function; each grant's wildcard findings are acknowledged next to it."""
+
+        def findings(fn: lambda_.Function) -> GrantFindings:
+            assert fn.role is not None
+            return GrantFindings(fn.role).xray().kms()
+
+        s.trials.grant_read_data(resolve)
+        s.cache_registry.grant_read_write_data(resolve)
+        s.artifacts.grant_read(resolve, "trials/*")
+        s.compile_cache.grant_read(resolve, "neuron/*")
+        findings(resolve).s3_read(s.artifacts, "trials/*").s3_read(s.compile_cache, "neuron/*")
+
+        for fn in (close, report, cost_report):
+            s.ledger.grant_read_write_data(fn)
+            s.trials.grant_read_write_data(fn)
+            s.cache_registry.grant_read_data(fn)
+            s.artifacts.grant_read(fn, "trials/*")
+        s.artifacts.grant_put(report, "trials/*")
+        s.artifacts.grant_put(cost_report, "reports/*")
+        for fn in (report, cost_report):
+            self.topic.grant_publish(fn)
+        findings(close).s3_read(s.artifacts, "trials/*")
+        findings(report).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*")
+        findings(cost_report).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "reports/*")
+
+        s.trials.grant_read_write_data(status)
+        findings(status)
+
+        for fn in (on_job, on_artifact):
+            s.ledger.grant_read_write_data(fn)
+            s.trials.grant_read_write_data(fn)
+            s.cache_registry.grant_read_write_data(fn)
+            s.idempotency.grant_read_write_data(fn)
+            s.artifacts.grant_read(fn, "trials/*")
+        s.compile_cache.grant_read(on_artifact, "neuron/*")
+        findings(on_job).s3_read(s.artifacts, "trials/*")
+        findings(on_artifact).s3_read(s.artifacts, "trials/*").s3_read(s.compile_cache, "neuron/*")
+
+        for table in (s.trials, s.ledger, s.cache_registry, s.idempotency):
+            table.grant_read_write_data(api_fn)
+        s.artifacts.grant_read(api_fn, "trials/*")
+        s.artifacts.grant_put(api_fn, "trials/*")
+        s.compile_cache.grant_read(api_fn, "neuron/*")
+        findings(api_fn).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*").s3_read(
+            s.compile_cache, "neuron/*")

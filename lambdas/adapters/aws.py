@@ -11,7 +11,7 @@ def client(service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    return boto3.client(service, config=Config(retries={"mode": "adaptive", "max_attempts": 8}))
+    return boto3.client(service, config=Config(retries={"mode": "adaptive", "max_attempts": 8}))  # type: ignore[call-overload]
 
 
 def reset_clients() -> None:

@@ -104,6 +104,7 @@ class DynamoCacheRegistry:
             expression += ", misses :one SET first_compile_s = if_not_exists(first_compile_s, :s), #st = :ready"
             values.update(to_item({":ready": "ready"}))
         else:
+            values.pop(":s")
             expression += ", failures :one SET #st = :failed, failure_reason = :why, retry_requested = :no"
             values.update(to_item({":failed": "failed", ":why": reason or "compilation failed", ":no": False}))
         names = {"#st": "status"} if outcome != "hit" else None

@@ -16,8 +16,9 @@ def _zero() -> dict[str, Decimal]:
     return dict.fromkeys((*COMPONENTS, "total_usd"), Decimal(0))
 
 
-def cost_report(costs: Iterable[dict[str, Any]], trials: Iterable[dict[str, Any]], *, start: datetime,
-                end: datetime, period: str) -> dict[str, Any]:
+def cost_report(
+    costs: Iterable[dict[str, Any]], trials: Iterable[dict[str, Any]], *, start: datetime, end: datetime, period: str
+) -> dict[str, Any]:
     owners = {t["trial_id"]: t.get("owner", "unknown") for t in trials}
     by_owner: dict[str, dict[str, Decimal]] = defaultdict(_zero)
     by_track: dict[str, dict[str, Decimal]] = defaultdict(_zero)
@@ -46,7 +47,10 @@ def cost_report(costs: Iterable[dict[str, Any]], trials: Iterable[dict[str, Any]
     share = lambda part, whole: float(part / whole) if whole else None  # noqa: E731
     as_text = lambda d: {k: str(v) for k, v in d.items()}  # noqa: E731
     return {
-        "period": period, "start": start.isoformat(), "end": end.isoformat(), "runs": runs,
+        "period": period,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "runs": runs,
         "total": as_text(total),
         "by_owner": {k: as_text(v) for k, v in sorted(by_owner.items())},
         "by_track": {k: as_text(v) for k, v in sorted(by_track.items())},
@@ -63,15 +67,26 @@ def cache_trend(registry_items: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_cost_markdown(report: dict[str, Any]) -> str:
-    lines = [f"# Cost report {report['period']}", "", f"{report['runs']} runs closed between {report['start']} "
-             f"and {report['end']}; total {report['total']['total_usd']} USD.", "",
-             f"Rerun share: {report['rerun_share']}; compile share: {report['compile_share']}", "",
-             "| owner | total_usd | failed_reruns_usd | compile_usd |", "|---|---|---|---|"]
-    lines += [f"| {o} | {c['total_usd']} | {c['failed_reruns_usd']} | {c['compile_usd']} |"
-              for o, c in report["by_owner"].items()]
+    lines = [
+        f"# Cost report {report['period']}",
+        "",
+        f"{report['runs']} runs closed between {report['start']} "
+        f"and {report['end']}; total {report['total']['total_usd']} USD.",
+        "",
+        f"Rerun share: {report['rerun_share']}; compile share: {report['compile_share']}",
+        "",
+        "| owner | total_usd | failed_reruns_usd | compile_usd |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {o} | {c['total_usd']} | {c['failed_reruns_usd']} | {c['compile_usd']} |"
+        for o, c in report["by_owner"].items()
+    ]
     lines += ["", "| track | total_usd |", "|---|---|"]
     lines += [f"| {t} | {c['total_usd']} |" for t, c in report["by_track"].items()]
     lines += ["", "| model | compiler | hit rate | saved compile s |", "|---|---|---|---|"]
-    lines += [f"| {g['model']} | {g['compiler_version']} | {g['hit_rate']} | {g['saved_compile_s']} |"
-              for g in report.get("compile_cache", {}).get("groups", [])]
+    lines += [
+        f"| {g['model']} | {g['compiler_version']} | {g['hit_rate']} | {g['saved_compile_s']} |"
+        for g in report.get("compile_cache", {}).get("groups", [])
+    ]
     return "\n".join(lines) + "\n"

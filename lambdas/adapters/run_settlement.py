@@ -93,8 +93,8 @@ def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEnt
         size = sum(int(s.get("bytes") or 0) for s in shards.values() if isinstance(s, dict))
     else:
         size = 0
-    size = int(manifest.get("bytes") or manifest.get("total_bytes") or size)
-    step = int(manifest.get("step", match["step"]))
+    size = int(manifest.get("bytes") or manifest.get("total_bytes") or size or 0)
+    step = int(manifest.get("step") or match["step"])
     return L.checkpoint_entry(
         match["trial"],
         match["run"],

@@ -38,5 +38,9 @@ def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, g
     artifacts.put_json(base + "report.json", report)
     artifacts.put_text(base + "report.md", render_markdown(report), "text/markdown; charset=utf-8")
     artifacts.put_text(base + "report.html", render_html(report), "text/html; charset=utf-8")
-    return {"report_uri": artifacts.uri(base + "report.json"), "verdict": report["comparison"]["verdict"],
-            "markdown_uri": artifacts.uri(base + "report.md"), "html_uri": artifacts.uri(base + "report.html")}
+    return {
+        "report_uri": artifacts.uri(base + "report.json"),
+        "verdict": report["comparison"]["verdict"],
+        "markdown_uri": artifacts.uri(base + "report.md"),
+        "html_uri": artifacts.uri(base + "report.html"),
+    }

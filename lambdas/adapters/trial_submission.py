@@ -41,8 +41,14 @@ def execution_input(spec: Any, artifacts: Objects) -> dict[str, Any]:
     if "trn2" in tracks and "gpu" in tracks:
         run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
     hours = spec.limits.max_hours if spec.limits and spec.limits.max_hours else 24.0
-    return {"trial_id": spec.trial_id, "spec_uri": artifacts.uri(f"{base}/spec.json"), "tracks": tracks,
-            "run_dirs": run_dirs, "max_attempts": 2, "attempt_timeout_s": int(hours * 3600)}
+    return {
+        "trial_id": spec.trial_id,
+        "spec_uri": artifacts.uri(f"{base}/spec.json"),
+        "tracks": tracks,
+        "run_dirs": run_dirs,
+        "max_attempts": 2,
+        "attempt_timeout_s": int(hours * 3600),
+    }
 
 
 def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]:
@@ -61,18 +67,39 @@ def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]
     limits = spec.limits
     if limits and limits.max_usd is not None:
         if not worst:
-            raise SubmissionRefused("limits", {"errors": [{"path": "limits.max_hours", "message":
-                "required when limits.max_usd is set, so the worst case (price x nodes x max_hours) can be checked"}]})
+            raise SubmissionRefused(
+                "limits",
+                {
+                    "errors": [
+                        {
+                            "path": "limits.max_hours",
+                            "message": "required when limits.max_usd is set, so the worst case "
+                            "(price x nodes x max_hours) can be checked",
+                        }
+                    ]
+                },
+            )
         if worst["total"] > Decimal(str(limits.max_usd)):
-            raise SubmissionRefused("limits", {"errors": [{"path": "limits.max_usd", "message":
-                f"worst case {worst['total']:.2f} USD (price x nodes x max_hours per run, fallback included) exceeds "
-                f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes"}],
-                "worst_case_usd": {k: str(v) for k, v in worst.items()}})
+            raise SubmissionRefused(
+                "limits",
+                {
+                    "errors": [
+                        {
+                            "path": "limits.max_usd",
+                            "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours per run, "
+                            f"fallback included) exceeds "
+                            f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes",
+                        }
+                    ],
+                    "worst_case_usd": {k: str(v) for k, v in worst.items()},
+                },
+            )
     return result, {k: str(v.quantize(Decimal("0.01"))) for k, v in worst.items()}
 
 
-def submit(spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str,
-           now: str) -> Submitted:
+def submit(
+    spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str, now: str
+) -> Submitted:
     triage_result, worst = preflight(spec, prices, region)
     trial_id = spec.trial_id
     existing = trials.get(trial_id)
@@ -80,13 +107,26 @@ def submit(spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, pric
         return Submitted(_view(existing, already_submitted=True), created=False)
     payload = execution_input(spec, artifacts)
     artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
-    item = {"trial_id": trial_id, "name": spec.name, "owner": spec.owner, "spec_hash": spec.spec_hash(),
-            "spec_uri": payload["spec_uri"], "status": "SUBMITTING", "created_at": now, "updated_at": now,
-            "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
-            "triage": {"route": triage_result.route, "scenario": triage_result.scenario,
-                       "scores": triage_result.scores.model_dump(), "conclusion": triage_result.conclusion,
-                       "reasons": triage_result.reasons, "risks": triage_result.risks},
-            "worst_case_usd": worst}
+    item = {
+        "trial_id": trial_id,
+        "name": spec.name,
+        "owner": spec.owner,
+        "spec_hash": spec.spec_hash(),
+        "spec_uri": payload["spec_uri"],
+        "status": "SUBMITTING",
+        "created_at": now,
+        "updated_at": now,
+        "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
+        "triage": {
+            "route": triage_result.route,
+            "scenario": triage_result.scenario,
+            "scores": triage_result.scores.model_dump(),
+            "conclusion": triage_result.conclusion,
+            "reasons": triage_result.reasons,
+            "risks": triage_result.risks,
+        },
+        "worst_case_usd": worst,
+    }
     created = trials.create(item)
     if not created:
         current = trials.get(trial_id) or item
@@ -104,8 +144,21 @@ def submit(spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, pric
 
 
 def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, Any]:
-    out = {k: item.get(k) for k in ("trial_id", "name", "owner", "status", "spec_hash", "spec_uri", "execution_arn",
-                                    "created_at", "triage", "worst_case_usd")}
+    out = {
+        k: item.get(k)
+        for k in (
+            "trial_id",
+            "name",
+            "owner",
+            "status",
+            "spec_hash",
+            "spec_uri",
+            "execution_arn",
+            "created_at",
+            "triage",
+            "worst_case_usd",
+        )
+    }
     out["status_url"] = f"/trials/{item['trial_id']}"
     if already_submitted:
         out["already_submitted"] = True
@@ -128,9 +181,12 @@ def trial_status(trial_id: str, *, trials: Trials, ledger: Ledger, settlement: A
         stored = ledger.cost(L.run_key(trial_id, run))
         cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
         latest = max((e for e in entries if e.kind == "transition"), key=lambda e: e.body["at"], default=None)
-        runs[run] = {"status": fold.terminal_status or (latest.body["status"] if latest else "PENDING"),
-                     "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
-                     "cost": cost, "cost_final": bool(stored and stored.get("complete"))}
+        runs[run] = {
+            "status": fold.terminal_status or (latest.body["status"] if latest else "PENDING"),
+            "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
+            "cost": cost,
+            "cost_final": bool(stored and stored.get("complete")),
+        }
         total += Decimal(str(cost["total_usd"]))
     return {**_view(item), "status_cause": item.get("status_cause"), "runs": runs, "total_usd": str(total)}
 

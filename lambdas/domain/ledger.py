@@ -269,11 +269,12 @@ def fold_run(
 
     puts = sum(int(c.get("files") or 0) + 1 for c in checkpoints.values())
     gets = 0
-    for usage in usages:
-        restored = checkpoints.get(usage.resumed_from_step) if usage.resumed_from_step is not None else None
+    for attempt_usage in usages:
+        step = attempt_usage.resumed_from_step
+        restored = checkpoints.get(step) if step is not None else None
         if restored is not None:
             gets += int(restored.get("files") or 0) + 1
-    usage = RunUsage(
+    run_usage = RunUsage(
         trial_id=trial_id,
         run=run,
         track=track_of(run),
@@ -288,7 +289,7 @@ def fold_run(
     )
     digest = hashlib.sha256("\n".join(f"{e.entry_key}={e.body_json()}" for e in facts).encode()).hexdigest()
     return RunFold(
-        usage=usage,
+        usage=run_usage,
         terminal_status=terminal,
         complete=complete,
         facts=len(facts),

@@ -1,7 +1,6 @@
 """Routes of the trial API (the resolver behind ``on_trial_api``). Built on first request, not at import:
 the validating resolver is the heaviest import a function here has."""
 
-
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
@@ -16,8 +15,13 @@ from lambdas.runtime.settings import ApiSettings, settings_for
 
 TITLE = "dualtrack trial API"
 VERSION = "1.0.0"
-ROUTES = {"/trials": {"GET", "POST"}, "/trials/{id}": {"GET"}, "/trials/{id}/report": {"GET"},
-          "/trials/{id}/cancel": {"POST"}, "/compile-cache": {"GET"}}
+ROUTES = {
+    "/trials": {"GET", "POST"},
+    "/trials/{id}": {"GET"},
+    "/trials/{id}/report": {"GET"},
+    "/trials/{id}/cancel": {"POST"},
+    "/compile-cache": {"GET"},
+}
 TrialId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,80}$", description="trial id (name-hash)")]
 
 
@@ -38,8 +42,12 @@ class CancelBody(BaseModel):
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
     import json
 
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
-                    body=json.loads(json.dumps(body, default=str)), headers=headers)
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.loads(json.dumps(body, default=str)),
+        headers=headers,
+    )
 
 
 def _now() -> str:
@@ -58,8 +66,13 @@ def build_app() -> APIGatewayRestResolver:
         body = app.current_event.body or ""
         limit = settings_for(ApiSettings).MAX_BODY_BYTES
         if len(body.encode()) > limit:
-            return _json(413, {"message": f"request body is {len(body.encode())} bytes; the limit is {limit}",
-                               "errors": [{"path": "", "message": f"send at most {limit} bytes"}]})
+            return _json(
+                413,
+                {
+                    "message": f"request body is {len(body.encode())} bytes; the limit is {limit}",
+                    "errors": [{"path": "", "message": f"send at most {limit} bytes"}],
+                },
+            )
         return next_middleware(app)  # type: ignore[no-any-return]
 
     app.use(middlewares=[limit_body])
@@ -88,6 +101,19 @@ def build_app() -> APIGatewayRestResolver:
     def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
         return _json(404, {"message": f"no trial {exc.args[0]!r}; list trials with GET /trials"})
 
+    @app.exception_handler(Exception)
+    def _unexpected(exc: Exception) -> Response[dict[str, Any]]:
+        from lambdas.runtime.observability import logger
+
+        logger.exception("request failed")
+        return _json(
+            503,
+            {
+                "message": "the request could not be completed and nothing was left half-stored; "
+                "send it again (submissions are idempotent)"
+            },
+        )
+
     @app.not_found
     def _not_found(exc: NotFoundError) -> Response[dict[str, Any]]:
         import re
@@ -96,41 +122,62 @@ def build_app() -> APIGatewayRestResolver:
         for template, methods in ROUTES.items():
             if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
                 allowed = ", ".join(sorted(methods))
-                return _json(405, {"message": f"{method} is not allowed on {template}; use {allowed}"},
-                             {"Allow": allowed})
+                return _json(
+                    405, {"message": f"{method} is not allowed on {template}; use {allowed}"}, {"Allow": allowed}
+                )
         return _json(404, {"message": f"no route {method} {path}; see the OpenAPI document for the routes"})
 
-    @app.post("/trials", summary="Submit a trial", responses={
-        200: {"description": "already submitted: the same trial, no second execution"},
-        201: {"description": "trial stored and its workflow started"},
-        409: {"description": "refused by triage", "content": {"application/json": {"schema": {}}}},
-        413: {"description": "body too large"},
-        422: {"description": "invalid trial (field paths and fixes)"}})
+    @app.post(
+        "/trials",
+        summary="Submit a trial",
+        responses={
+            200: {"description": "already submitted: the same trial, no second execution"},
+            201: {"description": "trial stored and its workflow started"},
+            409: {"description": "refused by triage", "content": {"application/json": {"schema": {}}}},
+            413: {"description": "body too large"},
+            422: {"description": "invalid trial (field paths and fixes)"},
+        },
+    )
     def submit_trial(trial: Annotated[dict[str, Any], Body(description="the trial JSON")]) -> Response[dict[str, Any]]:
         from lambdas.domain.trial import parse_trial
 
         settings = settings_for(ApiSettings)
         spec = parse_trial(trial)
-        done = service.submit(spec, trials=wiring.trials(ApiSettings), artifacts=wiring.artifacts(ApiSettings),
-                              workflow=wiring.workflow(), prices=wiring.prices(ApiSettings),
-                              region=settings.PRICE_REGION, now=_now())
+        done = service.submit(
+            spec,
+            trials=wiring.trials(ApiSettings),
+            artifacts=wiring.artifacts(ApiSettings),
+            workflow=wiring.workflow(),
+            prices=wiring.prices(ApiSettings),
+            region=settings.PRICE_REGION,
+            now=_now(),
+        )
         return _json(201 if done.created else 200, done.body, {"Location": done.body["status_url"]})
 
     @app.get("/trials", summary="List trials")
-    def list_trials(limit: Annotated[int, Query(ge=1, le=100)] = 25,
-                    next_token: Annotated[str | None, Query(max_length=2048)] = None) -> dict[str, Any]:
+    def list_trials(
+        limit: Annotated[int, Query(ge=1, le=100)] = 25,
+        next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    ) -> dict[str, Any]:
         items, token = wiring.trials(ApiSettings).list(limit, next_token)
-        return {"trials": [{k: i.get(k) for k in ("trial_id", "name", "owner", "status", "created_at")}
-                           for i in items], "next_token": token}
+        return {
+            "trials": [{k: i.get(k) for k in ("trial_id", "name", "owner", "status", "created_at")} for i in items],
+            "next_token": token,
+        }
 
     @app.get("/trials/<trial_id>", summary="Trial status per run, attempts and current costs")
     def get_trial(trial_id: TrialId) -> dict[str, Any]:
-        return service.trial_status(trial_id, trials=wiring.trials(ApiSettings), ledger=wiring.ledger(ApiSettings),
-                                    settlement=wiring.settlement(ApiSettings, False))
+        return service.trial_status(
+            trial_id,
+            trials=wiring.trials(ApiSettings),
+            ledger=wiring.ledger(ApiSettings),
+            settlement=wiring.settlement(ApiSettings, False),
+        )
 
     @app.get("/trials/<trial_id>/report", summary="The trial report (presigned URL, or the JSON itself)")
-    def get_report(trial_id: TrialId,
-                   format: Annotated[str, Query(pattern="^(url|json)$")] = "url") -> Response[dict[str, Any]]:  # noqa: A002
+    def get_report(
+        trial_id: TrialId, format: Annotated[str, Query(pattern="^(url|json)$")] = "url"
+    ) -> Response[dict[str, Any]]:
         artifacts = wiring.artifacts(ApiSettings)
         if wiring.trials(ApiSettings).get(trial_id) is None:
             raise TrialNotFound(trial_id)
@@ -141,30 +188,48 @@ def build_app() -> APIGatewayRestResolver:
         if format == "json":
             return _json(200, report)
         expires = settings_for(ApiSettings).REPORT_URL_EXPIRES_S
-        return _json(200, {"report_uri": artifacts.uri(key), "url": artifacts.presigned_get(key, expires),
-                           "html_url": artifacts.presigned_get(f"trials/{trial_id}/report/report.html", expires),
-                           "expires_in_s": expires, "verdict": report["comparison"]["verdict"]})
+        return _json(
+            200,
+            {
+                "report_uri": artifacts.uri(key),
+                "url": artifacts.presigned_get(key, expires),
+                "html_url": artifacts.presigned_get(f"trials/{trial_id}/report/report.html", expires),
+                "expires_in_s": expires,
+                "verdict": report["comparison"]["verdict"],
+            },
+        )
 
     @app.post("/trials/<trial_id>/cancel", summary="Cancel a trial (stops its workflow and Batch jobs)")
     def cancel_trial(trial_id: TrialId, body: Annotated[CancelBody | None, Body()] = None) -> dict[str, Any]:
         reason = (body or CancelBody()).reason
-        return service.cancel(trial_id, trials=wiring.trials(ApiSettings), workflow=wiring.workflow(), now=_now(),
-                              reason=reason)
+        return service.cancel(
+            trial_id, trials=wiring.trials(ApiSettings), workflow=wiring.workflow(), now=_now(), reason=reason
+        )
 
     @app.get("/compile-cache", summary="Compile-cache entries by model and compiler version, with hit rates")
-    def compile_cache(model: Annotated[str | None, Query(max_length=200)] = None,
-                      compiler_version: Annotated[str | None, Query(max_length=64)] = None) -> dict[str, Any]:
+    def compile_cache(
+        model: Annotated[str | None, Query(max_length=200)] = None,
+        compiler_version: Annotated[str | None, Query(max_length=64)] = None,
+    ) -> dict[str, Any]:
         from lambdas.adapters.cache_retention import entry_view, group_stats
 
-        items = [e for e in wiring.registry(ApiSettings).iter_all()
-                 if (model is None or e.get("model_slug") == model)
-                 and (compiler_version is None or e.get("compiler_version") == compiler_version)]
-        return {"entries": sorted((entry_view(e) for e in items), key=lambda v: (str(v["model"]), v["cache_key"])),
-                "groups": group_stats(items)}
+        items = [
+            e
+            for e in wiring.registry(ApiSettings).iter_all()
+            if (model is None or e.get("model_slug") == model)
+            and (compiler_version is None or e.get("compiler_version") == compiler_version)
+        ]
+        return {
+            "entries": sorted((entry_view(e) for e in items), key=lambda v: (str(v["model"]), v["cache_key"])),
+            "groups": group_stats(items),
+        }
 
     return app
 
 
 def openapi_document() -> str:
-    return build_app().get_openapi_json_schema(title=TITLE, version=VERSION,  # type: ignore[no-any-return]
-                                               description="Submit and follow dual-track fine-tuning trials.")
+    return build_app().get_openapi_json_schema(
+        title=TITLE,
+        version=VERSION,  # type: ignore[no-any-return]
+        description="Submit and follow dual-track fine-tuning trials.",
+    )

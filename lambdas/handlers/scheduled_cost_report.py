@@ -28,8 +28,13 @@ def publish_report(request: ScheduledEvent) -> dict[str, Any]:
     start = end - timedelta(days=request.period_days or settings.COST_REPORT_PERIOD_DAYS)
     period = f"{start:%Y-%m-%d}_{end:%Y-%m-%d}"
     ledger = wiring.ledger(CostReportSettings)
-    report = cost_report(ledger.iter_kinds(("cost", "summary")), wiring.trials(CostReportSettings).iter_all(),
-                         start=start, end=end, period=period)
+    report = cost_report(
+        ledger.iter_kinds(("cost", "summary")),
+        wiring.trials(CostReportSettings).iter_all(),
+        start=start,
+        end=end,
+        period=period,
+    )
     report["compile_cache"] = cache_trend(wiring.registry(CostReportSettings).iter_all())
     artifacts = wiring.artifacts(CostReportSettings)
     artifacts.put_json(f"reports/cost/{period}/report.json", report)
@@ -37,12 +42,19 @@ def publish_report(request: ScheduledEvent) -> dict[str, Any]:
     uri = artifacts.uri(f"reports/cost/{period}/report.json")
     message_id = None
     if settings.REPORT_TOPIC_ARN:
-        summary = (f"dualtrack cost {period}: {report['runs']} runs, {report['total']['total_usd']} USD; "
-                   f"rerun share {report['rerun_share']}, compile share {report['compile_share']}. {uri}")
+        summary = (
+            f"dualtrack cost {period}: {report['runs']} runs, {report['total']['total_usd']} USD; "
+            f"rerun share {report['rerun_share']}, compile share {report['compile_share']}. {uri}"
+        )
         message_id = SnsNotifier(settings.REPORT_TOPIC_ARN).publish(f"dualtrack cost report {period}", summary)
     logger.info("cost report written", extra={"period": period, "runs": report["runs"]})
-    return {"report_uri": uri, "period": period, "runs": report["runs"], "total_usd": report["total"]["total_usd"],
-            "message_id": message_id}
+    return {
+        "report_uri": uri,
+        "period": period,
+        "runs": report["runs"],
+        "total_usd": report["total"]["total_usd"],
+        "message_id": message_id,
+    }
 
 
 @require_settings(CostReportSettings)

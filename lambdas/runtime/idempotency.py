@@ -9,7 +9,7 @@ import. The ledger's conditional writes remain the ground truth when a record ex
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXPIRES_AFTER_S = 7 * 24 * 3600
@@ -45,6 +45,8 @@ def once_per_fact(table_name: Callable[[], str]) -> Callable[[F], F]:
                 )
                 from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
 
+                # Resolve the result model here: handler modules use postponed annotations.
+                result_model = get_type_hints(fn)["return"]
                 store = DynamoDBPersistenceLayer(table_name=table_name())
                 built.append(
                     idempotent_function(
@@ -52,7 +54,7 @@ def once_per_fact(table_name: Callable[[], str]) -> Callable[[F], F]:
                         data_keyword_argument="fact",
                         persistence_store=store,
                         config=_idempotency_config(),
-                        output_serializer=PydanticSerializer,
+                        output_serializer=PydanticSerializer(model=result_model),
                     )
                 )
             return built[0](fact=fact)

@@ -23,9 +23,11 @@ from botocore.credentials import Credentials
 STAGE = "prod"
 ACCOUNT = "123456789012"
 _AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/"
-                   r"(?P<service>[^/]+)/aws4_request, ?SignedHeaders=(?P<signed>[^,]+), ?Signature=(?P<sig>[0-9a-f]{64})$")
+                   r"(?P<service>[^/]+)/aws4_request, ?SignedHeaders=(?P<signed>[^,]+), ?"
+                   r"Signature=(?P<sig>[0-9a-f]{64})$")
 # API Gateway resource templates, most specific first: the proxy event carries the matched resource.
-RESOURCES = ("/trials/{id}/report", "/trials/{id}/cancel", "/trials/{id}", "/trials", "/compile-cache")
+RESOURCES = ("/trials/{trial_id}/report", "/trials/{trial_id}/cancel", "/trials/{trial_id}", "/trials",
+             "/compile-cache")
 
 
 @dataclass
@@ -158,7 +160,8 @@ class ApiShim:
                                        b'{"message": "The request signature we calculated does not match"}')
                 prefix = f"/{STAGE}"
                 if not parts.path.startswith(prefix + "/"):
-                    return self._reply(403, {"Content-Type": "application/json"}, b'{"message": "Missing Authentication Token"}')
+                    return self._reply(403, {"Content-Type": "application/json"},
+                                       b'{"message": "Missing Authentication Token"}')
                 event = proxy_event(self.command, parts.path[len(prefix):], parts.query, headers, body)
                 result = shim.handler(event, LambdaContext())
                 out_headers = dict(result.get("headers") or {})

@@ -15,10 +15,20 @@ from moto import mock_aws
 EVENTS = Path(__file__).resolve().parents[1] / "events"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
 REGION = "us-east-1"
-ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE": "cache-registry",
-       "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts", "CACHE_BUCKET": "compile-cache",
-       "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
-       "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+ENV = {
+    "TRIALS_TABLE": "trials",
+    "LEDGER_TABLE": "ledger",
+    "CACHE_REGISTRY_TABLE": "cache-registry",
+    "IDEMPOTENCY_TABLE": "idempotency",
+    "ARTIFACTS_BUCKET": "artifacts",
+    "CACHE_BUCKET": "compile-cache",
+    "PRICE_REGION": REGION,
+    "POWERTOOLS_SERVICE_NAME": "dualtrack",
+    "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}
 
 
 class Context:
@@ -37,7 +47,9 @@ def load_event(name: str) -> dict[str, Any]:
 
 def _table(ddb: Any, name: str, pk: str, sk: str | None = None) -> None:
     keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
-    attrs = [{"AttributeName": pk, "AttributeType": "S"}] + ([{"AttributeName": sk, "AttributeType": "S"}] if sk else [])
+    attrs = [{"AttributeName": pk, "AttributeType": "S"}] + (
+        [{"AttributeName": sk, "AttributeType": "S"}] if sk else []
+    )
     ddb.create_table(TableName=name, KeySchema=keys, AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST")
 
 
@@ -63,7 +75,8 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         role = iam.create_role(RoleName="sfn", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         sfn = boto3.client("stepfunctions", region_name=REGION)
         machine = sfn.create_state_machine(
-            name="trial-workflow", roleArn=role,
+            name="trial-workflow",
+            roleArn=role,
             definition=json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Pass", "End": True}}}),
         )["stateMachineArn"]
         monkeypatch.setenv("STATE_MACHINE_ARN", machine)
@@ -94,19 +107,35 @@ def api_event(method: str, path: str, body: Any = None, query: dict[str, str] | 
     return event
 
 
-def batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str,
-                attempts: list[dict[str, Any]] | None = None, exit_code: int | None = None,
-                reason: str | None = None, queue: str | None = None) -> dict[str, Any]:
+def batch_event(
+    *,
+    trial_id: str,
+    run: str,
+    job_id: str,
+    status: str,
+    time: str,
+    attempts: list[dict[str, Any]] | None = None,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    queue: str | None = None,
+) -> dict[str, Any]:
     event = copy.deepcopy(load_event("batch_job_state_change.json"))
     detail = event["detail"]
     event["time"] = time
-    detail.update(jobId=job_id, jobName=f"{trial_id}-{run}", status=status, attempts=attempts or [],
-                  jobArn=f"arn:aws:batch:us-east-1:123456789012:job/{job_id}")
+    detail.update(
+        jobId=job_id,
+        jobName=f"{trial_id}-{run}",
+        status=status,
+        attempts=attempts or [],
+        jobArn=f"arn:aws:batch:us-east-1:123456789012:job/{job_id}",
+    )
     if queue:
         detail["jobQueue"] = queue
     detail["container"]["environment"] = [
-        {"name": "DUALTRACK_TRIAL_ID", "value": trial_id}, {"name": "DUALTRACK_RUN", "value": run},
-        {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"}]
+        {"name": "DUALTRACK_TRIAL_ID", "value": trial_id},
+        {"name": "DUALTRACK_RUN", "value": run},
+        {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"},
+    ]
     if exit_code is not None:
         detail["container"]["exitCode"] = exit_code
     if reason:

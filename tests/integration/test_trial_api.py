@@ -45,8 +45,9 @@ def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[s
     payload = json.loads(described["input"])
     assert payload["run_dirs"]["gpu-fallback"] == f"s3://artifacts/trials/{first['trial_id']}/gpu-fallback"
     assert payload["max_attempts"] == 2 and payload["attempt_timeout_s"] == 12 * 3600
-    spec = json.loads(aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{first['trial_id']}/spec.json")["Body"]
-                      .read())
+    spec = json.loads(
+        aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{first['trial_id']}/spec.json")["Body"].read()
+    )
     assert spec["name"] == example["name"]
 
 
@@ -91,8 +92,9 @@ def test_unknown_routes_and_wrong_methods(aws: dict[str, Any]) -> None:
     assert status == 404 and "no trial" in body["message"]
 
 
-def test_failed_start_rolls_back_and_retry_succeeds(aws: dict[str, Any], example: dict[str, Any],
-                                                    monkeypatch: Any) -> None:
+def test_failed_start_rolls_back_and_retry_succeeds(
+    aws: dict[str, Any], example: dict[str, Any], monkeypatch: Any
+) -> None:
     from lambdas.adapters.workflow import StepFunctionsWorkflow
 
     real = StepFunctionsWorkflow.start
@@ -102,10 +104,10 @@ def test_failed_start_rolls_back_and_retry_succeeds(aws: dict[str, Any], example
 
     monkeypatch.setattr(StepFunctionsWorkflow, "start", broken)
     status, _ = call(api_event("POST", "/trials", example))
-    assert status == 500
+    assert status == 503
     assert stored(aws)[0] == 0 and stored(aws)[2] == 0
     monkeypatch.setattr(StepFunctionsWorkflow, "start", real)
-    status, body = call(api_event("POST", "/trials", example))
+    status, _ = call(api_event("POST", "/trials", example))
     assert status == 201 and stored(aws) == (1, 1, 1)
 
 

@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 
 from dualtrack.local.batch_runner import LocalBatch, evaluate_on_exit
+from dualtrack.local.moto_shims import moto_shims
 
 RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*", "action": "RETRY"},
          {"onReason": "*", "action": "EXIT"}]
@@ -74,7 +75,7 @@ def test_attempts_follow_the_retry_strategy(codes: str, status: str, attempts: i
     progress: list[dict[str, Any]] = []
     batch, queue, jd = _batch([sys.executable, "-c", SCRIPT])
     runner = LocalBatch(events=events.append, progress=lambda job, rec: progress.append(rec))
-    with runner.install():
+    with runner.install(), moto_shims(batch=runner):
         job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd,
                                   containerOverrides={"environment": [{"name": "CODES", "value": codes}]})["jobId"]
         job = _wait(batch, job_id)
@@ -95,7 +96,7 @@ def test_terminate_stops_the_process() -> None:
     events: list[dict[str, Any]] = []
     batch, queue, jd = _batch([sys.executable, "-c", "import time; time.sleep(60)"])
     runner = LocalBatch(events=events.append, terminate_grace_s=2)
-    with runner.install():
+    with runner.install(), moto_shims(batch=runner):
         job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd)["jobId"]
         deadline = time.monotonic() + 10
         while batch.describe_jobs(jobs=[job_id])["jobs"][0]["status"] != "RUNNING" and time.monotonic() < deadline:

@@ -1,0 +1,59 @@
+"""Cold-start import cost of each Lambda handler module, as a ratio to importing the runtime's own libraries.
+
+Each measurement is a fresh interpreter (subprocess) importing one module; the baseline imports
+aws_lambda_powertools + pydantic + boto3 alone. Runs are interleaved (baseline, then each handler, repeated) so
+machine noise hits both sides alike; the median of the repeats is reported.
+
+    python bench/bench_imports.py [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "import aws_lambda_powertools, pydantic, boto3"
+TIMER = "import time; t = time.perf_counter(); {stmt}; print(time.perf_counter() - t)"
+
+
+def handler_modules() -> list[str]:
+    return sorted(
+        f"lambdas.handlers.{p.stem}" for p in (ROOT / "lambdas" / "handlers").glob("*.py") if not p.stem.startswith("_")
+    )
+
+
+def measure(stmt: str) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", TIMER.format(stmt=stmt)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    modules = handler_modules()
+    samples: dict[str, list[float]] = {name: [] for name in ["baseline", *modules]}
+    with_sdk: dict[str, list[float]] = {name: [] for name in modules}
+    for _ in range(args.repeats):
+        samples["baseline"].append(measure(BASELINE))
+        for name in modules:
+            samples[name].append(measure(f"import {name}"))
+            # The first invocation loads boto3 anyway: this column compares like with like.
+            with_sdk[name].append(measure(f"import {name}; import boto3"))
+    base = statistics.median(samples["baseline"])
+    print(f"baseline ({BASELINE}): median {base * 1000:.1f} ms over {args.repeats} runs")
+    print(f"{'module':45} {'median_ms':>10} {'ratio':>7} {'+boto3_ms':>10} {'ratio':>7}")
+    for name in modules:
+        median, full = statistics.median(samples[name]), statistics.median(with_sdk[name])
+        print(f"{name:45} {median * 1000:10.1f} {median / base:7.2f} {full * 1000:10.1f} {full / base:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,69 @@
+"""What one trainer process was asked to do: flags, with the environment variables Batch passes as fallbacks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from trainer.backends import BACKENDS
+
+RUNS = ("gpu", "trn2", "gpu-fallback")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    spec_uri: str
+    track: str
+    run_dir: str
+    backend: str | None = None
+    resume_from: str | None = None
+    compile_cache_url: str | None = None
+    trial_id: str | None = None
+    run: str | None = None
+    attempt: int = 1
+    progress: bool = True
+
+    @classmethod
+    def resolve(cls, *, spec: str | None, track: str | None, run_dir: str | None, backend: str | None = None,
+                resume_from: str | None = None, run: str | None = None, progress: bool = True,
+                env: Mapping[str, str] | None = None) -> RunConfig:
+        env = os.environ if env is None else env
+        spec = spec or env.get("DUALTRACK_SPEC_URI")
+        track = track or env.get("DUALTRACK_TRACK")
+        run_dir = run_dir or env.get("DUALTRACK_RUN_DIR")
+        missing = [name for name, value in (("--spec / DUALTRACK_SPEC_URI", spec),
+                                            ("--track / DUALTRACK_TRACK", track),
+                                            ("--run-dir / DUALTRACK_RUN_DIR", run_dir)) if not value]
+        if missing:
+            raise ConfigError(f"missing {', '.join(missing)}")
+        if track not in ("gpu", "trn2"):
+            raise ConfigError(f"--track must be gpu or trn2, got {track!r}")
+        backend = backend or env.get("DUALTRACK_BACKEND") or None
+        if backend is not None and backend not in BACKENDS:
+            raise ConfigError(f"--backend / DUALTRACK_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        try:
+            attempt = int(env.get("AWS_BATCH_JOB_ATTEMPT", "1"))
+        except ValueError:
+            raise ConfigError("AWS_BATCH_JOB_ATTEMPT must be an integer") from None
+        resume_from = resume_from or env.get("DUALTRACK_RESUME_FROM") or None
+        run = run or env.get("DUALTRACK_RUN") or _run_name(str(run_dir), str(track), resume_from)
+        if run not in RUNS:
+            raise ConfigError(f"--run / DUALTRACK_RUN must be one of {', '.join(RUNS)}, got {run!r}")
+        return cls(spec_uri=str(spec), track=str(track), run_dir=str(run_dir).rstrip("/"), backend=backend,
+                   resume_from=resume_from.rstrip("/") if resume_from else None,
+                   compile_cache_url=env.get("NEURON_COMPILE_CACHE_URL") or None,
+                   trial_id=env.get("DUALTRACK_TRIAL_ID") or None, run=run, attempt=max(1, attempt),
+                   progress=progress)
+
+
+def _run_name(run_dir: str, track: str, resume_from: str | None) -> str:
+    name = PurePosixPath(run_dir.rstrip("/")).name
+    if name in RUNS:
+        return name
+    return "gpu-fallback" if track == "gpu" and resume_from else track

@@ -1,0 +1,78 @@
+"""Planned faults (``fault_injection``), forced failures for fault tests, and SIGTERM handling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+from lambdas.domain.trial import TrialSpec
+from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE
+
+FORCE_FAIL_POINTS = ("compile", "step", "save")
+
+
+class PlannedFault(SystemExit):
+    """Raised right after the faulted step; carries the reserved exit code."""
+
+    def __init__(self, step: int, mode: str, code: int):
+        super().__init__(code)
+        self.step, self.mode, self.exit_code = step, mode, code
+
+
+class ForcedFailure(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    at_step: int | None
+    mode: str | None
+    fires_this_attempt: bool
+
+    @classmethod
+    def for_run(cls, spec: TrialSpec, track: str, attempt: int) -> FaultPlan:
+        fault = spec.fault_injection
+        if fault is None or fault.track != track:
+            return cls(None, None, False)
+        # retryable: only the first attempt faults, so the retry can resume; permanent: every attempt does.
+        return cls(fault.at_step, fault.mode, fault.mode == "permanent" or attempt == 1)
+
+    def check(self, step: int) -> None:
+        if self.fires_this_attempt and step == self.at_step:
+            code = PERMANENT_FAULT_EXIT_CODE if self.mode == "permanent" else FAULT_EXIT_CODE
+            raise PlannedFault(step, str(self.mode), code)
+
+
+def forced_failure_point() -> str | None:
+    value = os.environ.get("DUALTRACK_FORCE_FAIL", "").strip().lower()
+    if not value:
+        return None
+    if value not in FORCE_FAIL_POINTS:
+        raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={value!r} is not one of {', '.join(FORCE_FAIL_POINTS)}")
+    return value
+
+
+class TerminationFlag:
+    """Set by SIGTERM (Spot reclaim, cancelled job); the loop checks it between steps."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: object = None
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def uninstall(self) -> None:
+        if self._previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous)  # type: ignore[arg-type]
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.event.set()
+
+    @property
+    def requested(self) -> bool:
+        return self.event.is_set()

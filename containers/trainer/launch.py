@@ -1,0 +1,69 @@
+"""Launch-command construction for multi-device and multi-node runs (pure: environment in, argv + env out).
+
+AWS Batch multi-node parallel jobs set ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_NUM_NODES`` and, on the
+child nodes only, ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; the main node uses its own address. GPU runs
+go through ``torchrun``; Trainium2 runs through ``torchrun`` too (the Neuron launcher path), one process per
+logical NeuronCore, with the Neuron runtime's root communicator on the main node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+RENDEZVOUS_PORT = 29500
+NEURON_ROOT_COMM_PORT = 62182
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    nodes: int = 1
+    node_rank: int = 0
+    processes_per_node: int = 1
+    main_address: str = "127.0.0.1"
+
+
+class LaunchError(ValueError):
+    pass
+
+
+def batch_node(env: Mapping[str, str], local_address: str) -> tuple[int, int, str]:
+    """(node index, node count, main-node address) from the Batch MNP environment (single node when absent)."""
+    try:
+        nodes = int(env.get("AWS_BATCH_JOB_NUM_NODES", "1"))
+        index = int(env.get("AWS_BATCH_JOB_NODE_INDEX", "0"))
+    except ValueError as exc:
+        raise LaunchError(f"AWS_BATCH_JOB_NUM_NODES/AWS_BATCH_JOB_NODE_INDEX must be integers: {exc}") from None
+    if nodes < 1 or not 0 <= index < nodes:
+        raise LaunchError(f"node index {index} is outside 0..{nodes - 1} (AWS_BATCH_JOB_NODE_INDEX)")
+    main = env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS") or local_address
+    if nodes > 1 and index > 0 and not env.get("AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"):
+        raise LaunchError("a child node needs AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (set by Batch MNP)")
+    return index, nodes, main
+
+
+def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
+                local_address: str = "127.0.0.1", expected_nodes: int | None = None,
+                python: str = "python") -> LaunchPlan:
+    """The command that starts this node's workers (``python -m trainer run ...`` once per device)."""
+    index, nodes, main = batch_node(env, local_address)
+    if expected_nodes is not None and nodes != expected_nodes:
+        raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
+                          "(AWS_BATCH_JOB_NUM_NODES); fix the job definition's node count")
+    worker = [python, "-m", "trainer", "run", *worker_args]
+    if backend in ("cpu", "compiled") or (nodes == 1 and devices_per_node == 1):
+        return LaunchPlan(argv=worker, nodes=nodes, node_rank=index, main_address=main)
+    argv = [python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
+            f"--nproc_per_node={devices_per_node}", f"--master_addr={main}", f"--master_port={RENDEZVOUS_PORT}",
+            "-m", "trainer", "run", *worker_args]
+    extra: dict[str, str] = {}
+    if backend == "neuron":
+        extra["NEURON_RT_ROOT_COMM_ID"] = f"{main}:{NEURON_ROOT_COMM_PORT}"
+        if nodes > 1:
+            extra.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
+    elif backend == "cuda" and nodes > 1:
+        extra.update({"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME", "^lo,docker")})
+    return LaunchPlan(argv=argv, env=extra, nodes=nodes, node_rank=index, processes_per_node=devices_per_node,
+                      main_address=main)

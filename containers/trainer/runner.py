@@ -1,0 +1,314 @@
+"""One attempt of a training run: set up, restore, train with checkpoints and evals, fault where planned, and
+leave a summary whatever happens."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
+from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, storage
+from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
+from trainer.cache import CompileCache
+from trainer.config import RunConfig
+from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
+from trainer.distributed import Distributed
+from trainer.faults import FaultPlan, ForcedFailure, PlannedFault, TerminationFlag, forced_failure_point
+from trainer.metrics import CloudWatchPublisher, MetricsLog, NullPublisher, Progress, publishing_enabled
+from trainer.modeling import (
+    adapter_config,
+    build_model,
+    build_tokenizer,
+    greedy_complete,
+    load_weights,
+    token_loss_sum,
+    trainable_parameters,
+    weights_state,
+)
+from trainer.summary import SummaryInputs, build_summary, previous_losses, write_summary
+
+# A final checkpoint after SIGTERM is attempted when the last save took less than this (Batch's stop timeout
+# before SIGKILL is 30 s by default; Spot gives two minutes' notice before that).
+SIGTERM_SAVE_BUDGET_S = float(os.environ.get("DUALTRACK_SIGTERM_SAVE_BUDGET_S", "20"))
+
+
+def lr_lambda(max_steps: int):  # type: ignore[no-untyped-def]
+    warmup = max(1, max_steps // 10)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, max_steps - warmup))
+
+    return factor
+
+
+@dataclass
+class Attempt:
+    cfg: RunConfig
+    spec: TrialSpec
+    backend: Backend
+    progress: Progress
+    dist: Distributed
+    phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("environment_s", "data_load_s", "compile_s", "train_s", "checkpoint_save_s", "checkpoint_restore_s",
+         "eval_s"), 0.0))
+    losses: dict[int, float] = field(default_factory=dict)
+    evals: dict[int, float] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    saved: list[checkpoint.SavedCheckpoint] = field(default_factory=list)
+
+
+def run(cfg: RunConfig) -> int:
+    """Run one attempt; returns the process exit code. The summary is written on every path out."""
+    started_at = time.time()
+    t0 = time.perf_counter()
+    progress = Progress(enabled=cfg.progress)
+    flag = TerminationFlag()
+    flag.install()
+    spec = parse_trial(storage.read_text(cfg.spec_uri), allow_local_paths=True)
+    trial_id = cfg.trial_id or spec.trial_id
+    run_name = cfg.run or cfg.track
+    backend_name = cfg.backend or default_backend(cfg.track)
+    trn2 = spec.tracks.trn2
+    flags = list(trn2.compiler_flags) if (trn2 is not None and cfg.track == "trn2") else []
+    backend = make_backend(backend_name, spec.precision, flags)
+    dist = Distributed.from_env(backend)
+    publisher: Any = (CloudWatchPublisher(trial_id, run_name, cfg.attempt)
+                      if dist.is_main and publishing_enabled() else NullPublisher())
+    log = MetricsLog(publisher)
+    job = Attempt(cfg, spec, backend, progress if dist.is_main else Progress(enabled=False), dist)
+    inputs = SummaryInputs(cfg=cfg, spec=spec, trial_id=trial_id, run=run_name, backend=backend,
+                           started_at=started_at)
+    exit_code, status = 0, "succeeded"
+    try:
+        _train(job, inputs, log, flag, t0)
+    except PlannedFault as fault:
+        exit_code, status = fault.exit_code, "faulted"
+        inputs.fault_fired = True
+        job.progress.emit("fault", step=fault.step, mode=fault.mode, exit_code=fault.exit_code)
+    except _Interrupted:
+        exit_code, status = SIGTERM_EXIT_CODE, "interrupted"
+    except Exception as exc:  # every failure still leaves a summary behind
+        exit_code, status = FAILURE_EXIT_CODE, "failed"
+        inputs.error = f"{type(exc).__name__}: {exc}"[:2000]
+        job.progress.emit("error", error=inputs.error)
+    finally:
+        flag.uninstall()
+    inputs.phases, inputs.losses, inputs.evals = job.phases, job.losses, job.evals
+    inputs.step_times, inputs.saved = job.step_times, job.saved
+    inputs.memory_peak_mib = backend.memory_peak_mib()
+    if dist.is_main:
+        summary = build_summary(inputs, status=status, exit_code=exit_code)
+        log.final(summary.phases.model_dump(), summary.memory_peak_mib, summary.compile.cache)
+        publisher.close()
+        write_summary(cfg.run_dir, cfg.attempt, summary, log.jsonl())
+        job.progress.emit("done", status=status, exit_code=exit_code, global_step=summary.global_step,
+                          summary=storage.join(cfg.run_dir, f"attempt-{cfg.attempt}", "summary.json"))
+    dist.close()
+    return exit_code
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: TerminationFlag, t0: float) -> None:
+    spec, cfg, backend, emit = job.spec, job.cfg, job.backend, job.progress.emit
+    force = forced_failure_point()
+    layout = track_layout(spec, cfg.track)  # type: ignore[arg-type]
+    plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
+    inputs.layout, inputs.plan = layout, plan
+    tokenizer = build_tokenizer(spec)
+    model = build_model(spec, tokenizer)
+    params = trainable_parameters(model)
+    job.phases["environment_s"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    train = TokenisedSet.build(read_rows(spec.data.train_uri), tokenizer, spec.sequence_length)
+    valid = TokenisedSet.build(read_rows(spec.data.validation_uri), tokenizer, spec.sequence_length)
+    stream = SampleStream(train, spec.data.shuffle_seed)
+    job.phases["data_load_s"] = time.perf_counter() - t
+    emit("data", train_rows=len(train), validation_rows=len(valid), global_batch=plan.global_batch,
+         accumulation=plan.accumulation, data_parallel=plan.data_parallel)
+
+    t = time.perf_counter()
+    cache = CompileCache.open(cfg.compile_cache_url, backend.name, getattr(backend, "on_neuron", False))
+    inputs.cache = cache
+    backend.configure_cache(cache.directory)
+    cache_setup_s = time.perf_counter() - t
+    step_model = backend.prepare(model)
+    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec.max_steps))
+
+    t = time.perf_counter()
+    sources = [cfg.run_dir] + ([cfg.resume_from] if cfg.resume_from else [])
+    found = checkpoint.load_newest(sources)
+    inputs.skipped = found.skipped
+    for skipped in found.skipped:
+        emit("checkpoint_skipped", step=skipped.step, uri=skipped.uri, reason=skipped.reason)
+    start_step, position = 0, 0
+    if found.loaded is not None:
+        ckpt = found.loaded
+        load_weights(model, {k: v.to(backend.device) for k, v in ckpt.weights.items()})
+        optimizer.load_state_dict(ckpt.optimizer)
+        scheduler.load_state_dict(ckpt.scheduler)
+        checkpoint.restore_rng(ckpt.rng)
+        start_step, position = ckpt.step, int(ckpt.state["data_position"]["samples_consumed"])
+        inputs.resumed_from_step, inputs.resumed_from_uri = ckpt.step, ckpt.uri
+        inputs.resume_position_ok = position == ckpt.step * plan.global_batch
+        inputs.previous = previous_losses(sorted({cfg.run_dir, ckpt.uri.rsplit("/checkpoints/", 1)[0]}),
+                                          cfg.attempt, cfg.run_dir)
+        emit("resume", from_step=ckpt.step, uri=ckpt.uri, samples_consumed=position)
+    job.phases["checkpoint_restore_s"] = time.perf_counter() - t
+    inputs.start_step, inputs.global_step, inputs.position = start_step, start_step, position
+
+    fault = FaultPlan.for_run(spec, cfg.track, cfg.attempt)
+    inputs.fault_plan = fault
+    compiling = backend.name in ("compiled", "neuron")
+    loop_started = time.perf_counter()
+    try:
+        _loop(job, inputs, log, flag, stream, plan, step_model, model, optimizer, scheduler, params, valid,
+              fault, force, start_step, position)
+    finally:
+        loop_s = time.perf_counter() - loop_started
+        _finish_compile(job, inputs, cache_setup_s, compiling)
+        job.phases["train_s"] = max(0.0, loop_s - job.phases["eval_s"] - job.phases["checkpoint_save_s"]
+                                    - (job.phases["compile_s"] - cache_setup_s))
+    inputs.final_samples = _final_samples(job, model, tokenizer)
+    inputs.validation_loss = job.evals.get(spec.max_steps)
+
+
+def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: TerminationFlag, stream: SampleStream,
+          plan: BatchPlan, step_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+          scheduler: Any, params: list[torch.nn.Parameter], valid: TokenisedSet, fault: FaultPlan,
+          force: str | None, start_step: int, position: int) -> None:
+    spec, backend, emit = job.spec, job.backend, job.progress.emit
+    compiling = backend.name in ("compiled", "neuron")
+    for step in range(start_step + 1, spec.max_steps + 1):
+        t = time.perf_counter()
+        ids, labels = stream.take(position, plan.global_batch)
+        norm = float(loss_tokens(labels)) / job.dist.loss_scale
+        step_loss = torch.zeros((), device=backend.device)
+        if force in ("compile", "step") and step == start_step + 1:
+            if force == "compile":
+                inputs.compile_failed = True
+            raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={force}: failing in the {force} phase at step {step}")
+        for mids, mlabels in plan.micro_batches(ids, labels, rank=job.dist.dp_rank):
+            with backend.autocast():
+                loss = token_loss_sum(step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
+            loss.backward()
+            step_loss = step_loss + loss.detach()
+        job.dist.reduce_gradients(params)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        backend.optimizer_step(optimizer)
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        backend.step_end()
+        value = job.dist.reduce_loss(step_loss)
+        elapsed = time.perf_counter() - t
+        position += plan.global_batch
+        inputs.global_step, inputs.position = step, position
+        job.losses[step] = value
+        if inputs.first_step_s is None:
+            inputs.first_step_s = elapsed
+            if compiling:
+                emit("compile", step=step, first_step_s=round(elapsed, 3))
+        else:
+            job.step_times.append(elapsed)
+        tokens = plan.global_batch * spec.sequence_length
+        log.step(step, value, elapsed, tokens, plan.global_batch, scheduler.get_last_lr()[0])
+        emit("step", step=step, loss=round(value, 6), step_time_s=round(elapsed, 4),
+             tokens_per_s=round(tokens / elapsed, 1) if elapsed > 0 else None)
+
+        if step % spec.evaluation.interval_steps == 0 or step == spec.max_steps:
+            _evaluate(job, model, valid, step, log)
+        due = step % spec.checkpoint_interval_steps == 0 or step == spec.max_steps
+        if due:
+            _save(job, model, optimizer, scheduler, step, position, log, fail=force == "save")
+        fault.check(step)
+        if flag.requested:
+            last_save = job.saved[-1].save_s if job.saved else 0.0
+            if not due and last_save <= SIGTERM_SAVE_BUDGET_S:
+                _save(job, model, optimizer, scheduler, step, position, log, fail=False)
+            emit("interrupted", step=step, checkpointed=bool(job.saved and job.saved[-1].step == step))
+            raise _Interrupted
+
+
+def _finish_compile(job: Attempt, inputs: SummaryInputs, cache_setup_s: float, compiling: bool) -> None:
+    # The first step of a compiling backend builds its graphs; its excess over a typical step is compile time.
+    excess = 0.0
+    if compiling and inputs.first_step_s is not None:
+        typical = statistics.median(job.step_times) if job.step_times else 0.0
+        excess = max(0.0, inputs.first_step_s - typical)
+    job.phases["compile_s"] = cache_setup_s + excess
+    if inputs.cache is not None:
+        inputs.compile_counters = job.backend.compile_counters()
+        inputs.cache_files_after = inputs.cache.files_now()
+        if job.dist.is_main:
+            inputs.cache.publish()
+
+
+def _evaluate(job: Attempt, model: torch.nn.Module, valid: TokenisedSet, step: int, log: MetricsLog) -> None:
+    t = time.perf_counter()
+    backend, mbs = job.backend, job.spec.micro_batch_size
+    total = torch.zeros((), device=backend.device)
+    tokens = 0
+    with no_grad_eval(model):
+        for i in range(0, len(valid), mbs):
+            ids, labels = valid.input_ids[i:i + mbs], valid.labels[i:i + mbs]
+            with backend.autocast():
+                total = total + token_loss_sum(model, backend.to_device(ids), backend.to_device(labels))
+            tokens += loss_tokens(labels)
+            backend.step_end()
+    value = float(total.item()) / max(1, tokens)
+    seconds = time.perf_counter() - t
+    job.phases["eval_s"] += seconds
+    job.evals[step] = value
+    log.eval(step, value, seconds)
+    job.progress.emit("eval", step=step, loss=round(value, 6), eval_s=round(seconds, 3))
+
+
+def _save(job: Attempt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, step: int,
+          position: int, log: MetricsLog, *, fail: bool) -> None:
+    if not job.dist.is_main:
+        return
+    t = time.perf_counter()
+    job.backend.synchronize()
+    saved = checkpoint.save(
+        job.cfg.run_dir, step=step, weights=weights_state(model), lora_config=adapter_config(model),
+        optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), rng=checkpoint.rng_state(),
+        state={"global_step": step, "data_position": {"samples_consumed": position},
+               "trial": job.spec.name, "spec_hash": job.spec.spec_hash()},
+        meta={"track": job.cfg.track, "run": job.cfg.run, "backend": job.backend.name,
+              "method": job.spec.method, "attempt": job.cfg.attempt, "spec_hash": job.spec.spec_hash()},
+        fail_before_manifest=fail)
+    saved.save_s = time.perf_counter() - t
+    job.phases["checkpoint_save_s"] += saved.save_s
+    job.saved.append(saved)
+    log.checkpoint(step, saved.bytes, saved.files, saved.save_s, saved.uri)
+    job.progress.emit("checkpoint", step=step, uri=saved.uri, bytes=saved.bytes, files=saved.files,
+                      save_s=round(saved.save_s, 3))
+
+
+def _final_samples(job: Attempt, model: torch.nn.Module, tokenizer: Any) -> list[dict[str, Any]]:
+    if not job.dist.is_main or not job.spec.evaluation.prompts:
+        return []
+    t = time.perf_counter()
+    # Generation grows the sequence every token; on a graph-compiling device that is one graph per length,
+    # so samples are generated from a CPU copy of the trained weights there.
+    device = job.backend.device if job.backend.name in ("cpu", "compiled", "cuda") else torch.device("cpu")
+    if device.type == "cpu" and job.backend.name == "neuron":
+        model = model.to("cpu")
+    out = []
+    with no_grad_eval(model):
+        for prompt in job.spec.evaluation.prompts:
+            text, ids = greedy_complete(model, tokenizer, prompt, job.spec.evaluation.max_new_tokens, device)
+            out.append({"prompt": prompt, "completion": text, "token_ids": ids})
+    job.phases["eval_s"] += time.perf_counter() - t
+    return out

@@ -1,0 +1,97 @@
+"""`dualtrack report`: the trial report as aligned Markdown, JSON or self-contained HTML; --open shows it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import webbrowser
+from pathlib import Path
+from typing import Any
+
+from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
+from dualtrack.client.display import align_markdown_tables
+from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
+
+HELP = describe(
+    """\
+Fetch a settled trial's report (verdict, record table, acceptance checks, five-component cost, resume evidence)
+and render it: md (default; tables aligned for a terminal, still valid Markdown), json (as stored), or html (one
+file, inline SVG charts of loss by step, cost by component and the attempt timeline). --out writes a file (format
+from its suffix unless --format is given); --open writes the HTML and opens it in the default browser.
+Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).""",
+    """\
+  dualtrack report llama31-8b-lora-pilot-3f9c2a1b | less -S
+  dualtrack report ID --format html --out report.html
+  dualtrack report ID --open
+  dualtrack report ID --format json | jq .comparison.verdict""",
+)
+FORMATS = ("md", "json", "html")
+SUFFIXES = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("report", help="a trial's report (md, json or html)", description=HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trial_id", metavar="TRIAL_ID")
+    parser.add_argument("--format", choices=FORMATS, help="md (default), json or html")
+    parser.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    parser.add_argument("--open", action="store_true", help="write the HTML report and open it in a browser")
+    add_connection_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def choose_format(args: argparse.Namespace) -> str:
+    if args.open:
+        if args.format not in (None, "html"):
+            raise ClientFailure(f"--open shows the HTML report; drop --format {args.format} or --open", EXIT_INVALID)
+        return "html"
+    if args.format:
+        return str(args.format)
+    if args.out:
+        return SUFFIXES.get(Path(args.out).suffix.lower(), "md")
+    return "json" if args.json else "md"
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    from lambdas.domain.report_render import render_html, render_markdown
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
+    try:
+        return render_html(report) if fmt == "html" else align_markdown_tables(render_markdown(report)) + "\n"
+    except (KeyError, TypeError, ValueError) as exc:
+        version = report.get("report_version", "unknown")
+        raise ClientFailure(f"cannot render report version {version} as {fmt} (missing or odd field {exc}); "
+                            "use --format json, or upgrade dualtrack", EXIT_INVALID) from None
+
+
+def write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ClientFailure(f"{path}: cannot write ({exc.strerror or exc})", EXIT_INVALID) from None
+
+
+@remote_command
+def run(args: argparse.Namespace) -> int:
+    fmt = choose_format(args)
+    report = open_api(args).report(args.trial_id)
+    text = render(report, fmt)
+    if args.open and not args.out:
+        args.out = str(Path(tempfile.gettempdir()) / f"dualtrack-report-{args.trial_id}.html")
+    if not args.out:
+        sys.stdout.write(text)
+        return EXIT_OK
+    path = Path(args.out).expanduser().resolve()
+    write(path, text)
+    opened = bool(args.open) and webbrowser.open(path.as_uri())
+    if args.json:
+        emit_json({"ok": True, "trial_id": args.trial_id, "format": fmt, "written": str(path), "opened": opened,
+                   "verdict": (report.get("comparison") or {}).get("verdict")})
+    else:
+        print(f"wrote {fmt} report for {args.trial_id} to {path}"
+              + (" and opened it" if opened else " (no browser found: open it yourself)" if args.open else ""))
+    return EXIT_OK

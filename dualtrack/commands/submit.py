@@ -1,0 +1,138 @@
+"""`dualtrack submit`: validate locally, show triage and the worst case, confirm when needed, then launch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from decimal import Decimal
+from typing import Any
+
+from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
+from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TRIAL_FAILED
+from dualtrack.commands._common import CommandError, load_trial, print_problems, read_trial_text, usd
+
+HELP = describe(
+    """\
+Submit a trial to the deployed API. The file is first checked locally with the same model and messages as the API
+(`dualtrack validate`), then triaged and priced (worst case = hourly price x nodes x limits.max_hours per run,
+GPU fallback included). You are asked to confirm when the route is not dual_track or the worst case exceeds
+limits.max_usd; --yes confirms for scripts (without a terminal and without --yes nothing is launched).
+Submitting the same trial again answers with the existing trial and starts nothing new.""",
+    """\
+  dualtrack submit examples/trial-llama31-8b-lora.json
+  dualtrack submit --yes --json trial.json | jq -r .trial.trial_id
+  dualtrack submit --endpoint https://abc123.execute-api.us-east-1.amazonaws.com/prod/ trial.json""",
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser("submit", help="launch a trial on the deployed API", description=HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trial", metavar="TRIAL.json", help="trial file ('-' reads standard input)")
+    parser.add_argument("--yes", "-y", action="store_true", help="launch without asking")
+    add_connection_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def preflight(spec: Any) -> dict[str, Any]:
+    """Local triage and worst case: what the API will decide, shown before anything is spent."""
+    from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
+    from lambdas.domain.triage import submission_refusal, triage
+
+    result = triage(spec)
+    table = load_price_table()
+    out: dict[str, Any] = {"triage": result.model_dump(mode="json"), "refusal": submission_refusal(spec, result),
+                           "price_table": table.version, "worst_case_usd": {}, "price_note": None}
+    try:
+        out["worst_case_usd"] = worst_case_usd(spec, table)
+    except PriceMissing as exc:
+        out["price_note"] = str(exc)
+    limit = spec.limits.max_usd if spec.limits else None
+    worst = out["worst_case_usd"].get("total")
+    out["max_usd"] = limit
+    out["over_limit"] = worst is not None and limit is not None and worst > Decimal(str(limit))
+    reasons = []
+    if result.route != "dual_track":
+        reasons.append(f"triage routes this trial to {result.route}, not dual_track ({result.scenario}: "
+                       f"{result.conclusion})")
+    if out["over_limit"]:
+        reasons.append(f"worst case {usd(worst)} exceeds limits.max_usd {usd(Decimal(str(limit)))}")
+    out["confirm_because"] = reasons
+    return out
+
+
+def show_preflight(spec: Any, check: dict[str, Any]) -> None:
+    triage = check["triage"]
+    print(f"trial {spec.trial_id}: valid", file=sys.stderr)
+    print(f"  route {triage['route']} ({triage['scenario']}): {triage['conclusion']}", file=sys.stderr)
+    for reason in triage["reasons"]:
+        print(f"    because {reason}", file=sys.stderr)
+    if triage["risks"]:
+        print(f"    risks: {', '.join(triage['risks'])}", file=sys.stderr)
+    worst = check["worst_case_usd"]
+    if worst:
+        parts = ", ".join(f"{k} {usd(v)}" for k, v in worst.items() if k != "total")
+        limit = f" vs limits.max_usd {usd(Decimal(str(check['max_usd'])))}" if check["max_usd"] is not None else ""
+        print(f"  worst case {usd(worst['total'])} ({parts}){limit}; local price table {check['price_table']}, "
+              "the API checks with the deployment's prices", file=sys.stderr)
+    elif check["price_note"]:
+        print(f"  worst case unknown: {check['price_note']}", file=sys.stderr)
+    else:
+        print("  worst case unknown: no limits.max_hours (add limits {max_hours, max_usd})", file=sys.stderr)
+
+
+def confirmed(reasons: list[str]) -> bool | None:
+    """True/False from the prompt; None when there is no terminal to ask on."""
+    if not sys.stdin.isatty():
+        return None
+    for reason in reasons:
+        print(f"  attention: {reason}", file=sys.stderr)
+    try:
+        answer = input("launch this trial? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+@remote_command
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_trial(args.trial, local=False)
+    except CommandError as exc:
+        print_problems(args.trial, exc.problems, as_json=args.json)
+        return EXIT_INVALID
+    raw = json.loads(read_trial_text(args.trial)) if args.trial != "-" else spec.model_dump(mode="json",
+                                                                                             exclude_none=True)
+    check = preflight(spec)
+    if not args.json:
+        show_preflight(spec, check)
+    local = {k: check[k] for k in ("triage", "price_table", "max_usd", "over_limit", "confirm_because")}
+    local["worst_case_usd"] = {k: str(v) for k, v in check["worst_case_usd"].items()}
+    if check["refusal"]:
+        if args.json:
+            emit_json({"ok": False, "exit_code": EXIT_REFUSED, "message": check["refusal"], "local": local})
+        else:
+            print(f"error: {check['refusal']}", file=sys.stderr)
+        return EXIT_REFUSED
+    if check["confirm_because"] and not args.yes:
+        answer = confirmed(check["confirm_because"])
+        if answer is not True:
+            message = ("not launched: confirmation needed (" + "; ".join(check["confirm_because"]) + ")"
+                       + ("; no terminal to ask on, pass --yes to launch from a script" if answer is None else ""))
+            if args.json:
+                emit_json({"ok": False, "exit_code": EXIT_TRIAL_FAILED, "message": message, "local": local})
+            else:
+                print(message, file=sys.stderr)
+            return EXIT_TRIAL_FAILED
+    done = open_api(args).submit(raw)
+    body = done.body
+    if args.json:
+        emit_json({"ok": True, "created": done.created, "trial": body, "local": local})
+        return EXIT_OK
+    if done.created:
+        print(f"submitted {body.get('trial_id')}: workflow started ({body.get('execution_arn')})")
+    else:
+        print(f"already submitted {body.get('trial_id')} (status {body.get('status')}): no second run started")
+    print(f"follow it with: dualtrack watch {body.get('trial_id')}")
+    return EXIT_OK

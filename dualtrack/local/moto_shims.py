@@ -1,0 +1,347 @@
+"""What moto 5.2.5 lacks to execute the trial workflow, added back as small, reversible patches.
+
+Use ``with moto_shims(lambdas=..., batch=...):`` inside an active ``mock_aws(config=MOTO_CONFIG)``:
+
+* **Batch parameter casing** - moto's Step Functions Batch integration passes the state's PascalCase
+  ``Parameters`` straight to boto and reads PascalCase keys from camelCase responses. Both are rewritten through
+  botocore's Batch service model (``StateTaskServiceBatch._normalise_parameters/_normalise_response``).
+* **Lambda invoke** - without Docker moto's Lambda echoes its payload. The invoke seam looks the function up and
+  calls a Python handler in-process (``InProcessLambdas``: the function's own ``Handler`` by default, or a fake
+  registered for a module), with the function's environment variables applied for the call.
+* **Batch jobs** - moto's simple Batch marks every job SUCCEEDED on submit. A ``BatchJobRunner`` decides instead:
+  it is told about each job when it is submitted and ends it with :func:`finish_job` (now or later, from any
+  thread); ``TerminateJob`` on a job that is still running ends it FAILED, as AWS Batch does.
+* **Stopping an execution** - Step Functions terminates the Batch job of a running ``submitJob.sync`` state when
+  the execution is stopped; moto only stops polling. The shim calls ``TerminateJob`` for that job.
+
+``tests/infra/test_moto_shims.py`` checks each gap still exists in plain moto, so a moto upgrade that closes one
+fails a test that names the patch to delete.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+MOTO_CONFIG: dict[str, Any] = {
+    "stepfunctions": {"execute_state_machine": True},
+    "batch": {"use_docker": False},
+    "lambda": {"use_docker": False},
+}
+TERMINATED_EXIT_CODE = 143  # what the trainer reports after SIGTERM
+_ENV_LOCK = threading.RLock()
+
+
+# ---- generic patching --------------------------------------------------------------------------------------
+@contextmanager
+def _patched(owner: type, name: str, replacement: Any) -> Iterator[None]:
+    had_own = name in owner.__dict__
+    original = owner.__dict__.get(name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        if had_own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+# ---- 1. Batch casing through botocore's service model -------------------------------------------------------
+def _batch_operation(api_action: str) -> Any:
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("batch")
+    name = api_action[0].upper() + api_action[1:]
+    if "_" in name:
+        name = "".join(part.capitalize() for part in api_action.split("_"))
+    return model.operation_model(name)
+
+
+def to_api_casing(value: Any, shape: Any) -> Any:
+    """PascalCase ASL parameters → the API's member names (camelCase for Batch), guided by the input shape."""
+    if shape is None:
+        return value
+    if shape.type_name == "structure" and isinstance(value, dict):
+        members = {name.lower(): name for name in shape.members}
+        out = {}
+        for key, item in value.items():
+            member = members.get(key.lower(), key)
+            out[member] = to_api_casing(item, shape.members.get(member))
+        return out
+    if shape.type_name == "list" and isinstance(value, list):
+        return [to_api_casing(item, shape.member) for item in value]
+    if shape.type_name == "map" and isinstance(value, dict):
+        return {key: to_api_casing(item, shape.value) for key, item in value.items()}
+    return value
+
+
+def to_sfn_casing(value: Any, shape: Any) -> None:
+    """API response → PascalCase, in place (moto keeps references to nested objects of the response)."""
+    if shape is None:
+        return
+    if shape.type_name == "structure" and isinstance(value, dict):
+        for key in list(value):
+            member_shape = shape.members.get(key)
+            to_sfn_casing(value[key], member_shape)
+            if member_shape is not None:
+                value[key[0].upper() + key[1:]] = value.pop(key)
+    elif shape.type_name == "list" and isinstance(value, list):
+        for item in value:
+            to_sfn_casing(item, shape.member)
+    elif shape.type_name == "map" and isinstance(value, dict):
+        for item in value.values():
+            to_sfn_casing(item, shape.value)
+
+
+def _normalise_parameters(self: Any, parameters: dict[str, Any], boto_service_name: str | None = None,
+                          service_action_name: str | None = None) -> None:
+    operation = _batch_operation(service_action_name or self.resource.api_action)
+    converted = to_api_casing(parameters, operation.input_shape)
+    parameters.clear()
+    parameters.update(converted)
+
+
+def _normalise_response(self: Any, response: Any, boto_service_name: str | None = None,
+                        service_action_name: str | None = None) -> None:
+    operation = _batch_operation(service_action_name or self.resource.api_action)
+    to_sfn_casing(response, operation.output_shape)
+
+
+# ---- 2. Lambda invoke in-process ----------------------------------------------------------------------------
+@dataclass
+class LambdaContext:
+    """The parts of the Lambda context object that Powertools and handlers read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int = 512
+    timeout_s: int = 30
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    log_group_name: str = ""
+    log_stream_name: str = "local"
+    _deadline: float = field(default=0.0, repr=False)
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_s
+        self.log_group_name = self.log_group_name or f"/aws/lambda/{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+Handler = Callable[[Any, LambdaContext], Any]
+
+
+class InProcessLambdas:
+    """Runs a function's handler in this process. ``register(module, fake)`` replaces one handler module
+    (``"resolve_compile_cache"`` or a full handler string); others import the function's own ``Handler``."""
+
+    def __init__(self, handlers: dict[str, Handler] | None = None, *, apply_environment: bool = True):
+        self._handlers: dict[str, Handler] = dict(handlers or {})
+        self._apply_environment = apply_environment
+        self.calls: list[tuple[str, Any]] = []
+
+    def register(self, module_or_handler: str, handler: Handler) -> None:
+        self._handlers[module_or_handler] = handler
+
+    def resolve(self, handler_string: str) -> Handler:
+        module_name, _, attribute = handler_string.rpartition(".")
+        short = module_name.rsplit(".", 1)[-1]
+        for key in (handler_string, module_name, short):
+            if key in self._handlers:
+                return self._handlers[key]
+        return getattr(importlib.import_module(module_name), attribute)  # type: ignore[no-any-return]
+
+    def __call__(self, function: Any, event: Any) -> Any:
+        handler = self.resolve(function.handler)
+        context = LambdaContext(function_name=function.function_name, invoked_function_arn=function.function_arn,
+                                memory_limit_in_mb=int(function.memory_size or 512),
+                                timeout_s=int(function.timeout or 30))
+        self.calls.append((function.handler, event))
+        with _ENV_LOCK, _environment(function.environment_vars if self._apply_environment else {}):
+            return handler(event, context)
+
+
+@contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update({name: str(value) for name, value in variables.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _lambda_invoke(invoker: Callable[[Any, Any], Any]) -> Callable[..., bytes]:
+    def invoke(self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any,
+               response_headers: Any) -> bytes:
+        function = self.get_function(function_name, qualifier)
+        event = json.loads(body) if body else {}
+        try:
+            result = invoker(function, event)
+        except Exception as exc:  # the Lambda runtime reports a raised error as an "Unhandled" function error
+            response_headers["x-amz-function-error"] = "Unhandled"
+            return json.dumps({"errorMessage": str(exc), "errorType": type(exc).__name__,
+                               "stackTrace": traceback.format_exception(exc)[-5:]}).encode()
+        return json.dumps(result, default=str).encode()
+
+    return invoke
+
+
+# ---- 3. Batch jobs decided by a runner ----------------------------------------------------------------------
+class BatchJobRunner(Protocol):
+    """Decides what a submitted moto Batch job does. ``start`` must return quickly; end the job with
+    :func:`finish_job` now or from another thread. ``terminate`` is called for TerminateJob on a running job."""
+
+    def start(self, job: Any) -> None: ...
+
+    def terminate(self, job: Any, reason: str) -> None: ...
+
+
+def job_environment(job: Any) -> dict[str, str]:
+    """The job's environment: job-definition variables overlaid with the submit-time overrides."""
+    props = job.job_definition.container_properties or {}
+    env = {item["name"]: item["value"] for item in props.get("environment", [])}
+    env.update({item["name"]: item["value"] for item in job.container_overrides.get("environment", [])})
+    return env
+
+
+def start_attempt(job: Any) -> None:
+    from datetime import datetime
+
+    job.job_started_at = datetime.now()
+    job.log_stream_name = job._stream_name
+    job._start_attempt()
+    job.status = "RUNNING"
+
+
+def finish_job(job: Any, *, exit_code: int, reason: str | None = None) -> None:
+    """End the job's current attempt: exit code 0 → SUCCEEDED, anything else → FAILED."""
+    if job.job_stopped:
+        return
+    job.exit_code = exit_code
+    if job.latest_attempt is not None:
+        job.latest_attempt["container"]["exitCode"] = exit_code
+        if reason:
+            job.latest_attempt["statusReason"] = reason
+    if reason:
+        job.job_stopped_reason = reason
+    job._mark_stopped(success=exit_code == 0)
+
+
+@dataclass
+class ScriptedJobs:
+    """A runner for workflow tests: the exit code for each run (``DUALTRACK_RUN``); ``None`` keeps the job
+    RUNNING until it is terminated. Runs not listed succeed."""
+
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    submitted: list[Any] = field(default_factory=list)
+    terminated: list[tuple[str, str]] = field(default_factory=list)
+
+    def start(self, job: Any) -> None:
+        self.submitted.append(job)
+        start_attempt(job)
+        code = self.exit_codes.get(job_environment(job).get("DUALTRACK_RUN", ""), 0)
+        if code is not None:
+            finish_job(job, exit_code=code, reason=None if code == 0 else f"Essential container exited {code}")
+
+    def terminate(self, job: Any, reason: str) -> None:
+        self.terminated.append((job.job_id, reason))
+        finish_job(job, exit_code=TERMINATED_EXIT_CODE, reason=reason)
+
+    def runs(self) -> list[str]:
+        return [job_environment(job).get("DUALTRACK_RUN", "") for job in self.submitted]
+
+
+def _mark_job_as_finished(runner: BatchJobRunner) -> Callable[..., None]:
+    def mark(self: Any, include_start_attempt: bool, job: Any) -> None:
+        self.backend._jobs[job.job_id] = job
+        runner.start(job)
+
+    return mark
+
+
+def _terminate_job(original: Callable[..., None], runner: BatchJobRunner) -> Callable[..., None]:
+    def terminate_job(self: Any, job_id: str, reason: str) -> None:
+        original(self, job_id, reason)
+        job = self.get_job_by_id(job_id)
+        if job is not None and not job.job_stopped:
+            runner.terminate(job, reason)
+
+    return terminate_job
+
+
+# ---- 4. stopping an execution terminates its .sync job ------------------------------------------------------
+def _build_sync_resolver(original: Callable[..., Any]) -> Callable[..., Any]:
+    def build(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any],
+              state_credentials: Any) -> Any:
+        job_id = env.stack[-1]["JobId"]
+        resolver = original(self, env, resource_runtime_part, normalised_parameters, state_credentials)
+        resolver.dualtrack_job = (job_id, resource_runtime_part.region, state_credentials)
+        return resolver
+
+    return build
+
+
+def _eval_sync(original: Callable[..., Any]) -> Callable[..., Any]:
+    def eval_sync(self: Any, env: Any, sync_resolver: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, env, sync_resolver, *args, **kwargs)
+        job = getattr(sync_resolver, "dualtrack_job", None)
+        if job is not None and not env.is_running():
+            from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+            job_id, region, credentials = job
+            client = boto_client_for(service="batch", region=region, state_credentials=credentials)
+            client.terminate_job(jobId=job_id, reason="Step Functions execution stopped")
+        return result
+
+    return eval_sync
+
+
+# ---- the bundle ---------------------------------------------------------------------------------------------
+@dataclass
+class Shims:
+    lambdas: Callable[[Any, Any], Any]
+    batch: BatchJobRunner
+
+
+@contextmanager
+def moto_shims(*, lambdas: Callable[[Any, Any], Any] | None = None,
+               batch: BatchJobRunner | None = None) -> Iterator[Shims]:
+    """Install every shim for the duration of the block (inside ``mock_aws(config=MOTO_CONFIG)``)."""
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+    from moto.batch.models import BatchBackend
+    from moto.batch_simple.models import BatchSimpleBackend
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
+        StateTaskServiceBatch,
+    )
+
+    invoker = lambdas or InProcessLambdas()
+    runner = batch or ScriptedJobs()
+    with ExitStack() as stack:
+        stack.enter_context(_patched(StateTaskServiceBatch, "_normalise_parameters", _normalise_parameters))
+        stack.enter_context(_patched(StateTaskServiceBatch, "_normalise_response", _normalise_response))
+        stack.enter_context(_patched(StateTaskServiceBatch, "_build_sync_resolver",
+                                     _build_sync_resolver(StateTaskServiceBatch._build_sync_resolver)))
+        stack.enter_context(_patched(StateTaskServiceBatch, "_eval_sync",
+                                     _eval_sync(StateTaskServiceBatch._eval_sync)))
+        stack.enter_context(_patched(LambdaSimpleBackend, "invoke", _lambda_invoke(invoker)))
+        stack.enter_context(_patched(BatchSimpleBackend, "_mark_job_as_finished", _mark_job_as_finished(runner)))
+        stack.enter_context(_patched(BatchBackend, "terminate_job",
+                                     _terminate_job(BatchBackend.terminate_job, runner)))
+        yield Shims(lambdas=invoker, batch=runner)

@@ -1,0 +1,111 @@
+"""What the rehearsal prints while it runs: workflow states, each track's steps, checkpoints, faults, resumes."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import IO, Any
+
+RUNS = ("gpu-fallback", "trn2", "gpu")  # longest suffix first
+
+
+def run_of(job_name: str) -> str:
+    for run in RUNS:
+        if job_name.endswith(f"-{run}"):
+            return run
+    return job_name
+
+
+class Progress:
+    def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False, step_every: int = 5):
+        self.stream = stream or sys.stdout
+        self.quiet = quiet
+        self.step_every = step_every
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _print(self, who: str, text: str, *, force: bool = False) -> None:
+        if self.quiet and not force:
+            return
+        elapsed = time.monotonic() - self.started
+        with self._lock:
+            print(f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {who:<12} {text}", file=self.stream,
+                  flush=True)
+
+    def phase(self, text: str) -> None:
+        self._print("rehearsal", text)
+
+    def warn(self, text: str) -> None:
+        self._print("warning", text, force=True)
+
+    def workflow(self, event: dict[str, Any]) -> None:
+        kind = event.get("type", "")
+        if kind.endswith("StateEntered"):
+            name = event.get("stateEnteredEventDetails", {}).get("name", "?")
+            self._print("workflow", f"-> {name}")
+        elif kind in ("ExecutionFailed", "ExecutionAborted", "ExecutionTimedOut", "ExecutionSucceeded"):
+            self._print("workflow", kind.removeprefix("Execution").lower())
+        elif kind == "TaskFailed":
+            details = event.get("taskFailedEventDetails", {})
+            self._print("workflow", f"task failed: {details.get('error', '')} (caught by the workflow if it has a "
+                                    "Catch: the Trainium2 track falls back to GPU)")
+
+    def job(self, job_name: str, record: dict[str, Any]) -> None:
+        run, kind = run_of(job_name), record.get("event")
+        attempt = record.get("attempt")
+        if kind == "step":
+            step, total = record.get("step"), record.get("max_steps")
+            if not isinstance(step, int) or (step % self.step_every and step != total):
+                return
+            loss, tps = record.get("loss"), record.get("tokens_per_s")
+            text = f"step {step}/{total}" if total else f"step {step}"
+            if isinstance(loss, int | float):
+                text += f"  loss {loss:.4f}"
+            if isinstance(tps, int | float):
+                text += f"  {tps:,.0f} tok/s"
+            self._print(run, text)
+        elif kind == "checkpoint":
+            size = record.get("bytes")
+            mb = f"{size / 1e6:.2f} MB" if isinstance(size, int | float) else ""
+            secs = record.get("save_s")
+            self._print(run, f"checkpoint step {record.get('step')} {mb}"
+                             + (f" in {secs:.2f} s" if isinstance(secs, int | float) else ""))
+        elif kind == "compile":
+            secs = record.get("seconds")
+            self._print(run, f"compile cache {record.get('cache', '?')}"
+                             + (f", {secs:.1f} s" if isinstance(secs, int | float) else ""))
+        elif kind == "fault":
+            self._print(run, f"fault injected after step {record.get('step', record.get('at_step'))} "
+                             f"(exit {record.get('exit_code', '')}) on attempt {attempt}")
+        elif kind == "retry":
+            self._print(run, f"attempt {attempt} exited {record.get('exit_code')}: Batch {record.get('action')}")
+        elif kind == "resume":
+            self._print(run, f"attempt {attempt} resumed from step {record.get('resumed_from_step', record.get('step'))}"
+                             f" ({record.get('rerun_steps', 0)} steps to redo)")
+        elif kind == "eval":
+            loss = record.get("loss", record.get("eval_loss"))
+            if isinstance(loss, int | float):
+                self._print(run, f"eval at step {record.get('step')}: validation loss {loss:.4f}")
+        elif kind == "done":
+            self._print(run, f"done: {record.get('status', 'finished')} at step {record.get('global_step', '')}")
+        elif kind in ("error", "failed"):
+            self._print(run, f"error: {record.get('message', record.get('error', ''))}", force=True)
+
+    def summary(self, result: Any) -> None:
+        report = result.report or {}
+        lines = [f"trial {result.trial_id}: workflow {result.status} in {result.wall_s:.0f} s"]
+        for run, track in (report.get("tracks") or {}).items():
+            cost = (track.get("cost") or {}).get("total_usd")
+            compile_ = track.get("compile") or {}
+            lines.append(
+                f"  {run:<12} {track.get('status', '?'):<9} backend {track.get('backend', '?')}"
+                f"{' (stand-in)' if track.get('stand_in') else ''}, {track.get('steps_completed', '?')} steps, "
+                f"{track.get('attempts', '?')} attempt(s), compile {compile_.get('cache', '-')}"
+                f" {compile_.get('seconds', '')}s, cost {cost} USD at the declared instance's rate")
+        comparison = report.get("comparison") or {}
+        if comparison:
+            lines.append(f"  verdict: {comparison.get('verdict')}")
+        lines.append(f"  reports: {', '.join(str(p) for p in result.files) or 'none written'}")
+        with self._lock:
+            print("\n".join(lines), file=self.stream, flush=True)

@@ -1,0 +1,359 @@
+"""The local rehearsal: the real control plane, end to end, on one machine.
+
+1. synthesize the CDK app (cached by source hash) and stand its resources up on a loopback moto server;
+2. submit the trial through the real API handler, which stores it and starts the synthesized state machine;
+3. the workflow's Lambda tasks and the EventBridge rules' Lambda targets run the real handlers in-process; Batch
+   jobs run the real trainer as subprocesses (retry strategy honoured) and publish "Batch Job State Change"
+   events; the trainer's S3 writes publish "Object Created" events;
+4. when the execution ends: the report, the ledger and the execution history are written under ``--out``, and the
+   compile cache with its registry is kept under ``--out/state`` for the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dualtrack.local.progress import Progress
+from lambdas.domain.trial import TrialSpec
+
+TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
+@dataclass(frozen=True)
+class RehearsalOptions:
+    out: Path = Path("out/rehearsal")
+    fresh: bool = False
+    fail_trn2: str | None = None  # compile | step | save: break the Trainium2 track to exercise the fallback
+    quiet: bool = False
+    timeout_s: float = 1800
+    stage: str = "dev"
+
+
+@dataclass
+class RehearsalResult:
+    trial_id: str
+    status: str
+    out: Path
+    wall_s: float
+    report: dict[str, Any] | None = None
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "SUCCEEDED"
+
+
+class Rehearsal:
+    def __init__(self, spec: TrialSpec, options: RehearsalOptions, progress: Progress | None = None):
+        self.spec = spec
+        self.options = options
+        self.progress = progress or Progress(quiet=options.quiet)
+        self.out = options.out
+        self.state_dir = options.out / "state"
+
+    # ---- the whole run ------------------------------------------------------------------------------------
+    def run(self) -> RehearsalResult:
+        from dualtrack.local.batch_runner import LocalBatch
+        from dualtrack.local.event_router import EventRouter
+        from dualtrack.local.moto_shims import InProcessLambdas, moto_shims
+        from dualtrack.local.server import local_aws
+        from dualtrack.local.synth import synthesize
+        from dualtrack.local.template import deploy_locally
+
+        started = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        if self.options.fresh and self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        for name in (*REPORT_FILES, "ledger.json", "execution-history.json"):
+            (self.out / name).unlink(missing_ok=True)
+        self.progress.phase("synthesizing the CDK app (cached by source hash)")
+        assembly = synthesize(self.options.stage)
+        status, execution_arn = "FAILED", None
+        with local_aws() as aws:
+            _reset_moto()
+            self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
+            deployment = deploy_locally(assembly, region=aws.region)
+            self.env = self._handler_environment(deployment)
+            saved_env = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            try:
+                self._enable_bucket_events()
+                self._restore_state()
+                lambdas = InProcessLambdas()
+                self.lambdas = lambdas
+                batch = LocalBatch(events=self._publish, progress=self.progress.job, log_dir=self.out / "logs",
+                                   job_env=self._job_env)
+                router = EventRouter(invoke=self._invoke_arn,
+                                     on_failure=lambda d, e: self.progress.warn(f"{d.rule}: handler failed: {e}"))
+                with batch.install(), moto_shims(lambdas=lambdas, batch=batch), router.install():
+                    try:
+                        execution_arn = self._submit(deployment)
+                        status = self._follow(execution_arn)
+                    except KeyboardInterrupt:
+                        self.progress.warn("interrupted: stopping the workflow and its jobs")
+                        if execution_arn:
+                            self._stop(execution_arn)
+                        batch.stop_all("interrupted")
+                        raise
+                    finally:
+                        router.join(timeout=60)
+                        files = self._collect(execution_arn)
+                        self._save_state()
+            finally:
+                for key, value in saved_env.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+        result = RehearsalResult(trial_id=self.spec.trial_id, status=status, out=self.out,
+                                 wall_s=time.monotonic() - started, files=files)
+        report_path = self.out / "report.json"
+        if report_path.exists():
+            result.report = json.loads(report_path.read_text())
+        self.progress.summary(result)
+        return result
+
+    # ---- wiring ---------------------------------------------------------------------------------------------
+    def _handler_environment(self, deployment: Any) -> dict[str, str]:
+        # Every function reads the same settings names (table and bucket names, the state machine); the union is
+        # set once so handlers invoked from any thread see the same configuration.
+        env: dict[str, str] = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
+                               "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING")}
+        for module in deployment.functions:
+            for key, value in deployment.function_environment(module).items():
+                env.setdefault(key, value)
+        self.functions = dict(deployment.functions)
+        return env
+
+    def _job_env(self, env: Any) -> dict[str, str]:
+        # The job definitions name the production backends (cuda, neuron); here each track runs what this
+        # machine has: cuda or cpu for GPU runs, neuron or the torch.compile stand-in for Trainium2.
+        track = env.get("DUALTRACK_TRACK", "gpu")
+        extra = {"DUALTRACK_METRICS": os.environ.get("DUALTRACK_METRICS", "on"),
+                 "DUALTRACK_BACKEND": local_backend(track)}
+        fail = self.options.fail_trn2 or os.environ.get("DUALTRACK_FORCE_FAIL_TRN2")
+        if fail and env.get("DUALTRACK_RUN") == "trn2":
+            extra["DUALTRACK_FORCE_FAIL"] = fail
+        return extra
+
+    def _enable_bucket_events(self) -> None:
+        import boto3
+
+        s3 = boto3.client("s3")
+        for bucket in s3.list_buckets()["Buckets"]:
+            s3.put_bucket_notification_configuration(Bucket=bucket["Name"], NotificationConfiguration={
+                "EventBridgeConfiguration": {}})
+
+    def _publish(self, event: dict[str, Any]) -> None:
+        """A Batch state-change event onto the default bus, where the synthesized rules' patterns route it."""
+        from moto.events.models import events_backends
+
+        backend = events_backends[event["account"]][event["region"]]
+        backend.put_events([{"Source": event["source"], "DetailType": event["detail-type"],
+                             "Detail": json.dumps(event["detail"]), "Resources": event["resources"]}])
+
+    def _invoke_arn(self, function_arn: str, event: dict[str, Any]) -> Any:
+        from moto.awslambda.utils import get_backend
+
+        name = function_arn.rsplit(":function:", 1)[-1].split(":")[0]
+        region = function_arn.split(":")[3]
+        function = get_backend(function_arn.split(":")[4], region).get_function(name)
+        return self.lambdas(function, event)
+
+    def _invoke_module(self, module: str, event: dict[str, Any]) -> Any:
+        from moto.awslambda.utils import get_backend
+        from moto.core import DEFAULT_ACCOUNT_ID
+
+        function = get_backend(DEFAULT_ACCOUNT_ID, os.environ["AWS_REGION"]).get_function(self.functions[module])
+        return self.lambdas(function, event)
+
+    # ---- the trial ------------------------------------------------------------------------------------------
+    def _stage_data(self) -> None:
+        """Upload local data files to a datasets bucket: the API, like production, takes only s3:// URIs."""
+        import boto3
+
+        from lambdas.domain.trial import parse_trial
+
+        doc = self.spec.model_dump(mode="json", exclude_none=True)
+        s3, bucket = boto3.client("s3"), "rehearsal-datasets"
+        s3.create_bucket(Bucket=bucket)
+        for field_name in ("train_uri", "validation_uri"):
+            uri = doc["data"][field_name]
+            if uri.startswith("s3://"):
+                continue
+            path = Path(uri.removeprefix("file://"))
+            key = f"{self.spec.data.version}/{path.name}"
+            s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+            doc["data"][field_name] = f"s3://{bucket}/{key}"
+            self.progress.phase(f"staged {path} -> s3://{bucket}/{key}")
+        self.spec = parse_trial(doc)
+
+    def _submit(self, deployment: Any) -> str:
+        self._stage_data()
+        body = self.spec.model_dump(mode="json", exclude_none=True)
+        self.progress.phase(f"submitting trial {self.spec.trial_id} through the API handler (POST /trials)")
+        response = self._invoke_module("on_trial_api", api_event("POST", "/trials", body))
+        payload = json.loads(response.get("body") or "{}")
+        if response.get("statusCode") not in (200, 201):
+            raise RuntimeError(f"the API refused the trial ({response.get('statusCode')}): {json.dumps(payload)}")
+        self.progress.phase(f"accepted ({response['statusCode']}): route {payload.get('triage', {}).get('route')}")
+        return str(deployment.state_machine_arn).replace(":stateMachine:", ":execution:") + f":{self.spec.trial_id}"
+
+    def _follow(self, execution_arn: str) -> str:
+        import boto3
+
+        sfn = boto3.client("stepfunctions")
+        deadline = time.monotonic() + self.options.timeout_s
+        seen = 0
+        while True:
+            history = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
+            for event in history[seen:]:
+                self.progress.workflow(event)
+            seen = len(history)
+            status = sfn.describe_execution(executionArn=execution_arn)["status"]
+            if status in TERMINAL:
+                return str(status)
+            if time.monotonic() > deadline:
+                self.progress.warn(f"gave up after {self.options.timeout_s:.0f} s; stopping the workflow")
+                self._stop(execution_arn)
+                return "TIMED_OUT"
+            time.sleep(0.5)
+
+    def _stop(self, execution_arn: str) -> None:
+        import boto3
+
+        try:
+            boto3.client("stepfunctions").stop_execution(executionArn=execution_arn, cause="rehearsal interrupted")
+        except Exception as exc:  # the execution may have ended meanwhile
+            self.progress.warn(f"stop execution: {exc}")
+
+    # ---- outputs and state ----------------------------------------------------------------------------------
+    def _collect(self, execution_arn: str | None) -> list[Path]:
+        import boto3
+
+        files: list[Path] = []
+        s3 = boto3.client("s3")
+        bucket, prefix = self.env["ARTIFACTS_BUCKET"], f"trials/{self.spec.trial_id}/report/"
+        for name in REPORT_FILES:
+            try:
+                body = s3.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()
+            except s3.exceptions.NoSuchKey:
+                continue
+            except Exception as exc:  # keep collecting what exists
+                self.progress.warn(f"report {name}: {exc}")
+                continue
+            (self.out / name).write_bytes(body)
+            files.append(self.out / name)
+        ledger = _scan(self.env["LEDGER_TABLE"])
+        _write_json(self.out / "ledger.json", ledger)
+        files.append(self.out / "ledger.json")
+        if execution_arn:
+            try:
+                history = boto3.client("stepfunctions").get_execution_history(executionArn=execution_arn,
+                                                                             maxResults=1000)["events"]
+            except Exception as exc:
+                self.progress.warn(f"execution history: {exc}")
+            else:
+                _write_json(self.out / "execution-history.json", history)
+                files.append(self.out / "execution-history.json")
+        return files
+
+    def _save_state(self) -> None:
+        """Keep the compile cache and its registry for the next rehearsal (moto's state lives in memory)."""
+        import boto3
+
+        s3 = boto3.client("s3")
+        cache_dir = self.state_dir / "compile-cache"
+        bucket = self.env.get("CACHE_BUCKET")
+        if bucket:
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                for obj in page.get("Contents", []):
+                    target = cache_dir / obj["Key"]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+        table = self.env.get("CACHE_REGISTRY_TABLE")
+        if table:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            items = boto3.client("dynamodb").scan(TableName=table).get("Items", [])
+            (self.state_dir / "registry.json").write_text(json.dumps(items, indent=1))
+
+    def _restore_state(self) -> None:
+        import boto3
+
+        cache_dir = self.state_dir / "compile-cache"
+        bucket = self.env.get("CACHE_BUCKET")
+        if bucket and cache_dir.exists():
+            s3 = boto3.client("s3")
+            for path in sorted(p for p in cache_dir.rglob("*") if p.is_file()):
+                s3.put_object(Bucket=bucket, Key=path.relative_to(cache_dir).as_posix(), Body=path.read_bytes())
+        registry = self.state_dir / "registry.json"
+        table = self.env.get("CACHE_REGISTRY_TABLE")
+        if table and registry.exists():
+            dynamodb = boto3.client("dynamodb")
+            items = json.loads(registry.read_text())
+            for item in items:
+                dynamodb.put_item(TableName=table, Item=item)
+            if items:
+                self.progress.phase(f"restored {len(items)} compile-cache registry entries from {registry}")
+
+
+def local_backend(track: str) -> str:
+    if track == "trn2":
+        return "neuron" if any(Path("/dev").glob("neuron*")) else "compiled"
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def api_event(method: str, path: str, body: Any | None = None) -> dict[str, Any]:
+    """An API Gateway REST proxy event as the AWS_IAM-authorised API delivers it."""
+    request_id = str(uuid.uuid4())
+    return {
+        "resource": path, "path": path, "httpMethod": method,
+        "headers": {"Content-Type": "application/json", "Host": "local"},
+        "multiValueHeaders": {"Content-Type": ["application/json"]},
+        "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
+        "stageVariables": None, "isBase64Encoded": False,
+        "body": None if body is None else json.dumps(body),
+        "requestContext": {
+            "resourcePath": path, "httpMethod": method, "path": f"/local{path}", "stage": "local",
+            "requestId": request_id, "accountId": "123456789012", "apiId": "local",
+            "identity": {"sourceIp": "127.0.0.1", "userArn": "arn:aws:iam::123456789012:user/rehearsal",
+                         "caller": "rehearsal", "user": "rehearsal"},
+        },
+    }
+
+
+def _reset_moto() -> None:
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
+
+
+def _scan(table: str) -> list[dict[str, Any]]:
+    import boto3
+
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {}
+    resource = boto3.resource("dynamodb").Table(table)
+    while True:
+        page = resource.scan(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return sorted(items, key=lambda i: (str(i.get("run_key", "")), str(i.get("entry_key", ""))))
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, default=str) + "\n")

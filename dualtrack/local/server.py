@@ -1,0 +1,71 @@
+"""In-process AWS for the rehearsal: a moto server on loopback that the trainer subprocesses reach too.
+
+The rehearsal's Lambdas run in this process and its Batch jobs run as subprocesses, so AWS has to be reachable
+from both: a threaded moto server on 127.0.0.1 with an OS-assigned port, and ``AWS_ENDPOINT_URL`` pointing every
+boto3 client (ours, the handlers', the trainer's) at it. moto's Step Functions interpreter calls other services
+through ``localhost:$MOTO_PORT``, so that is set as well.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account
+
+MOTO_CONFIG = {
+    "batch": {"use_docker": False},
+    "lambda": {"use_docker": False},
+    "stepfunctions": {"execute_state_machine": True},
+}
+
+
+@dataclass(frozen=True)
+class LocalAws:
+    endpoint_url: str
+    region: str = REGION
+    account: str = ACCOUNT
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "rehearsal",
+            "AWS_SECRET_ACCESS_KEY": "rehearsal",
+            "AWS_SESSION_TOKEN": "rehearsal",
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+        }
+
+
+@contextlib.contextmanager
+def local_aws(region: str = REGION) -> Iterator[LocalAws]:
+    """Start moto on 127.0.0.1, point this process's environment at it, restore everything afterwards."""
+    from moto.core.config import default_user_config
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log on the console
+    saved_config = {k: dict(v) for k, v in default_user_config.items() if isinstance(v, dict)}
+    for key, value in MOTO_CONFIG.items():
+        default_user_config.setdefault(key, {}).update(value)  # type: ignore[attr-defined]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    aws = LocalAws(endpoint_url=f"http://{host}:{port}", region=region)
+    saved_env = {k: os.environ.get(k) for k in [*aws.env(), "MOTO_PORT", "AWS_PROFILE"]}
+    os.environ.update(aws.env())
+    os.environ["MOTO_PORT"] = str(port)
+    os.environ.pop("AWS_PROFILE", None)
+    try:
+        yield aws
+    finally:
+        server.stop()
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        default_user_config.update(saved_config)  # type: ignore[arg-type]

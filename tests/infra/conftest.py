@@ -1,0 +1,45 @@
+"""One synthesis of the app per test session (cached by source hash), shared by every infra test."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+
+from dualtrack.local.synth import Assembly, synthesize  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def assembly() -> Assembly:
+    return synthesize("dev")
+
+
+@pytest.fixture(scope="session")
+def templates(assembly: Assembly) -> dict[str, dict[str, Any]]:
+    return assembly.templates()
+
+
+@pytest.fixture(scope="session")
+def stateful(assembly: Assembly) -> dict[str, Any]:
+    return assembly.template(assembly.stack("Stateful"))
+
+
+@pytest.fixture(scope="session")
+def compute(assembly: Assembly) -> dict[str, Any]:
+    return assembly.template(assembly.stack("Compute"))
+
+
+@pytest.fixture(scope="session")
+def control(assembly: Assembly) -> dict[str, Any]:
+    return assembly.template(assembly.stack("Control"))
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def props(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [v.get("Properties", {}) for v in resources(template, kind).values()]

@@ -1,0 +1,125 @@
+"""The compute stack: private network, accelerator queues, launch templates and the trainer job definitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk.assertions import Match, Template
+
+from infra.constructs.network import INTERFACE_ENDPOINTS
+from lambdas.domain.catalogue import load_catalogue
+from tests.infra.conftest import props, resources
+
+
+def _by_prefix(template: dict[str, Any], kind: str, prefix: str) -> list[dict[str, Any]]:
+    return [v["Properties"] for k, v in resources(template, kind).items() if k.startswith(prefix)]
+
+
+def test_network_is_private_with_the_job_endpoints(compute: dict[str, Any]) -> None:
+    template = Template.from_json(compute)
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+    template.resource_count_is("AWS::EC2::InternetGateway", 0)
+    template.resource_count_is("AWS::EC2::FlowLog", 1)
+    endpoints = props(compute, "AWS::EC2::VPCEndpoint")
+    gateway = [e for e in endpoints if e.get("VpcEndpointType") == "Gateway"]
+    interface = [e for e in endpoints if e.get("VpcEndpointType") == "Interface"]
+    assert len(gateway) == 1 and "s3" in str(gateway[0]["ServiceName"])
+    assert len(interface) == len(INTERFACE_ENDPOINTS)
+    names = " ".join(str(e["ServiceName"]) for e in interface)
+    for service in ("ecr.api", "ecr.dkr", "logs", "monitoring", "sts", "ecs-agent", "ecs-telemetry"):
+        assert f".{service}" in names, service
+    assert all(e["PrivateDnsEnabled"] is True for e in interface)
+
+
+def test_compute_environments_use_configured_instances_and_ssm_amis(compute: dict[str, Any]) -> None:
+    gpu = _by_prefix(compute, "AWS::Batch::ComputeEnvironment", "GpuCapacity")
+    trn2 = _by_prefix(compute, "AWS::Batch::ComputeEnvironment", "Trn2Capacity")
+    # cdk.json's dev stage runs GPU trials on g6e.48xlarge; trn2 keeps the default trn2.48xlarge.
+    assert [e["ComputeResources"]["InstanceTypes"] for e in gpu] == [["g6e.48xlarge"]]
+    assert [e["ComputeResources"]["InstanceTypes"] for e in trn2] == [["trn2.48xlarge"]]
+    parameters = compute["Parameters"]
+    for env, image_type, path in ((gpu[0], "ECS_AL2023_NVIDIA", "gpu"), (trn2[0], "ECS_AL2023", "neuron")):
+        resources_ = env["ComputeResources"]
+        assert resources_["Type"] == "EC2" and resources_["MinvCpus"] == 0
+        ec2 = resources_["Ec2Configuration"][0]
+        assert ec2["ImageType"] == image_type
+        parameter = parameters[ec2["ImageIdOverride"]["Ref"]]
+        assert parameter["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+        assert parameter["Default"] == f"/aws/service/ecs/optimized-ami/amazon-linux-2023/{path}/recommended/image_id"
+        assert "PlacementGroup" in resources_ and "LaunchTemplate" in resources_
+    for group in props(compute, "AWS::EC2::PlacementGroup"):
+        assert group["Strategy"] == "cluster"
+
+
+def test_launch_templates_have_efa_per_network_card_and_encrypted_roots(compute: dict[str, Any]) -> None:
+    catalogue = load_catalogue()
+    templates = resources(compute, "AWS::EC2::LaunchTemplate")
+    assert templates
+    for logical_id, template in templates.items():
+        data = template["Properties"]["LaunchTemplateData"]
+        root = data["BlockDeviceMappings"][0]["Ebs"]
+        assert root == {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 1024, "VolumeType": "gp3"}
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        instance = "g6e.48xlarge" if logical_id.startswith("Gpu") else "trn2.48xlarge"
+        interfaces = data["NetworkInterfaces"]
+        assert len(interfaces) == catalogue.get(instance).efa_interfaces
+        assert {i["InterfaceType"] for i in interfaces} == {"efa"}
+        assert [i["NetworkCardIndex"] for i in interfaces] == list(range(len(interfaces)))
+        assert [i["DeviceIndex"] for i in interfaces] == [0] + [1] * (len(interfaces) - 1)
+
+
+def test_queues_order_on_demand_first(compute: dict[str, Any]) -> None:
+    queues = props(compute, "AWS::Batch::JobQueue")
+    assert len(queues) == 2
+    for queue in queues:
+        assert [o["Order"] for o in queue["ComputeEnvironmentOrder"]] == [1]
+        assert "JobQueueName" not in queue
+
+
+def test_retry_strategy_encodes_the_exit_code_contract(compute: dict[str, Any]) -> None:
+    definitions = props(compute, "AWS::Batch::JobDefinition")
+    assert len(definitions) == 4  # single-node and multi-node, per track
+    for definition in definitions:
+        assert definition["RetryStrategy"] == {"Attempts": 2, "EvaluateOnExit": [
+            {"Action": "RETRY", "OnExitCode": "75"},
+            {"Action": "RETRY", "OnStatusReason": "Host EC2*"},
+            {"Action": "EXIT", "OnExitCode": "*"},
+        ]}
+        assert definition["Timeout"] == {"AttemptDurationSeconds": 24 * 3600}
+        assert definition["PropagateTags"] is True
+
+
+def test_gpus_are_resource_requirements_and_neuron_devices_are_mapped(compute: dict[str, Any]) -> None:
+    Template.from_json(compute).has_resource_properties("AWS::Batch::JobDefinition", {
+        "Type": "container",
+        "ContainerProperties": Match.object_like({
+            "ResourceRequirements": Match.array_with([{"Type": "GPU", "Value": "8"}]),
+            "Environment": Match.array_with([{"Name": "DUALTRACK_TRACK", "Value": "gpu"}]),
+        }),
+    })
+    trn2 = _by_prefix(compute, "AWS::Batch::JobDefinition", "Trn2JobsSingleNode")[0]["ContainerProperties"]
+    devices = trn2["LinuxParameters"]["Devices"]
+    assert [d["HostPath"] for d in devices] == [f"/dev/neuron{i}" for i in range(16)]
+    assert all(d["ContainerPath"] == d["HostPath"] and d["Permissions"] == ["read", "write"] for d in devices)
+    assert all(r["Type"] != "GPU" for r in trn2["ResourceRequirements"])
+    assert {"HardLimit": -1, "Name": "memlock", "SoftLimit": -1} in trn2["Ulimits"]
+
+
+def test_multi_node_definitions_target_one_instance_type(compute: dict[str, Any]) -> None:
+    for prefix, instance in (("GpuJobsMultiNode", "g6e.48xlarge"), ("Trn2JobsMultiNode", "trn2.48xlarge")):
+        definition = _by_prefix(compute, "AWS::Batch::JobDefinition", prefix)[0]
+        assert definition["Type"] == "multinode"
+        nodes = definition["NodeProperties"]
+        assert nodes["MainNode"] == 0
+        assert nodes["NodeRangeProperties"][0]["Container"]["InstanceType"] == instance
+
+
+def test_job_role_reads_and_writes_but_never_deletes(compute: dict[str, Any]) -> None:
+    for policy in props(compute, "AWS::IAM::Policy"):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            assert not any(a.startswith("s3:Delete") for a in actions), policy["PolicyName"]
+    metrics = [s for p in props(compute, "AWS::IAM::Policy") for s in p["PolicyDocument"]["Statement"]
+               if s["Action"] == "cloudwatch:PutMetricData"]
+    assert metrics and all(s["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Dualtrack"}}
+                           for s in metrics)

@@ -1,0 +1,173 @@
+"""The control stack: functions, API, event routing, topic, monitoring and the state machine's settings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Match, Template
+
+from infra.constructs.trial_api import ROUTES
+from tests.infra.conftest import props, resources
+
+HANDLERS = {"on_trial_api", "resolve_compile_cache", "on_batch_job_state", "on_artifact_created",
+            "close_trial_costs", "build_trial_report", "set_trial_status", "scheduled_cost_report"}
+ASYNC = {"on_batch_job_state", "on_artifact_created", "scheduled_cost_report"}
+
+
+def _functions(control: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    out = {}
+    for logical_id, fn in resources(control, "AWS::Lambda::Function").items():
+        handler = fn["Properties"].get("Handler", "")
+        if handler.startswith("lambdas.handlers."):
+            out[handler.split(".")[2]] = (logical_id, fn["Properties"])
+    return out
+
+
+def test_every_handler_from_one_factory(control: dict[str, Any]) -> None:
+    functions = _functions(control)
+    assert set(functions) == HANDLERS
+    for module, (_, fn) in functions.items():
+        assert fn["Runtime"] == "python3.12" and fn["Architectures"] == ["arm64"], module
+        assert fn["Handler"] == f"lambdas.handlers.{module}.handler"
+        assert fn["TracingConfig"] == {"Mode": "Active"}
+        assert len(fn["Layers"]) == 1
+        assert fn["LoggingConfig"]["LogFormat"] == "JSON"
+        env = fn["Environment"]["Variables"]
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Dualtrack"
+        for name in ("TRIALS_TABLE", "LEDGER_TABLE", "CACHE_REGISTRY_TABLE", "IDEMPOTENCY_TABLE",
+                     "ARTIFACTS_BUCKET", "CACHE_BUCKET", "PRICE_REGION", "REPORT_TOPIC_ARN"):
+            assert name in env, (module, name)
+        assert "FunctionName" not in fn
+    assert "STATE_MACHINE_ARN" in functions["on_trial_api"][1]["Environment"]["Variables"]
+
+
+def test_log_groups_have_retention(control: dict[str, Any]) -> None:
+    for group in props(control, "AWS::Logs::LogGroup"):
+        assert group["RetentionInDays"] == 30
+
+
+def test_async_functions_have_a_failure_destination(control: dict[str, Any]) -> None:
+    functions = _functions(control)
+    configs = {c["FunctionName"]["Ref"]: c for c in props(control, "AWS::Lambda::EventInvokeConfig")}
+    for module in ASYNC:
+        config = configs[functions[module][0]]
+        assert config["MaximumRetryAttempts"] == 2
+        assert "OnFailure" in config["DestinationConfig"]
+    for module in HANDLERS - ASYNC:
+        assert functions[module][0] not in configs
+
+
+def test_api_uses_iam_on_every_method_and_validates(control: dict[str, Any]) -> None:
+    methods = [m for m in props(control, "AWS::ApiGateway::Method") if m["HttpMethod"] != "OPTIONS"]
+    assert len(methods) == len(ROUTES)
+    for method in methods:
+        assert method["AuthorizationType"] == "AWS_IAM"
+        assert "RequestValidatorId" in method
+        assert method["Integration"]["Type"] == "AWS_PROXY"
+    post_trials = [m for m in methods if m["HttpMethod"] == "POST" and "RequestModels" in m]
+    assert len(post_trials) == 1
+    validator = props(control, "AWS::ApiGateway::RequestValidator")[0]
+    assert validator["ValidateRequestBody"] is True and validator["ValidateRequestParameters"] is True
+    model = props(control, "AWS::ApiGateway::Model")[0]
+    assert {"schema_version", "name", "tracks", "model", "data"} <= set(model["Schema"]["required"])
+
+
+def test_api_resource_policy_allows_only_the_account(control: dict[str, Any]) -> None:
+    api = props(control, "AWS::ApiGateway::RestApi")[0]
+    (statement,) = api["Policy"]["Statement"]
+    assert statement["Action"] == "execute-api:Invoke" and statement["Effect"] == "Allow"
+    assert statement["Resource"] == "execute-api:/*"
+    assert ":root" in json.dumps(statement["Principal"])
+
+
+def test_api_stage_logs_traces_and_throttles(control: dict[str, Any]) -> None:
+    stage = props(control, "AWS::ApiGateway::Stage")[0]
+    assert stage["TracingEnabled"] is True
+    assert "DestinationArn" in stage["AccessLogSetting"]
+    (settings,) = stage["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] == 10 and settings["ThrottlingBurstLimit"] == 20
+    assert settings["LoggingLevel"] == "ERROR" and settings["MetricsEnabled"] is True
+
+
+def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
+    rules = props(control, "AWS::Events::Rule")
+    assert len(rules) == 3
+    by_kind = {}
+    for rule in rules:
+        if "ScheduleExpression" in rule:
+            by_kind["schedule"] = rule
+        else:
+            by_kind[rule["EventPattern"]["source"][0]] = rule
+        (target,) = rule["Targets"]
+        assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 6 * 3600, "MaximumRetryAttempts": 8}
+        assert "Arn" in target["DeadLetterConfig"]
+    batch = by_kind["aws.batch"]["EventPattern"]
+    assert batch["detail-type"] == ["Batch Job State Change"]
+    assert len(batch["detail"]["jobQueue"]) == 2
+    s3 = by_kind["aws.s3"]["EventPattern"]
+    assert s3["detail-type"] == ["Object Created"]
+    assert s3["detail"]["object"]["key"] == [{"prefix": "trials/"}, {"prefix": "neuron/"}]
+    assert len(s3["detail"]["bucket"]["name"]) == 2
+    assert by_kind["schedule"]["ScheduleExpression"] == "cron(0 6 ? * MON *)"
+
+
+def test_queues_and_topic_are_encrypted_and_tls_only(control: dict[str, Any]) -> None:
+    for queue in props(control, "AWS::SQS::Queue"):
+        assert queue["SqsManagedSseEnabled"] is True
+    topic = props(control, "AWS::SNS::Topic")[0]
+    assert "KmsMasterKeyId" in topic
+    Template.from_json(control).has_resource_properties("AWS::SNS::TopicPolicy", {
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])},
+    })
+
+
+def test_alarms_cover_failed_runs_dlqs_and_lambda_errors(control: dict[str, Any]) -> None:
+    alarms = props(control, "AWS::CloudWatch::Alarm")
+    metrics = [(a.get("Namespace"), a.get("MetricName")) for a in alarms]
+    assert ("Dualtrack", "RunsFailed") in metrics
+    assert ("AWS/States", "ExecutionsFailed") in metrics
+    assert metrics.count(("AWS/SQS", "ApproximateNumberOfMessagesVisible")) == 2
+    assert metrics.count(("AWS/Lambda", "Errors")) == len(HANDLERS)
+    assert all(a["AlarmActions"] for a in alarms)
+    dashboard = props(control, "AWS::CloudWatch::Dashboard")[0]
+    body = json.dumps(dashboard["DashboardBody"])
+    for title in ("Runs", "Trial cost (USD)", "Compile-cache hit rate (%)", "Lambda errors", "Dead-letter depth"):
+        assert title in body
+
+
+def test_state_machine_logs_all_traces_and_times_out(control: dict[str, Any]) -> None:
+    (machine,) = props(control, "AWS::StepFunctions::StateMachine")
+    assert machine["StateMachineType"] == "STANDARD"
+    assert machine["TracingConfiguration"] == {"Enabled": True}
+    assert machine["LoggingConfiguration"]["Level"] == "ALL"
+    assert machine["LoggingConfiguration"]["IncludeExecutionData"] is True
+    assert "StateMachineName" not in machine
+
+
+def test_state_machine_can_terminate_its_jobs(control: dict[str, Any]) -> None:
+    role_policies = [p for k, p in ((k, v["Properties"]) for k, v in resources(control, "AWS::IAM::Policy").items())
+                     if k.startswith("WorkflowStateMachineRole")]
+    statements = [s for p in role_policies for s in p["PolicyDocument"]["Statement"]]
+    terminate = [s for s in statements if s["Action"] == "batch:TerminateJob"]
+    assert len(terminate) == 1 and ":job/*" in json.dumps(terminate[0]["Resource"])
+    submit = [s for s in statements if s["Action"] == "batch:SubmitJob"][0]
+    queues = [r for r in submit["Resource"] if "Fn::ImportValue" in r]
+    assert len(queues) == 2  # SubmitJob only on the two dualtrack queues
+
+
+def test_no_physical_names_anywhere(templates: dict[str, dict[str, Any]]) -> None:
+    """Two stages deploy side by side in one account: every name is generated by CloudFormation."""
+    named = ("BucketName", "TableName", "FunctionName", "QueueName", "TopicName", "RoleName", "StateMachineName",
+             "JobQueueName", "JobDefinitionName", "ComputeEnvironmentName", "LogGroupName", "Name")
+    for stack, template in templates.items():
+        assert stack.startswith("Dualtrack-dev-")
+        for logical_id, resource in template["Resources"].items():
+            if resource["Type"].startswith("Custom::") or resource["Type"] in (
+                    "AWS::Lambda::EventInvokeConfig", "AWS::Lambda::Permission", "AWS::ApiGateway::Model"):
+                continue
+            for field in named:
+                value = resource.get("Properties", {}).get(field)
+                assert not isinstance(value, str) or resource["Type"] == "AWS::ApiGateway::RestApi", (
+                    stack, logical_id, field, value)

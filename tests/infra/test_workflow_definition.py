@@ -1,0 +1,104 @@
+"""The trial workflow's definition, asserted as JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_cdk.assertions import Capture, Match, Template
+
+BATCH_RETRY = {"ErrorEquals": ["Batch.AWSBatchException", "Batch.ServerException"], "IntervalSeconds": 5,
+               "MaxAttempts": 6, "BackoffRate": 2, "MaxDelaySeconds": 120, "JitterStrategy": "FULL"}
+
+
+def _definition(control: dict[str, Any]) -> dict[str, Any]:
+    capture = Capture()
+    Template.from_json(control).has_resource_properties("AWS::StepFunctions::StateMachine",
+                                                        {"DefinitionString": capture})
+    parts = capture.as_object()["Fn::Join"][1]
+    # Tokens (queue/job-definition imports, function ARNs) become readable placeholders.
+    text = "".join(p if isinstance(p, str) else json.dumps(json.dumps(p))[1:-1] for p in parts)
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+def test_top_level_flow(control: dict[str, Any]) -> None:
+    states = _definition(control)["States"]
+    assert _definition(control)["StartAt"] == "PlanTracks"
+    assert states["PlanTracks"]["Parameters"] == {"gpu.$": "States.ArrayContains($.tracks, 'gpu')",
+                                                  "trn2.$": "States.ArrayContains($.tracks, 'trn2')"}
+    assert states["HasTrn2Track"]["Choices"][0] == {"Variable": "$.plan.trn2", "BooleanEquals": True,
+                                                    "Next": "ResolveCompileCache"}
+    assert states["ResolveCompileCache"]["Next"] == "RunTracks"
+    assert states["ResolveCompileCache"]["Parameters"] == {"trial_id.$": "$.trial_id", "spec_uri.$": "$.spec_uri"}
+    assert states["RunTracks"]["Type"] == "Parallel" and states["RunTracks"]["ResultPath"] == "$.runs"
+    assert states["RunTracks"]["Next"] == "CloseTrialCosts"
+    assert states["CloseTrialCosts"]["Parameters"] == {"trial_id.$": "$.trial_id", "runs.$": "$.runs"}
+    assert states["CloseTrialCosts"]["Next"] == "BuildTrialReport"
+    assert states["BuildTrialReport"]["Next"] == "SetTrialStatus"
+    assert states["SetTrialStatus"]["Parameters"]["status"] == "SUCCEEDED"
+    for step in ("ResolveCompileCache", "CloseTrialCosts", "BuildTrialReport"):
+        assert states[step]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
+                                          "Next": "SetTrialStatusFailed"}]
+    assert states["SetTrialStatusFailed"]["Parameters"]["status"] == "FAILED"
+
+
+def test_definition_serialized_matches(control: dict[str, Any]) -> None:
+    # The same contract through Match.serialized_json on the rendered (token-free) definition.
+    definition = json.dumps(_definition(control))
+    Template.from_json({"Resources": {"D": {"Type": "Test::Definition", "Properties": {"Body": definition}}}}) \
+        .has_resource_properties("Test::Definition", {"Body": Match.serialized_json(Match.object_like({
+            "StartAt": "PlanTracks",
+            "States": Match.object_like({"TrialSettled": {"Type": "Succeed"},
+                                         "TrialFailed": Match.object_like({"Type": "Fail"})}),
+        }))})
+
+
+def _branches(control: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    gpu, trn2 = _definition(control)["States"]["RunTracks"]["Branches"]
+    return gpu["States"], trn2["States"]
+
+
+def test_gpu_branch(control: dict[str, Any]) -> None:
+    gpu, _ = _branches(control)
+    assert gpu["GpuTrack"]["Choices"][0]["Variable"] == "$.plan.gpu"
+    assert gpu["GpuSkipped"]["Parameters"] == {"run": "gpu", "status": "SKIPPED", "job_id": "", "fallback": False}
+    submit = gpu["SubmitGpuJob"]
+    assert submit["Resource"].endswith(":states:::batch:submitJob.sync")
+    assert submit["Retry"] == [BATCH_RETRY]
+    assert submit["ResultSelector"] == {"run": "gpu", "status": "SUCCEEDED", "job_id.$": "$.JobId",
+                                        "fallback": False}
+    params = submit["Parameters"]
+    assert params["JobName.$"] == "States.Format('{}-gpu', $.trial_id)"
+    assert params["RetryStrategy"] == {"Attempts.$": "$.max_attempts"}
+    assert params["Timeout"] == {"AttemptDurationSeconds.$": "$.attempt_timeout_s"}
+    assert params["Tags"] == {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": "gpu"}
+    assert "GpuCapacityQueue" in params["JobQueue"] and "GpuJobsSingleNode" in params["JobDefinition"]
+    assert params["ContainerOverrides"]["Environment"] == [
+        {"Name": "DUALTRACK_TRIAL_ID", "Value.$": "$.trial_id"},
+        {"Name": "DUALTRACK_RUN", "Value": "gpu"},
+        {"Name": "DUALTRACK_TRACK", "Value": "gpu"},
+        {"Name": "DUALTRACK_SPEC_URI", "Value.$": "$.spec_uri"},
+        {"Name": "DUALTRACK_RUN_DIR", "Value.$": "$.run_dirs.gpu"},
+    ]
+    assert submit["Catch"][0]["Next"] == "GpuRunFailed"
+
+
+def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
+    _, trn2 = _branches(control)
+    submit = trn2["SubmitTrn2Job"]
+    env = {e["Name"]: e.get("Value.$", e.get("Value")) for e in submit["Parameters"]["ContainerOverrides"]["Environment"]}
+    assert env["NEURON_COMPILE_CACHE_URL"] == "$.cache.cache_url" and env["DUALTRACK_TRACK"] == "trn2"
+    assert "Trn2CapacityQueue" in submit["Parameters"]["JobQueue"]
+    assert submit["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.trn2_error",
+                                "Next": "SubmitGpuFallbackJob"}]
+    fallback = trn2["SubmitGpuFallbackJob"]
+    env = {e["Name"]: e.get("Value.$", e.get("Value")) for e in fallback["Parameters"]["ContainerOverrides"]["Environment"]}
+    assert env == {"DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "gpu-fallback", "DUALTRACK_TRACK": "gpu",
+                   "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.run_dirs['gpu-fallback']",
+                   "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
+    assert "GpuCapacityQueue" in fallback["Parameters"]["JobQueue"]
+    assert "GpuJobsSingleNode" in fallback["Parameters"]["JobDefinition"]
+    assert fallback["ResultSelector"]["fallback"] is True and fallback["Retry"] == [BATCH_RETRY]
+    assert trn2["GpuFallbackFailed"]["Parameters"] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "",
+                                                       "fallback": True}
+    assert trn2["Trn2Skipped"]["Parameters"]["status"] == "SKIPPED"

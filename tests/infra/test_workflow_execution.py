@@ -1,0 +1,172 @@
+"""The synthesized trial workflow, executed on moto with fake task handlers and scripted Batch jobs."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from dualtrack.local.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, job_environment, moto_shims
+from dualtrack.local.synth import Assembly
+from dualtrack.local.template import LocalDeployment, deploy_locally
+
+pytestmark = pytest.mark.slow
+TRIAL = "llama-lora-0123456789"
+RUN_DIRS = {run: f"s3://artifacts/trials/{TRIAL}/{run}" for run in ("gpu", "trn2", "gpu-fallback")}
+
+
+def workflow_input(tracks: list[str] | None = None) -> dict[str, Any]:
+    return {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json",
+            "tracks": tracks or ["gpu", "trn2"], "run_dirs": RUN_DIRS, "max_attempts": 2,
+            "attempt_timeout_s": 3600}
+
+
+def fake_handlers() -> InProcessLambdas:
+    def resolve(event: dict[str, Any], _: Any) -> dict[str, Any]:
+        return {"cache_url": "s3://cache/neuron/llama/2.26/abc/", "cache_key": "abc", "prefix": "neuron/llama/2.26/abc/",
+                "warm": False, "failed_before": False}
+
+    def close(event: dict[str, Any], _: Any) -> dict[str, Any]:
+        return {"trial_id": event["trial_id"], "runs": {r["run"]: {"total_usd": "0"} for r in event["runs"]},
+                "total_usd": "0"}
+
+    return InProcessLambdas({
+        "resolve_compile_cache": resolve,
+        "close_trial_costs": close,
+        "build_trial_report": lambda event, _: {"report_uri": f"s3://artifacts/trials/{event['trial_id']}/report/",
+                                                "verdict": "inconclusive"},
+        "set_trial_status": lambda event, _: {"trial_id": event["trial_id"], "status": event["status"]},
+    })
+
+
+class Harness:
+    def __init__(self, deployment: LocalDeployment, lambdas: InProcessLambdas, jobs: ScriptedJobs):
+        self.deployment, self.lambdas, self.jobs = deployment, lambdas, jobs
+        self.sfn = boto3.client("stepfunctions", region_name=deployment.region)
+
+    def start(self, payload: dict[str, Any], name: str = TRIAL) -> str:
+        return self.sfn.start_execution(stateMachineArn=self.deployment.state_machine_arn, name=name,
+                                        input=json.dumps(payload))["executionArn"]  # type: ignore[no-any-return]
+
+    def wait(self, arn: str, timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            described = self.sfn.describe_execution(executionArn=arn)
+            if described["status"] != "RUNNING":
+                return described  # type: ignore[no-any-return]
+            time.sleep(0.2)
+        raise AssertionError(f"execution {arn} still RUNNING after {timeout_s} s")
+
+    def wait_for_job(self, run: str, timeout_s: float = 30) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for job in self.jobs.submitted:
+                if job_environment(job).get("DUALTRACK_RUN") == run:
+                    return job
+            time.sleep(0.1)
+        raise AssertionError(f"no {run} job was submitted within {timeout_s} s")
+
+    def calls(self, module: str) -> list[Any]:
+        return [event for handler, event in self.lambdas.calls if handler == f"lambdas.handlers.{module}.handler"]
+
+
+@pytest.fixture
+def harness(request: pytest.FixtureRequest, assembly: Assembly) -> Iterator[Harness]:
+    exit_codes = getattr(request, "param", {})
+    jobs = ScriptedJobs(dict(exit_codes))
+    lambdas = fake_handlers()
+    with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
+        yield Harness(deploy_locally(assembly), lambdas, jobs)
+
+
+def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
+    done = harness.wait(harness.start(workflow_input()))
+    assert done["status"] == "SUCCEEDED", done
+    output = json.loads(done["output"])
+    assert [(r["run"], r["status"], r["fallback"]) for r in output["runs"]] == [
+        ("gpu", "SUCCEEDED", False), ("trn2", "SUCCEEDED", False)]
+    assert {r["job_id"] for r in output["runs"]} == {job.job_id for job in harness.jobs.submitted}
+    assert sorted(harness.jobs.runs()) == ["gpu", "trn2"]
+    trn2 = next(job for job in harness.jobs.submitted if job_environment(job)["DUALTRACK_RUN"] == "trn2")
+    env = job_environment(trn2)
+    assert env["NEURON_COMPILE_CACHE_URL"] == "s3://cache/neuron/llama/2.26/abc/"
+    assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["trn2"] and env["DUALTRACK_TRIAL_ID"] == TRIAL
+    assert env["DUALTRACK_BACKEND"] == "neuron"  # from the job definition, under the overrides
+    assert trn2.job_name == f"{TRIAL}-trn2"
+    assert "Trn2CapacityQueue" in trn2.job_queue.arn
+    tags = boto3.client("batch", region_name="us-east-1").list_tags_for_resource(resourceArn=trn2.arn)["tags"]
+    assert tags == {"dualtrack:trial": TRIAL, "dualtrack:run": "trn2"}
+    assert harness.calls("resolve_compile_cache") == [{"trial_id": TRIAL, "spec_uri": workflow_input()["spec_uri"]}]
+    assert harness.calls("close_trial_costs")[0]["runs"] == output["runs"]
+    assert harness.calls("set_trial_status") == [{"trial_id": TRIAL, "status": "SUCCEEDED"}]
+    assert output["report"]["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("harness", [{"trn2": 76}], indirect=True)
+def test_failing_trn2_job_falls_back_to_gpu(harness: Harness) -> None:
+    done = harness.wait(harness.start(workflow_input()))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert [(r["run"], r["status"], r["fallback"]) for r in runs] == [
+        ("gpu", "SUCCEEDED", False), ("gpu-fallback", "SUCCEEDED", True)]
+    assert sorted(harness.jobs.runs()) == ["gpu", "gpu-fallback", "trn2"]
+    fallback = next(j for j in harness.jobs.submitted if job_environment(j)["DUALTRACK_RUN"] == "gpu-fallback")
+    env = job_environment(fallback)
+    assert env["DUALTRACK_RESUME_FROM"] == RUN_DIRS["trn2"]
+    assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["gpu-fallback"] and env["DUALTRACK_TRACK"] == "gpu"
+    assert "GpuCapacityQueue" in fallback.job_queue.arn
+    assert harness.calls("close_trial_costs")[0]["runs"] == runs
+
+
+@pytest.mark.parametrize("harness", [{"trn2": 1, "gpu-fallback": 1}], indirect=True)
+def test_failed_fallback_is_reported_not_fatal(harness: Harness) -> None:
+    done = harness.wait(harness.start(workflow_input()))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert runs[1] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "", "fallback": True}
+
+
+def test_gpu_only_trial_skips_trn2_and_the_cache(harness: Harness) -> None:
+    done = harness.wait(harness.start(workflow_input(["gpu"])))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert runs[1] == {"run": "trn2", "status": "SKIPPED", "job_id": "", "fallback": False}
+    assert harness.jobs.runs() == ["gpu"]
+    assert harness.calls("resolve_compile_cache") == []
+
+
+@pytest.mark.parametrize("harness", [{"trn2": None}], indirect=True)
+def test_repeated_start_is_one_execution(harness: Harness) -> None:
+    first = harness.start(workflow_input())
+    assert harness.start(workflow_input()) == first  # running, same name and input: the same execution
+    with pytest.raises(harness.sfn.exceptions.ExecutionAlreadyExists):
+        harness.start(workflow_input(["gpu"]))  # same trial id, different input
+    harness.wait_for_job("trn2")
+    harness.sfn.stop_execution(executionArn=first)
+    harness.wait(first)
+    with pytest.raises(harness.sfn.exceptions.ExecutionAlreadyExists):
+        harness.start(workflow_input())  # finished: the API answers "already submitted"
+    executions = harness.sfn.list_executions(stateMachineArn=harness.deployment.state_machine_arn)["executions"]
+    assert [e["name"] for e in executions] == [TRIAL]
+    assert sorted(harness.jobs.runs()) == ["gpu", "trn2"]
+
+
+@pytest.mark.parametrize("harness", [{"trn2": None}], indirect=True)
+def test_cancelled_execution_terminates_its_jobs(harness: Harness) -> None:
+    arn = harness.start(workflow_input())
+    trn2 = harness.wait_for_job("trn2")
+    deadline = time.monotonic() + 30
+    assert trn2.status == "RUNNING"
+    harness.sfn.stop_execution(executionArn=arn, error="Cancelled", cause="cancelled by its owner")
+    assert harness.wait(arn)["status"] == "ABORTED"
+    while not harness.jobs.terminated and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert harness.jobs.terminated == [(trn2.job_id, "Step Functions execution stopped")]
+    described = boto3.client("batch", region_name="us-east-1").describe_jobs(jobs=[trn2.job_id])["jobs"][0]
+    assert described["status"] == "FAILED"
+    assert "gpu-fallback" not in harness.jobs.runs()  # a cancelled trial does not fall back

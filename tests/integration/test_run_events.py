@@ -1,0 +1,219 @@
+"""Batch and S3 events drive the ledger: duplicates and reordering leave ledger and costs unchanged."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.conftest import Context, api_event, batch_event, s3_event
+
+T0 = 1_795_168_800_000  # 2026-11-20T10:00:00Z in ms
+
+
+def iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def summary(trial_id: str, attempt: int, **over: Any) -> dict[str, Any]:
+    base = {
+        "trial_id": trial_id,
+        "track": "trn2",
+        "run": "trn2",
+        "attempt": attempt,
+        "backend": "cpu",
+        "stand_in": True,
+        "status": "failed" if attempt == 1 else "succeeded",
+        "exit_code": 75 if attempt == 1 else 0,
+        "global_step": 300 if attempt == 1 else 1000,
+        "start_step": 0 if attempt == 1 else 200,
+        "resumed_from_step": None if attempt == 1 else 200,
+        "rerun_steps": 0 if attempt == 1 else 100,
+        "steps_this_attempt": 300 if attempt == 1 else 800,
+        "tokens_this_attempt": 300 * 64 * 4096 if attempt == 1 else 800 * 64 * 4096,
+        "phases": {
+            "environment_s": 30.0,
+            "data_load_s": 10.0,
+            "compile_s": 600.0 if attempt == 1 else 20.0,
+            "train_s": 900.0 if attempt == 1 else 2400.0,
+            "checkpoint_save_s": 20.0,
+            "checkpoint_restore_s": 0.0 if attempt == 1 else 15.0,
+            "eval_s": 30.0,
+        },
+        "throughput": {"tokens_per_s": 87000.0, "step_time_s": 3.0, "samples_per_s": 21.0},
+        "loss": {
+            "initial": 2.5,
+            "final": 1.9 if attempt == 1 else 1.2,
+            "per_step": [2.5 - 0.002 * i for i in range(10)],
+            "eval": [{"step": 100, "loss": 2.2}] if attempt == 1 else [{"step": 1000, "loss": 1.25}],
+        },
+        "checkpoints": [{"step": 200, "bytes": 4000, "files": 3, "save_s": 10.0, "uri": "s3://x"}],
+        "compile": {
+            "seconds": 600.0 if attempt == 1 else 20.0,
+            "cache": "miss" if attempt == 1 else "hit",
+            "cache_key": "a" * 64,
+            "cache_url": "s3://compile-cache/neuron/x",
+        },
+        "continuity": {
+            "global_step_continuous": True,
+            "loss_continuous": True,
+            "tolerance": 0.05,
+            "max_rel_delta": 0.01,
+        },
+        "fault": {"injected_at_step": 300 if attempt == 1 else None, "mode": "retryable"},
+        "validation_loss": 1.25,
+        "memory_peak_mib": 900.0,
+        "final_samples": [],
+        "started_at": iso(T0),
+        "ended_at": iso(T0 + 3_600_000 * attempt),
+    }
+    base.update(over)
+    return base
+
+
+def scenario(aws: dict[str, Any], example: dict[str, Any]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    from lambdas.handlers.on_trial_api import handler as api
+
+    trial_id = json.loads(api(api_event("POST", "/trials", example), Context())["body"])["trial_id"]
+    s3 = aws["s3"]
+    put = lambda key, body: s3.put_object(Bucket="artifacts", Key=key, Body=json.dumps(body).encode())  # noqa: E731
+    base = f"trials/{trial_id}/trn2"
+    put(f"{base}/attempt-1/summary.json", summary(trial_id, 1))
+    put(f"{base}/attempt-2/summary.json", summary(trial_id, 2))
+    manifest = {
+        "step": 200,
+        "shards": [
+            {"name": "model.pt", "bytes": 3000, "sha256": "0" * 64},
+            {"name": "optim.pt", "bytes": 1000, "sha256": "1" * 64},
+        ],
+        "save_s": 10.0,
+    }
+    put(f"{base}/checkpoints/step-200/manifest.json", manifest)
+    s3.put_object(Bucket="artifacts", Key=f"{base}/checkpoints/step-200/model.pt", Body=b"x" * 3000)
+    job = "job-trn2-1"
+    a1 = {
+        "container": {"exitCode": 75},
+        "startedAt": T0 + 90_000,
+        "stoppedAt": T0 + 1_800_000,
+        "statusReason": "Essential container in task exited",
+    }
+    a2 = {
+        "container": {"exitCode": 0},
+        "startedAt": T0 + 1_900_000,
+        "stoppedAt": T0 + 5_000_000,
+        "statusReason": "Essential container in task exited",
+    }
+    ev = lambda status, ms, attempts, **kw: (  # noqa: E731
+        "batch",
+        batch_event(
+            trial_id=trial_id, run="trn2", job_id=job, status=status, time=iso(ms), attempts=attempts, **kw
+        ),
+    )
+    events = [
+        ev("SUBMITTED", T0, []),
+        ev("RUNNABLE", T0 + 5_000, []),
+        ev("STARTING", T0 + 60_000, []),
+        ev("RUNNING", T0 + 90_000, []),
+        ev("RUNNABLE", T0 + 1_800_500, [a1]),
+        ev("STARTING", T0 + 1_850_000, [a1]),
+        ev("RUNNING", T0 + 1_900_000, [a1]),
+        ev("SUCCEEDED", T0 + 5_000_000, [a1, a2], exit_code=0),
+        ("s3", s3_event("artifacts", f"{base}/checkpoints/step-200/model.pt", 3000, "e1")),
+        ("s3", s3_event("artifacts", f"{base}/checkpoints/step-200/manifest.json", 200, "e2")),
+        ("s3", s3_event("artifacts", f"{base}/attempt-1/summary.json", 100, "e3")),
+        ("s3", s3_event("artifacts", f"{base}/attempt-2/summary.json", 100, "e4")),
+    ]
+    return trial_id, events
+
+
+def deliver(events: list[tuple[str, dict[str, Any]]]) -> None:
+    from lambdas.handlers.on_artifact_created import handler as on_artifact
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+
+    for kind, event in events:
+        (on_batch if kind == "batch" else on_artifact)(event, Context())
+
+
+def dump(aws: dict[str, Any], table: str) -> list[dict[str, Any]]:
+    items = aws["ddb"].scan(TableName=table)["Items"]
+    for item in items:  # DynamoDB sets have no order
+        for value in item.values():
+            if "SS" in value:
+                value["SS"] = sorted(value["SS"])
+    return sorted(items, key=lambda i: json.dumps(i, sort_keys=True))
+
+
+def clear(aws: dict[str, Any]) -> None:
+    ddb = aws["ddb"]
+    for table, keys in (
+        ("ledger", ("run_key", "entry_key")),
+        ("idempotency", ("id",)),
+        ("cache-registry", ("cache_key",)),
+    ):
+        for item in ddb.scan(TableName=table)["Items"]:
+            ddb.delete_item(TableName=table, Key={k: item[k] for k in keys})
+
+
+def test_lifecycle_closes_cost_from_ledger(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    trial_id, events = scenario(aws, example)
+    deliver(events)
+    from lambdas.adapters.ledger_table import DynamoLedger
+
+    stored = DynamoLedger("ledger").cost(f"{trial_id}#trn2")
+    assert stored is not None and stored["complete"] is True and stored["terminal_status"] == "SUCCEEDED"
+    cost = stored["cost"]
+    # attempt 1: STARTING (T0+60s) -> stoppedAt (T0+1800s); attempt 2: STARTING (T0+1850s) -> T0+5000s
+    assert cost["billed_instance_seconds"] == "4890"
+    parts = sum(
+        float(cost[k])
+        for k in (
+            "effective_training_usd",
+            "compile_usd",
+            "failed_reruns_usd",
+            "checkpoint_storage_usd",
+            "queue_environment_usd",
+        )
+    )
+    assert abs(parts - float(cost["total_usd"])) < 1e-9
+    assert float(cost["failed_reruns_usd"]) > 0 and float(cost["compile_usd"]) > 0
+    usage = stored["usage"]
+    assert [a["rerun_steps"] for a in usage["attempts"]] == [0, 100]
+    assert usage["instance_type"] == "trn2.48xlarge" and usage["checkpoint_bytes"] == 4000
+    assert usage["checkpoint_get_requests"] == 3  # two shards + manifest restored by attempt 2
+    registry = aws["ddb"].get_item(TableName="cache-registry", Key={"cache_key": {"S": "a" * 64}})["Item"]
+    assert registry["hits"]["N"] == "1" and registry["misses"]["N"] == "1"
+    assert float(registry["first_compile_s"]["N"]) == 600.0
+
+    from lambdas.handlers.close_trial_costs import handler as close
+
+    closed = close({"trial_id": trial_id, "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "j"}]}, Context())
+    assert closed["runs"]["trn2"]["total_usd"] == cost["total_usd"] and closed["total_usd"] == cost["total_usd"]
+    before = dump(aws, "ledger")
+    deliver(events[::-1] + events)  # every event again, both orders
+    assert dump(aws, "ledger") == before
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_shuffled_duplicated_events_converge(aws: dict[str, Any], example: dict[str, Any], data: Any) -> None:
+    # The moto account lives as long as the test, across examples: build the scenario and its in-order
+    # baseline once.
+    if "baseline" not in aws:
+        _, events = scenario(aws, example)
+        deliver(events)
+        aws["baseline"] = (events, dump(aws, "ledger"), dump(aws, "cache-registry"))
+    events, baseline, registry = aws["baseline"]
+    clear(aws)
+    order = data.draw(st.permutations(events))
+    extra = data.draw(st.lists(st.sampled_from(events), max_size=8))
+    positions = data.draw(st.lists(st.integers(0, len(order)), min_size=len(extra), max_size=len(extra)))
+    stream = list(order)
+    for position, event in zip(positions, extra, strict=True):
+        stream.insert(position, event)
+    deliver(stream)
+    assert dump(aws, "ledger") == baseline
+    assert dump(aws, "cache-registry") == registry

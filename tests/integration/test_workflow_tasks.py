@@ -1,0 +1,129 @@
+"""Workflow-task Lambdas against moto: compile-cache resolution and retention, report, status, cost report."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tests.integration.conftest import Context, api_event, s3_event
+from tests.integration.test_run_events import deliver, scenario
+
+
+def submit(example: dict[str, Any]) -> str:
+    from lambdas.handlers.on_trial_api import handler
+
+    return json.loads(handler(api_event("POST", "/trials", example), Context())["body"])["trial_id"]
+
+
+def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from lambdas.adapters.cache_registry import DynamoCacheRegistry
+    from lambdas.handlers.on_artifact_created import handler as on_artifact
+    from lambdas.handlers.resolve_compile_cache import handler as resolve
+
+    trial_id = submit(example)
+    spec_uri = f"s3://artifacts/trials/{trial_id}/spec.json"
+    cold = resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context())
+    assert cold["warm"] is False and cold["failed_before"] is False
+    assert cold["cache_url"] == f"s3://compile-cache/{cold['prefix']}" and cold["prefix"].endswith(
+        cold["cache_key"] + "/"
+    )
+    on_artifact(s3_event("compile-cache", cold["prefix"] + "MODULE_1/model.neff", 1234, "n1"), Context())
+    on_artifact(s3_event("compile-cache", cold["prefix"] + "MODULE_1/model.neff", 1234, "n1"), Context())
+    registry = DynamoCacheRegistry("cache-registry")
+    registry.observe(cold["cache_key"], f"{trial_id}#trn2#a001", "miss", 700.0, "2026-11-20T11:00:00Z")
+    warm = resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context())
+    assert warm["warm"] is True and warm["cache_key"] == cold["cache_key"]
+
+    other = dict(example, sequence_length=2048, name="llama31-8b-lora-seq2k")
+    other_id = submit(other)
+    isolated = resolve({"trial_id": other_id, "spec_uri": f"s3://artifacts/trials/{other_id}/spec.json"}, Context())
+    assert isolated["cache_key"] != cold["cache_key"] and isolated["warm"] is False
+
+    registry.observe(
+        isolated["cache_key"],
+        f"{other_id}#trn2#a001",
+        "failed",
+        50.0,
+        "2026-11-20T11:00:00Z",
+        reason="neuronx-cc: unsupported operator",
+    )
+    again = resolve(
+        {"trial_id": other_id, "spec_uri": f"s3://artifacts/trials/{other_id}/spec.json", "retry_failed": True},
+        Context(),
+    )
+    assert again["failed_before"] is True and again["retry_requested"] is True and again["warm"] is False
+
+    from lambdas.handlers.on_trial_api import handler as api
+
+    listing = json.loads(api(api_event("GET", "/compile-cache"), Context())["body"])
+    entry = next(e for e in listing["entries"] if e["cache_key"] == cold["cache_key"])
+    assert entry["size_bytes"] == 1234 and entry["objects"] == 1 and entry["misses"] == 1
+    assert {g["model"] for g in listing["groups"]} == {"meta-llama-llama-3.1-8b-main"}
+
+
+def test_garbage_collection_spares_active_trials(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from lambdas.adapters.cache_registry import DynamoCacheRegistry
+    from lambdas.handlers.resolve_compile_cache import handler as resolve
+
+    registry = DynamoCacheRegistry("cache-registry")
+    old = (datetime.now(UTC) - timedelta(days=90)).isoformat()
+    for key in ("b" * 64, "c" * 64):
+        registry.ensure(key, prefix=f"neuron/m/c/{key}/", model_slug="m", compiler_version="c", components=None, at=old)
+        aws["s3"].put_object(Bucket="compile-cache", Key=f"neuron/m/c/{key}/model.neff", Body=b"x")
+    trial_id = submit(example)
+    aws["ddb"].update_item(
+        TableName="trials",
+        Key={"trial_id": {"S": trial_id}},
+        UpdateExpression="SET cache_key = :k",
+        ExpressionAttributeValues={":k": {"S": "b" * 64}},
+    )
+    dry = resolve({"action": "collect_garbage", "dry_run": True}, Context())
+    assert dry["expired"] == ["c" * 64] and dry["deleted_objects"] == 0
+    done = resolve({"action": "collect_garbage"}, Context())
+    assert done["expired"] == ["c" * 64] and done["deleted_objects"] == 1
+    assert registry.get("c" * 64) is None and registry.get("b" * 64) is not None
+
+
+def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from lambdas.handlers.build_trial_report import handler as build
+    from lambdas.handlers.on_trial_api import handler as api
+    from lambdas.handlers.scheduled_cost_report import handler as scheduled
+    from lambdas.handlers.set_trial_status import handler as set_status
+
+    trial_id, events = scenario(aws, example)
+    deliver(events)
+    out = build({"trial_id": trial_id}, Context())
+    assert out["report_uri"] == f"s3://artifacts/trials/{trial_id}/report/report.json"
+    report = json.loads(
+        aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json")["Body"].read()
+    )
+    trn2 = report["tracks"]["trn2"]
+    assert trn2["stand_in"] is True and "declared instance's rate" in trn2["label"]
+    assert trn2["resume"] == {
+        "injected_at_step": 300,
+        "fault_mode": "retryable",
+        "resumed_from_step": 200,
+        "rerun_steps": 100,
+        "global_step_continuous": True,
+        "loss_continuous": True,
+        "max_rel_loss_delta": 0.01,
+    }
+    assert out["verdict"] == report["comparison"]["verdict"] == "inconclusive"  # no gpu run in this scenario
+    html = aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.html")["Body"].read()
+    assert b"<svg" in html and b"<script" not in html
+
+    view = json.loads(api(api_event("GET", f"/trials/{trial_id}"), Context())["body"])
+    assert view["runs"]["trn2"]["status"] == "SUCCEEDED" and view["runs"]["trn2"]["cost_final"] is True
+    assert len(view["runs"]["trn2"]["attempts"]) == 2
+    got = json.loads(api(api_event("GET", f"/trials/{trial_id}/report", query={"format": "json"}), Context())["body"])
+    assert got["trial_id"] == trial_id
+
+    assert set_status({"trial_id": trial_id, "status": "SUCCEEDED"}, Context())["changed"] is True
+    summary = scheduled({"time": "2026-11-21T00:00:00Z", "period_days": 7}, Context())
+    assert summary["runs"] == 1 and summary["total_usd"] == view["runs"]["trn2"]["cost"]["total_usd"]
+    assert summary["message_id"]
+    cost = json.loads(
+        aws["s3"].get_object(Bucket="artifacts", Key=f"reports/cost/{summary['period']}/report.json")["Body"].read()
+    )
+    assert list(cost["by_owner"]) == ["team-nlp"] and cost["cache_hit_rate_by_day"] == {"2026-11-20": 0.5}

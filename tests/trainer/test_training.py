@@ -1,0 +1,146 @@
+"""End-to-end attempts of the CPU trainer: loss, checkpoints, planned faults, resume continuity, forced failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from lambdas.domain.run_summary import parse_summary
+from tests.trainer.helpers import attempt, losses
+from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE, SIGTERM_EXIT_CODE
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One clean 12-step run (no fault on its track) shared by the comparisons below."""
+    from tests.trainer.conftest import ROOT, tiny_trial
+
+    base = tmp_path_factory.mktemp("clean")
+    data = base / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join((ROOT / "examples/data/train.jsonl").read_text().splitlines()[:96])
+                                      + "\n")
+    (data / "validation.jsonl").write_text(
+        "\n".join((ROOT / "examples/data/validation.jsonl").read_text().splitlines()[:8]) + "\n")
+    spec = base / "spec.json"
+    trial = tiny_trial(str(data))
+    trial["fault_injection"] = None
+    trial.pop("fault_injection")
+    spec.write_text(json.dumps(trial))
+    code, summary = attempt(str(spec), str(base / "trn2"), track="trn2")
+    assert code == 0
+    return summary
+
+
+def test_loss_falls_and_summary_is_complete(uninterrupted: dict) -> None:
+    summary = parse_summary(uninterrupted)
+    assert summary.status == "succeeded" and summary.global_step == 12 and summary.steps_this_attempt == 12
+    per_step = [p.loss for p in summary.loss.per_step]
+    assert sum(per_step[-3:]) / 3 < sum(per_step[:3]) / 3 - 0.05
+    assert [p.step for p in summary.loss.eval] == [6, 12]
+    assert summary.validation_loss == summary.loss.eval[-1].loss
+    assert [c.step for c in summary.checkpoints] == [4, 8, 12]
+    assert all(c.files == 7 and c.bytes > 0 for c in summary.checkpoints)
+    assert summary.stand_in and summary.backend == "cpu" and summary.precision == "fp32"
+    assert summary.layout is not None and summary.layout.data_parallel == 8
+    assert summary.tokens_this_attempt == 12 * 8 * 32 and summary.samples_consumed == 96
+    assert len(summary.final_samples) == 1 and len(summary.final_samples[0].token_ids) == 4
+    assert summary.environment.torch and summary.environment.transformers
+    assert summary.phases.train_s > 0 and summary.compile.cache == "none"
+
+
+def test_retryable_fault_resumes_bit_for_bit(write_spec, tmp_path: Path, uninterrupted: dict) -> None:
+    spec = write_spec()
+    run_dir = str(tmp_path / "trn2")
+    code, first = attempt(spec, run_dir, track="trn2", number=1)
+    assert code == FAULT_EXIT_CODE
+    assert first["status"] == "faulted" and first["global_step"] == 10 and first["fault"]["fired"]
+
+    code, second = attempt(spec, run_dir, track="trn2", number=2)
+    assert code == 0 and second["status"] == "succeeded" and second["global_step"] == 12
+    assert second["resumed_from_step"] == 8 and second["start_step"] == 8
+    assert second["rerun_steps"] == 2  # steps 9 and 10 ran before the fault and again after it
+    assert second["continuity"]["global_step_continuous"] is True
+    assert second["continuity"]["loss_continuous"] is True
+    assert second["continuity"]["max_rel_delta"] == 0.0 and second["continuity"]["compared_steps"] == [9, 10]
+    clean = losses(uninterrupted)
+    # Bit-for-bit on CPU: the resumed attempt's losses equal an uninterrupted run's at every step.
+    assert {s: clean[s] for s in range(1, 11)} == losses(first)
+    assert {s: clean[s] for s in range(9, 13)} == losses(second)
+    top = json.loads(Path(run_dir, "summary.json").read_text())
+    assert top["attempt"] == 2
+
+
+def test_permanent_fault_fails_every_attempt_then_gpu_fallback_resumes(write_spec, tmp_path: Path,
+                                                                      uninterrupted: dict) -> None:
+    spec = write_spec(fault_injection={"track": "trn2", "at_step": 6, "mode": "permanent"})
+    trn2 = str(tmp_path / "trn2")
+    assert attempt(spec, trn2, track="trn2", number=1)[0] == PERMANENT_FAULT_EXIT_CODE
+    code, again = attempt(spec, trn2, track="trn2", number=2)
+    assert code == PERMANENT_FAULT_EXIT_CODE and again["resumed_from_step"] == 4
+
+    fallback = str(tmp_path / "gpu-fallback")
+    code, fb = attempt(spec, fallback, track="gpu", resume_from=trn2, run_name="gpu-fallback")
+    assert code == 0 and fb["run"] == "gpu-fallback" and fb["resumed_from_step"] == 4
+    assert fb["resumed_from_uri"].startswith(trn2)
+    assert all(c["uri"].startswith(fallback) for c in fb["checkpoints"])
+    assert fb["continuity"]["loss_continuous"] is True
+    assert losses(fb) == {s: v for s, v in losses(uninterrupted).items() if s > 4}
+
+
+def test_corrupt_and_torn_newest_checkpoints_are_skipped(write_spec, tmp_path: Path) -> None:
+    spec = write_spec()
+    run_dir = tmp_path / "trn2"
+    assert attempt(spec, str(run_dir), track="trn2", number=1)[0] == FAULT_EXIT_CODE
+    shard = run_dir / "checkpoints" / "step-8" / "adapter_model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-8] + b"garbage!")
+    (run_dir / "checkpoints" / "step-9").mkdir()  # torn: shards (none) but no manifest
+    code, second = attempt(spec, str(run_dir), track="trn2", number=2)
+    assert code == 0 and second["resumed_from_step"] == 4 and second["rerun_steps"] == 6
+    reasons = {s["step"]: s["reason"] for s in second["checkpoints_skipped"]}
+    assert "corrupt" in reasons[8] and "torn" in reasons[9]
+    assert second["continuity"]["loss_continuous"] is True
+
+
+@pytest.mark.parametrize("point", ["compile", "step", "save"])
+def test_forced_failures_exit_1_with_a_summary(write_spec, tmp_path: Path, monkeypatch, point: str) -> None:
+    monkeypatch.setenv("DUALTRACK_FORCE_FAIL", point)
+    code, summary = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"))
+    assert code == 1 and summary["status"] == "failed" and point in summary["error"]
+    if point == "compile":
+        assert summary["compile"]["status"] == "failed"
+    if point == "save":
+        # The shards were written, the manifest never: a torn checkpoint the next attempt must skip.
+        assert summary["global_step"] == 4
+        assert not (tmp_path / "gpu" / "checkpoints" / "step-4" / "manifest.json").exists()
+        monkeypatch.delenv("DUALTRACK_FORCE_FAIL")
+        code, retry = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"), number=2)
+        assert code == 0 and retry["resumed_from_step"] is None and retry["checkpoints_skipped"][0]["step"] == 4
+
+
+def test_sigterm_writes_a_final_checkpoint_and_exits_143(write_spec, tmp_path: Path, monkeypatch) -> None:
+    import trainer.runner as runner
+
+    original = runner.MetricsLog.step
+
+    def step_then_signal(self, step, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, step, *args, **kwargs)
+        if step == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(runner.MetricsLog, "step", step_then_signal)
+    assert threading.current_thread() is threading.main_thread()
+    code, summary = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"))
+    assert code == SIGTERM_EXIT_CODE and summary["status"] == "interrupted"
+    assert [c["step"] for c in summary["checkpoints"]] == [4, 6]
+    monkeypatch.setattr(runner.MetricsLog, "step", original)
+    code, resumed = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"), number=2)
+    assert code == 0 and resumed["resumed_from_step"] == 6 and resumed["rerun_steps"] == 0
+    assert resumed["continuity"]["global_step_continuous"] is True

@@ -1,0 +1,52 @@
+"""The neuron backend's XLA path for real on XLA:CPU (``make check-xla``: torch-xla side venv, PJRT_DEVICE=CPU):
+device, mark_step, xm.optimizer_step, the persistent compile cache and checkpoint save/load through XLA tensors.
+Skips cleanly where torch-xla is not installed (the main venv)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.helpers import attempt, losses
+from trainer import FAULT_EXIT_CODE
+
+pytestmark = pytest.mark.xla
+pytest.importorskip("torch_xla", reason="torch-xla is installed only in the XLA side venv (make check-xla)")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    # XLA initialises its persistent cache once per process, so the tests here share one.
+    return str(tmp_path_factory.mktemp("xla-cache"))
+
+
+@pytest.fixture(autouse=True)
+def _pjrt_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PJRT_DEVICE", os.environ.get("PJRT_DEVICE", "CPU"))
+
+
+def test_short_run_through_the_neuron_backend(write_spec, tmp_path: Path, cache: str) -> None:
+    spec = write_spec(max_steps=4, checkpoint_interval_steps=2, fault_injection=None,
+                      evaluation={"interval_steps": 2, "prompts": ["What is 2 plus 3?"], "max_new_tokens": 3})
+    code, summary = attempt(spec, str(tmp_path / "trn2"), track="trn2", backend="neuron",
+                            cache_url=cache)
+    assert code == 0 and summary["backend"] == "neuron" and summary["stand_in"]
+    assert summary["environment"]["torch_xla"]
+    assert summary["compile"]["cache"] == "miss" and summary["compile"]["cache_files_after"] > 0
+    per_step = list(losses(summary).values())
+    assert per_step[-1] < per_step[0]
+    assert [c["step"] for c in summary["checkpoints"]] == [2, 4]
+
+
+def test_fault_and_resume_through_the_neuron_backend(write_spec, tmp_path: Path, cache: str) -> None:
+    spec = write_spec()
+    run_dir = str(tmp_path / "trn2")
+    code, first = attempt(spec, run_dir, track="trn2", backend="neuron", cache_url=cache, number=1)
+    assert code == FAULT_EXIT_CODE and first["global_step"] == 10
+    code, second = attempt(spec, run_dir, track="trn2", backend="neuron", cache_url=cache, number=2)
+    assert code == 0 and second["resumed_from_step"] == 8 and second["global_step"] == 12
+    assert second["compile"]["cache"] == "hit"
+    assert second["continuity"]["global_step_continuous"] is True
+    assert second["continuity"]["loss_continuous"] is True, second["continuity"]

@@ -1,0 +1,86 @@
+"""The pure report builder and its renderings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lambdas.domain.report import build_trial_report
+from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.domain.trial import parse_trial
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
+
+
+def summary(run: str, final: float, validation: float, **over: Any) -> dict[str, Any]:
+    out = {
+        "run": run,
+        "track": "trn2" if run == "trn2" else "gpu",
+        "attempt": 1,
+        "status": "succeeded",
+        "backend": "cpu",
+        "stand_in": True,
+        "global_step": 1000,
+        "start_step": 0,
+        "tokens_this_attempt": 2_000_000,
+        "phases": {"environment_s": 10.0, "compile_s": 5.0, "train_s": 100.0},
+        "loss": {
+            "initial": 2.5,
+            "final": final,
+            "per_step": [2.5, 2.0, final],
+            "eval": [{"step": 100, "loss": 2.2}, {"step": 1000, "loss": validation}],
+        },
+        "validation_loss": validation,
+        "compile": {"seconds": 5.0, "cache": "miss"},
+        "throughput": {"tokens_per_s": 1000.0, "step_time_s": 0.1, "samples_per_s": 10.0},
+        "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0}],
+    }
+    out.update(over)
+    return out
+
+
+def cost(total: str) -> dict[str, Any]:
+    return {
+        "effective_training_usd": total,
+        "compile_usd": "0",
+        "failed_reruns_usd": "0",
+        "checkpoint_storage_usd": "0",
+        "queue_environment_usd": "0",
+        "total_usd": total,
+        "price": {"instance_type": "x", "hourly_usd": "1", "confidence": "list", "table_version": "v"},
+    }
+
+
+def test_report_compares_tracks_and_renders() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    report = build_trial_report(
+        spec,
+        {"gpu": [summary("gpu", 1.20, 1.25)], "trn2": [summary("trn2", 1.21, 1.26)]},
+        {"gpu": cost("10.00"), "trn2": cost("8.00")},
+    )
+    assert report["comparison"]["within_tolerance"] is True
+    assert report["comparison"]["cost_ratio"] == 0.8
+    # No run resumed, so checkpoint loading is not evidenced and the verdict says so.
+    assert report["comparison"]["verdict"] == "inconclusive"
+    assert report["tracks"]["gpu"]["cost"]["cost_per_effective_step_usd"] == "0.010000"
+    assert report["record_table"][0]["item"] == "compile and environment preparation"
+    markdown, html = render_markdown(report), render_html(report)
+    assert "| checkpoints load | not_evidenced |" in markdown
+    assert (
+        html.count("<svg") == 2
+        and "No Batch transitions recorded" in html
+        and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    )
+
+
+def test_diverging_loss_keeps_gpu() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    resumed = {"resumed_from_step": 200, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
+    report = build_trial_report(
+        spec,
+        {"gpu": [summary("gpu", 1.2, 1.25, **resumed)], "trn2": [summary("trn2", 1.6, 1.70, **resumed)]},
+        {"gpu": cost("10"), "trn2": cost("5")},
+    )
+    assert report["comparison"]["verdict"] == "stay_on_gpu"
+    assert any("consistent with GPU" in r for r in report["comparison"]["reasons"])
