@@ -28,6 +28,8 @@ REQUIREMENTS = Path(__file__).resolve().parent / "lambda-requirements.txt"
 PYTHON_VERSION = "3.12"
 PLATFORM = "manylinux2014_aarch64"
 CACHE_ENV = "DUALTRACK_BUNDLE_CACHE"
+# The Lambda Python runtime ships these (pulled in through aws-xray-sdk); the layer must not shadow them.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache")
 
 
@@ -40,7 +42,7 @@ def cache_root() -> Path:
 
 
 def requirements_hash(requirements: Path = REQUIREMENTS) -> str:
-    recipe = f"{requirements.read_text()}\n{PLATFORM}\n{PYTHON_VERSION}\n"
+    recipe = f"{requirements.read_text()}\n{PLATFORM}\n{PYTHON_VERSION}\n{','.join(RUNTIME_PROVIDED)}\n"
     return hashlib.sha256(recipe.encode()).hexdigest()
 
 
@@ -71,6 +73,16 @@ def build_dependency_dir(requirements: Path = REQUIREMENTS) -> Path:
     return target
 
 
+def _layer_ignore(root: Path) -> Any:
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in (".complete", "__pycache__")}
+        if Path(directory) == root:
+            skipped |= {n for n in names if n.split("-")[0] in RUNTIME_PROVIDED}
+        return skipped
+
+    return ignore
+
+
 @jsii.implements(cdk.ILocalBundling)
 class DependencyLayerBundler:
     """Copies the cached pip target into ``<output>/python`` (where Lambda puts layers on ``sys.path``)."""
@@ -80,8 +92,7 @@ class DependencyLayerBundler:
 
     def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: Any) -> bool:
         source = build_dependency_dir(self._requirements)
-        shutil.copytree(source, Path(output_dir) / "python", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(".complete", "__pycache__"))
+        shutil.copytree(source, Path(output_dir) / "python", dirs_exist_ok=True, ignore=_layer_ignore(source))
         return True
 
 

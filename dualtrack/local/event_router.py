@@ -39,10 +39,11 @@ class Delivery:
 class EventRouter:
     invoke: Invoke
     on_failure: Callable[[Delivery, BaseException], None] | None = None
-    delivered: list[tuple[str, str]] = field(default_factory=list)  # (rule, detail-type) in delivery order
+    workers: int = 4  # EventBridge invokes targets concurrently; handlers are idempotent and order-independent
+    delivered: list[tuple[str, str]] = field(default_factory=list)  # (rule, detail-type) as delivered
     failed: list[Delivery] = field(default_factory=list)
     _queue: queue.Queue[Delivery | None] = field(default_factory=queue.Queue)
-    _worker: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
     _pending: int = 0
     _idle: threading.Condition = field(default_factory=threading.Condition)
 
@@ -71,13 +72,16 @@ class EventRouter:
                 ))
 
         Rule.send_to_targets = send_to_targets  # type: ignore[method-assign]
-        self._worker = threading.Thread(target=self._drain, name="eventbridge-lambda", daemon=True)
-        self._worker.start()
+        self._threads = [threading.Thread(target=self._drain, name=f"eventbridge-lambda-{i}", daemon=True)
+                         for i in range(self.workers)]
+        for thread in self._threads:
+            thread.start()
         try:
             yield self
         finally:
             self.join()
-            self._queue.put(None)
+            for _ in self._threads:
+                self._queue.put(None)
             Rule.send_to_targets = original  # type: ignore[method-assign]
 
     def submit(self, delivery: Delivery) -> None:

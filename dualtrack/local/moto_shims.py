@@ -169,7 +169,9 @@ class InProcessLambdas:
                                 memory_limit_in_mb=int(function.memory_size or 512),
                                 timeout_s=int(function.timeout or 30))
         self.calls.append((function.handler, event))
-        with _ENV_LOCK, _environment(function.environment_vars if self._apply_environment else {}):
+        if not self._apply_environment:  # the caller set one environment for every function: run concurrently
+            return handler(event, context)
+        with _ENV_LOCK, _environment(function.environment_vars):
             return handler(event, context)
 
 

@@ -18,8 +18,10 @@ def run_of(job_name: str) -> str:
 
 
 class Progress:
-    def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False, step_every: int = 5):
+    def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False, step_every: int = 5,
+                 max_steps: int | None = None):
         self.stream = stream or sys.stdout
+        self.max_steps = max_steps
         self.quiet = quiet
         self.step_every = step_every
         self.started = time.monotonic()
@@ -55,7 +57,7 @@ class Progress:
         run, kind = run_of(job_name), record.get("event")
         attempt = record.get("attempt")
         if kind == "step":
-            step, total = record.get("step"), record.get("max_steps")
+            step, total = record.get("step"), record.get("max_steps") or self.max_steps
             if not isinstance(step, int) or (step % self.step_every and step != total):
                 return
             loss, tps = record.get("loss"), record.get("tokens_per_s")
@@ -72,23 +74,25 @@ class Progress:
             self._print(run, f"checkpoint step {record.get('step')} {mb}"
                              + (f" in {secs:.2f} s" if isinstance(secs, int | float) else ""))
         elif kind == "compile":
-            secs = record.get("seconds")
-            self._print(run, f"compile cache {record.get('cache', '?')}"
-                             + (f", {secs:.1f} s" if isinstance(secs, int | float) else ""))
+            secs = record.get("first_step_s", record.get("seconds"))
+            self._print(run, "first step with graph compilation"
+                             + (f": {secs:.1f} s" if isinstance(secs, int | float) else ""))
         elif kind == "fault":
             self._print(run, f"fault injected after step {record.get('step', record.get('at_step'))} "
                              f"(exit {record.get('exit_code', '')}) on attempt {attempt}")
         elif kind == "retry":
             self._print(run, f"attempt {attempt} exited {record.get('exit_code')}: Batch {record.get('action')}")
         elif kind == "resume":
-            self._print(run, f"attempt {attempt} resumed from step {record.get('resumed_from_step', record.get('step'))}"
-                             f" ({record.get('rerun_steps', 0)} steps to redo)")
+            self._print(run, f"attempt {attempt} resumed from checkpoint step {record.get('from_step')}"
+                             f" ({record.get('samples_consumed')} samples consumed, none repeated)")
         elif kind == "eval":
             loss = record.get("loss", record.get("eval_loss"))
             if isinstance(loss, int | float):
                 self._print(run, f"eval at step {record.get('step')}: validation loss {loss:.4f}")
         elif kind == "done":
             self._print(run, f"done: {record.get('status', 'finished')} at step {record.get('global_step', '')}")
+        elif kind == "checkpoint_skipped":
+            self._print(run, f"skipped checkpoint step {record.get('step')}: {record.get('reason')}", force=True)
         elif kind in ("error", "failed"):
             self._print(run, f"error: {record.get('message', record.get('error', ''))}", force=True)
 

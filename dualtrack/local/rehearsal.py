@@ -55,7 +55,7 @@ class Rehearsal:
     def __init__(self, spec: TrialSpec, options: RehearsalOptions, progress: Progress | None = None):
         self.spec = spec
         self.options = options
-        self.progress = progress or Progress(quiet=options.quiet)
+        self.progress = progress or Progress(quiet=options.quiet, max_steps=spec.max_steps)
         self.out = options.out
         self.state_dir = options.out / "state"
 
@@ -87,7 +87,7 @@ class Rehearsal:
             try:
                 self._enable_bucket_events()
                 self._restore_state()
-                lambdas = InProcessLambdas()
+                lambdas = InProcessLambdas(apply_environment=False)
                 self.lambdas = lambdas
                 batch = LocalBatch(events=self._publish, progress=self.progress.job, log_dir=self.out / "logs",
                                    job_env=self._job_env)

@@ -24,6 +24,7 @@ SOURCE_DIRS = ("infra", "lambdas", "containers")
 SOURCE_FILES = ("cdk.json", "package-lock.json")
 _SKIPPED_PARTS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 MARKER = "dualtrack-synth.json"
+KEEP_ASSEMBLIES = 4  # per stage; older ones are removed after a new synth
 
 
 class SynthFailed(RuntimeError):
@@ -120,4 +121,12 @@ def synthesize(stage: str = "dev", *, root: Path = REPO_ROOT, context: dict[str,
         staging.rename(target)
     except OSError:  # a concurrent synth of the same sources won; its assembly is identical
         shutil.rmtree(staging, ignore_errors=True)
+    _prune(target.parent, stage)
     return Assembly(target, method, key)
+
+
+def _prune(folder: Path, stage: str) -> None:
+    finished = sorted((p for p in folder.glob(f"{stage}-*") if (p / MARKER).exists()),
+                      key=lambda p: (p / MARKER).stat().st_mtime, reverse=True)
+    for old in finished[KEEP_ASSEMBLIES:]:
+        shutil.rmtree(old, ignore_errors=True)

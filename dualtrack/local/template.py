@@ -55,7 +55,7 @@ class LocalDeployment:
 
     region: str
     state_machine_arn: str
-    functions: dict[str, str] = field(default_factory=dict)  # handler module → function name
+    functions: dict[str, str] = field(default_factory=dict)  # handler module (else logical id) → function name
     buckets: dict[str, str] = field(default_factory=dict)  # logical id → bucket name
     tables: dict[str, str] = field(default_factory=dict)  # logical id → table name
     job_queues: dict[str, str] = field(default_factory=dict)  # logical id → queue ARN
@@ -322,7 +322,8 @@ def _batch(resolver: TemplateResolver, batch: Any, iam: Any, out: LocalDeploymen
                                          state="ENABLED", serviceRole=service_role)
     for stack, logical_id, props in resolver.resources("AWS::Batch::JobQueue"):
         arn = resolver.refs[(stack, logical_id)]
-        order = [{"order": int(item["Order"]), "computeEnvironment": resolver.resolve(stack, item["ComputeEnvironment"])}
+        order = [{"order": int(item["Order"]),
+                  "computeEnvironment": resolver.resolve(stack, item["ComputeEnvironment"])}
                  for item in props["ComputeEnvironmentOrder"]]
         batch.create_job_queue(jobQueueName=arn.rsplit("/", 1)[1], state="ENABLED",
                                priority=int(props.get("Priority", 1)), computeEnvironmentOrder=order)
@@ -355,7 +356,8 @@ def _functions(resolver: TemplateResolver, lambda_client: Any, out: LocalDeploym
             MemorySize=int(props.get("MemorySize", 128)), Environment={"Variables": variables},
         )
         module = props["Handler"].rsplit(".", 1)[0]
-        out.functions[module.rsplit(".", 1)[-1] if module.startswith("lambdas.handlers.") else module] = name
+        out.functions[module.removeprefix("lambdas.handlers.") if module.startswith("lambdas.handlers.")
+                      else logical_id] = name
 
 
 def _state_machine(resolver: TemplateResolver, sfn: Any, machine: tuple[str, str, dict[str, Any]]) -> None:

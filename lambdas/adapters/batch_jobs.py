@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cache
+from typing import Any
 
 from lambdas.adapters.aws import client
 
@@ -20,3 +22,21 @@ def queue_instance_type(job_queue_arn: str) -> str | None:
     for env in client("batch").describe_compute_environments(computeEnvironments=envs)["computeEnvironments"]:
         types.update(t for t in env.get("computeResources", {}).get("instanceTypes", []) if "." in t)
     return types.pop() if len(types) == 1 else None
+
+
+def job_state_event(job_id: str) -> dict[str, Any] | None:
+    """The job as DescribeJobs reports it, shaped as the "Batch Job State Change" event EventBridge would deliver.
+
+    The workflow settles a trial right after its .sync tasks return, which can be before the terminal state-change
+    event has been delivered; reading the job itself makes the ledger complete without waiting for it.
+    """
+    jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
+    if not jobs:
+        return None
+    job = jobs[0]
+    _, _, _, region, account, _ = job["jobArn"].split(":", 5)
+    at = job.get("stoppedAt") or job.get("startedAt") or job.get("createdAt")
+    when = datetime.fromtimestamp(at / 1000, UTC) if at else datetime.now(UTC)
+    return {"version": "0", "id": f"describe-{job_id}-{job['status']}", "detail-type": "Batch Job State Change",
+            "source": "aws.batch", "account": account, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": region, "resources": [job["jobArn"]], "detail": job}

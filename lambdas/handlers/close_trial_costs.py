@@ -26,11 +26,37 @@ class CloseRequest(BaseModel):
     trial_id: str = Field(min_length=1)
     runs: list[BranchOutput | list[BranchOutput]] = Field(default_factory=list)
 
-    def run_names(self) -> list[str]:
+    def branches(self) -> list[BranchOutput]:
         flat: list[BranchOutput] = []
         for item in self.runs:
             flat += item if isinstance(item, list) else [item]
-        return sorted({b.run for b in flat})
+        return flat
+
+    def run_names(self) -> list[str]:
+        return sorted({b.run for b in self.branches()})
+
+
+def reconcile_jobs(settlement: Any, request: CloseRequest) -> int:
+    """Record each finished job's facts from DescribeJobs, so settling never waits on a late EventBridge event."""
+    from aws_lambda_powertools.utilities.parser import parse
+
+    from lambdas.adapters.batch_jobs import job_state_event, queue_instance_type
+    from lambdas.adapters.run_settlement import identify_job, job_facts
+    from lambdas.runtime.events import BatchJobStateChangeEvent
+
+    added = 0
+    for branch in request.branches():
+        raw = job_state_event(branch.job_id) if branch.job_id else None
+        if raw is None:
+            continue
+        event = parse(event=raw, model=BatchJobStateChangeEvent)
+        detail = event.detail
+        identity = identify_job(detail.environment(), detail.tags, detail.job_name)
+        if identity is None or identity.trial_id != request.trial_id:
+            continue
+        instance_type = queue_instance_type(detail.job_queue) if detail.job_queue else None
+        added += settlement.record(job_facts(identity, detail, event.time, instance_type))
+    return added
 
 
 def close_costs(request: CloseRequest) -> dict[str, Any]:
@@ -38,6 +64,7 @@ def close_costs(request: CloseRequest) -> dict[str, Any]:
     from lambdas.domain.cost import compute_run_cost
 
     settlement = wiring.settlement(LedgerSettings)
+    reconcile_jobs(settlement, request)
     runs: dict[str, Any] = {}
     total = Decimal(0)
     for run in request.run_names():

@@ -152,7 +152,7 @@ def test_state_machine_can_terminate_its_jobs(control: dict[str, Any]) -> None:
     statements = [s for p in role_policies for s in p["PolicyDocument"]["Statement"]]
     terminate = [s for s in statements if s["Action"] == "batch:TerminateJob"]
     assert len(terminate) == 1 and ":job/*" in json.dumps(terminate[0]["Resource"])
-    submit = [s for s in statements if s["Action"] == "batch:SubmitJob"][0]
+    submit = next(s for s in statements if s["Action"] == "batch:SubmitJob")
     queues = [r for r in submit["Resource"] if "Fn::ImportValue" in r]
     assert len(queues) == 2  # SubmitJob only on the two dualtrack queues
 

@@ -53,6 +53,10 @@ def test_definition_serialized_matches(control: dict[str, Any]) -> None:
         }))})
 
 
+def _environment(state: dict[str, Any]) -> dict[str, str]:
+    return {e["Name"]: e.get("Value.$", e.get("Value")) for e in state["Parameters"]["ContainerOverrides"]["Environment"]}
+
+
 def _branches(control: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     gpu, trn2 = _definition(control)["States"]["RunTracks"]["Branches"]
     return gpu["States"], trn2["States"]
@@ -86,13 +90,13 @@ def test_gpu_branch(control: dict[str, Any]) -> None:
 def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
     _, trn2 = _branches(control)
     submit = trn2["SubmitTrn2Job"]
-    env = {e["Name"]: e.get("Value.$", e.get("Value")) for e in submit["Parameters"]["ContainerOverrides"]["Environment"]}
+    env = _environment(submit)
     assert env["NEURON_COMPILE_CACHE_URL"] == "$.cache.cache_url" and env["DUALTRACK_TRACK"] == "trn2"
     assert "Trn2CapacityQueue" in submit["Parameters"]["JobQueue"]
     assert submit["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.trn2_error",
                                 "Next": "SubmitGpuFallbackJob"}]
     fallback = trn2["SubmitGpuFallbackJob"]
-    env = {e["Name"]: e.get("Value.$", e.get("Value")) for e in fallback["Parameters"]["ContainerOverrides"]["Environment"]}
+    env = _environment(fallback)
     assert env == {"DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "gpu-fallback", "DUALTRACK_TRACK": "gpu",
                    "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.run_dirs['gpu-fallback']",
                    "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}

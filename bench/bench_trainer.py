@@ -1,0 +1,137 @@
+"""Trainer overhead, measured side by side in one process on the same tiny model and data:
+
+  (a) a bare PyTorch loop (forward, backward, clip, AdamW, LR schedule: nothing else),
+  (b) this trainer with metrics, progress lines, evals and checkpoints on (its train phase, which excludes
+      checkpoint and eval time, is what is compared),
+  (c) the Hugging Face ``Trainer`` with the same batch, accumulation, optimizer, schedule and clipping.
+
+Each variant runs ``--repeats`` times, interleaved; the best run of each counts (least disturbed by other load).
+Prints steps/s and the ratios trainer/bare (target >= 0.97) and trainer/HF (target >= 1.0).
+Usage: .venv/bin/python bench/bench_trainer.py [--steps 30] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "containers")]
+os.environ.setdefault("DUALTRACK_METRICS", "off")
+
+
+def _spec(steps: int, workdir: Path) -> Path:
+    trial = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
+    trial.pop("fault_injection", None)
+    trial["data"]["train_uri"] = str(ROOT / "examples/data/train.jsonl")
+    trial["data"]["validation_uri"] = str(ROOT / "examples/data/validation.jsonl")
+    trial.update({"max_steps": steps, "checkpoint_interval_steps": max(1, steps // 3)})
+    trial["evaluation"] = {"interval_steps": steps, "prompts": [], "max_new_tokens": 1}
+    path = workdir / "spec.json"
+    path.write_text(json.dumps(trial))
+    return path
+
+
+def bare_loop(spec_path: Path) -> float:
+    import torch
+
+    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
+    from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
+    from trainer.modeling import build_model, build_tokenizer, token_loss_sum, trainable_parameters
+    from trainer.runner import lr_lambda
+
+    spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
+    layout = track_layout(spec, "gpu")
+    plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
+    tok = build_tokenizer(spec)
+    model = build_model(spec, tok)
+    stream = SampleStream(TokenisedSet.build(read_rows(spec.data.train_uri), tok, spec.sequence_length),
+                          spec.data.shuffle_seed)
+    params = trainable_parameters(model)
+    opt = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(spec.max_steps))
+    started = time.perf_counter()
+    for step in range(spec.max_steps):
+        ids, labels = stream.take(step * plan.global_batch, plan.global_batch)
+        norm = float(loss_tokens(labels))
+        for mids, mlabels in plan.micro_batches(ids, labels):
+            (token_loss_sum(model, mids, mlabels) / norm).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    return spec.max_steps / (time.perf_counter() - started)
+
+
+def this_trainer(spec_path: Path, workdir: Path, index: int) -> float:
+    from trainer.config import RunConfig
+    from trainer.runner import run
+
+    run_dir = workdir / f"trainer-{index}"
+    cfg = RunConfig(spec_uri=str(spec_path), track="gpu", run_dir=str(run_dir), backend="cpu", trial_id="bench",
+                    run="gpu", attempt=1, progress=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # progress lines are produced, just not shown
+        assert run(cfg) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return summary["steps_this_attempt"] / summary["phases"]["train_s"]
+
+
+def hf_trainer(spec_path: Path, workdir: Path, index: int) -> float:
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from lambdas.domain.trial import parse_trial
+    from trainer.data import TokenisedSet, read_rows
+    from trainer.modeling import build_model, build_tokenizer
+
+    spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
+    tok = build_tokenizer(spec)
+    model = build_model(spec, tok)
+    data = TokenisedSet.build(read_rows(spec.data.train_uri), tok, spec.sequence_length)
+    rows = [{"input_ids": data.input_ids[i], "labels": data.labels[i]} for i in range(len(data))]
+    args = TrainingArguments(
+        output_dir=str(workdir / f"hf-{index}"), per_device_train_batch_size=spec.micro_batch_size,
+        gradient_accumulation_steps=spec.effective_batch_size // spec.micro_batch_size, max_steps=spec.max_steps,
+        learning_rate=spec.learning_rate, weight_decay=0.0, max_grad_norm=1.0, lr_scheduler_type="linear",
+        warmup_steps=max(1, spec.max_steps // 10), save_strategy="no", eval_strategy="no", report_to=[],
+        logging_steps=spec.max_steps, use_cpu=True, dataloader_num_workers=0, seed=spec.seed,
+        disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=rows,
+                      data_collator=lambda b: {k: torch.stack([r[k] for r in b]) for k in b[0]})
+    output = trainer.train()
+    return spec.max_steps / float(output.metrics["train_runtime"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    import torch
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
+    spec = _spec(args.steps, workdir)
+    results: dict[str, list[float]] = {"bare": [], "trainer": [], "hf": []}
+    for i in range(args.repeats):
+        results["bare"].append(bare_loop(spec))
+        results["trainer"].append(this_trainer(spec, workdir, i))
+        results["hf"].append(hf_trainer(spec, workdir, i))
+    best = {k: max(v) for k, v in results.items()}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps x "
+          f"{args.repeats} repeats, tiny Llama + LoRA (examples/trial-rehearsal.json)")
+    for name, values in results.items():
+        print(f"  {name:8s} best {best[name]:7.2f} steps/s   runs: {', '.join(f'{v:.2f}' for v in values)}")
+    print(f"trainer / bare loop  = {best['trainer'] / best['bare']:.3f}  (target >= 0.97, checkpointing excluded)")
+    print(f"trainer / HF Trainer = {best['trainer'] / best['hf']:.3f}  (target >= 1.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""End to end: the local rehearsal runs the synthesized workflow, the real handlers and the real trainer.
+
+Three rehearsals of a small variant of examples/trial-rehearsal.json share one state directory:
+1. fresh: both tracks succeed; the faulted Trainium2 track retries, resumes and pays rerun cost; cache miss;
+2. the same trial again: the compile cache is warm (hit) and compiles for less time;
+3. the Trainium2 track broken on purpose: the workflow runs the GPU fallback from its checkpoints.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dualtrack.local.progress import Progress
+from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
+from lambdas.domain.trial import TrialSpec, parse_trial
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENTS = ("effective_training_usd", "compile_usd", "failed_reruns_usd", "checkpoint_storage_usd",
+              "queue_environment_usd")
+
+
+def small_trial() -> TrialSpec:
+    doc = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
+    doc.update(name="e2e-rehearsal", max_steps=12, checkpoint_interval_steps=4, sequence_length=32)
+    doc["evaluation"].update(interval_steps=4, max_new_tokens=4, prompts=doc["evaluation"]["prompts"][:1])
+    doc["fault_injection"].update(at_step=6)
+    for key in ("train_uri", "validation_uri"):
+        doc["data"][key] = str(ROOT / doc["data"][key])
+    return parse_trial(doc, allow_local_paths=True)
+
+
+def rehearse(out: Path, **options: Any) -> tuple[RehearsalResult, str]:
+    stream = io.StringIO()
+    spec = small_trial()
+    result = Rehearsal(spec, RehearsalOptions(out=out, timeout_s=1200, **options),
+                       progress=Progress(stream, max_steps=spec.max_steps)).run()
+    return result, stream.getvalue()
+
+
+@pytest.fixture(scope="module")
+def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[RehearsalResult, str]]:
+    out = tmp_path_factory.mktemp("rehearsal")
+    runs = {"first": rehearse(out, fresh=True)}
+    runs["second"] = rehearse(out)
+    runs["fallback"] = rehearse(out, fail_trn2="step")
+    return runs
+
+
+def _report(result: RehearsalResult) -> dict[str, Any]:
+    assert result.report is not None, f"no report written under {result.out}"
+    return result.report
+
+
+def _usd(value: Any) -> Decimal:
+    return Decimal(str(value))
+
+
+def test_both_tracks_succeed_and_write_every_output(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    result, printed = rehearsals["first"]
+    assert result.status == "SUCCEEDED", printed
+    tracks = _report(result)["tracks"]
+    assert tracks["gpu"]["status"] == tracks["trn2"]["status"] == "SUCCEEDED"
+    assert tracks["gpu"]["steps_completed"] == tracks["trn2"]["steps_completed"] == 12
+    assert tracks["trn2"]["stand_in"] is True  # the compiled stand-in on a machine without Neuron devices
+    for name in ("report.json", "report.md", "report.html", "ledger.json", "execution-history.json"):
+        assert (result.out / name).stat().st_size > 0, name
+    assert "-> RunTracks" in printed and "fault injected after step 6" in printed
+
+
+def test_faulted_track_resumed_with_continuity_and_rerun_cost(
+        rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    tracks = _report(rehearsals["first"][0])["tracks"]
+    resume = tracks["trn2"]["resume"]
+    assert resume["injected_at_step"] == 6
+    assert resume["resumed_from_step"] == 4
+    assert resume["rerun_steps"] == 2
+    assert resume["global_step_continuous"] is True
+    assert resume["loss_continuous"] is True
+    assert tracks["trn2"]["attempts"] == 2
+    assert _usd(tracks["trn2"]["cost"]["failed_reruns_usd"]) > 0
+    assert tracks["gpu"]["attempts"] == 1
+    assert _usd(tracks["gpu"]["cost"]["failed_reruns_usd"]) == 0
+
+
+def test_cost_components_sum_to_the_total(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    for name in ("first", "second", "fallback"):
+        for run, track in _report(rehearsals[name][0])["tracks"].items():
+            cost = track["cost"]
+            assert sum(_usd(cost[c]) for c in COMPONENTS) == _usd(cost["total_usd"]), (name, run)
+
+
+def test_second_run_hits_the_compile_cache(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    first = _report(rehearsals["first"][0])["tracks"]["trn2"]["compile"]
+    second = _report(rehearsals["second"][0])["tracks"]["trn2"]["compile"]
+    assert first["cache"] == "miss"
+    assert second["cache"] == "hit"
+    assert second["seconds"] < first["seconds"]
+
+
+def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    result, printed = rehearsals["fallback"]
+    report = _report(result)
+    tracks = report["tracks"]
+    assert tracks["trn2"]["status"] == "FAILED"
+    assert "gpu-fallback" in tracks, printed
+    assert tracks["gpu-fallback"]["status"] == "SUCCEEDED"
+    assert tracks["gpu-fallback"]["steps_completed"] == 12
+    assert "-> SubmitGpuFallbackJob" in printed

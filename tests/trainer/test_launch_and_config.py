@@ -1,0 +1,71 @@
+"""Launch commands from the Batch multi-node environment, and flags vs environment variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.config import ConfigError, RunConfig
+from trainer.launch import LaunchError, launch_plan
+
+ARGS = ["--spec", "s3://b/spec.json", "--track", "gpu", "--run-dir", "s3://b/run"]
+
+
+def test_single_device_stand_ins_run_the_worker_directly() -> None:
+    plan = launch_plan(backend="cpu", devices_per_node=8, worker_args=ARGS, env={})
+    assert plan.argv == ["python", "-m", "trainer", "run", *ARGS] and plan.nodes == 1
+
+
+def test_main_node_of_a_gpu_mnp_job_uses_its_own_address() -> None:
+    env = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0"}
+    plan = launch_plan(backend="cuda", devices_per_node=8, worker_args=ARGS, env=env, local_address="10.0.0.5",
+                       expected_nodes=2)
+    assert plan.argv[:8] == ["python", "-m", "torch.distributed.run", "--nnodes=2", "--node_rank=0",
+                             "--nproc_per_node=8", "--master_addr=10.0.0.5", "--master_port=29500"]
+    assert plan.argv[8:12] == ["-m", "trainer", "run", "--spec"] and plan.env["FI_PROVIDER"] == "efa"
+
+
+def test_child_trn2_node_joins_the_main_node() -> None:
+    env = {"AWS_BATCH_JOB_NUM_NODES": "4", "AWS_BATCH_JOB_NODE_INDEX": "3",
+           "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.1.9"}
+    plan = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env=env, local_address="10.0.1.7")
+    assert "--node_rank=3" in plan.argv and "--master_addr=10.0.1.9" in plan.argv
+    assert "--nproc_per_node=64" in plan.argv
+    assert plan.env["NEURON_RT_ROOT_COMM_ID"] == "10.0.1.9:62182"
+
+
+@pytest.mark.parametrize(("env", "expected", "message"), [
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1"}, None, "MAIN_NODE_PRIVATE_IPV4"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "2"}, None, "outside 0..1"),
+    ({"AWS_BATCH_JOB_NUM_NODES": "1"}, 2, "declares 2 node"),
+])
+def test_inconsistent_batch_environments_are_rejected(env, expected, message) -> None:
+    with pytest.raises(LaunchError, match=message):
+        launch_plan(backend="cuda", devices_per_node=8, worker_args=ARGS, env=env, expected_nodes=expected)
+
+
+def test_environment_variables_stand_in_for_flags() -> None:
+    env = {"DUALTRACK_SPEC_URI": "s3://b/t/spec.json", "DUALTRACK_TRACK": "gpu",
+           "DUALTRACK_RUN_DIR": "s3://b/trials/t/gpu-fallback/", "DUALTRACK_RESUME_FROM": "s3://b/trials/t/trn2",
+           "DUALTRACK_BACKEND": "cpu", "NEURON_COMPILE_CACHE_URL": "s3://c/neuron/x/", "DUALTRACK_TRIAL_ID": "t",
+           "AWS_BATCH_JOB_ATTEMPT": "2"}
+    cfg = RunConfig.resolve(spec=None, track=None, run_dir=None, env=env)
+    assert (cfg.spec_uri, cfg.track, cfg.run_dir, cfg.backend) == ("s3://b/t/spec.json", "gpu",
+                                                                   "s3://b/trials/t/gpu-fallback", "cpu")
+    assert cfg.resume_from == "s3://b/trials/t/trn2" and cfg.run == "gpu-fallback" and cfg.attempt == 2
+    assert cfg.compile_cache_url == "s3://c/neuron/x/" and cfg.trial_id == "t"
+    flagged = RunConfig.resolve(spec="a.json", track="trn2", run_dir="/tmp/x", backend="compiled", env=env)
+    assert (flagged.spec_uri, flagged.track, flagged.backend, flagged.run) == ("a.json", "trn2", "compiled", "trn2")
+
+
+def test_missing_settings_name_both_the_flag_and_the_variable() -> None:
+    with pytest.raises(ConfigError, match=r"--spec / DUALTRACK_SPEC_URI.*--run-dir / DUALTRACK_RUN_DIR"):
+        RunConfig.resolve(spec=None, track="gpu", run_dir=None, env={})
+    with pytest.raises(ConfigError, match="DUALTRACK_BACKEND must be one of"):
+        RunConfig.resolve(spec="a", track="gpu", run_dir="b", env={"DUALTRACK_BACKEND": "tpu"})
+
+
+def test_default_backend_follows_the_track() -> None:
+    from trainer.backends import default_backend
+
+    assert default_backend("gpu") in ("cuda", "cpu")
+    assert default_backend("trn2") in ("neuron", "compiled")
