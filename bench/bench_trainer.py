@@ -41,11 +41,11 @@ def _spec(steps: int, workdir: Path) -> Path:
 
 def bare_loop(spec_path: Path) -> float:
     import torch
-
-    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
     from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
     from trainer.modeling import build_model, build_tokenizer, token_loss_sum, trainable_parameters
     from trainer.runner import lr_lambda
+
+    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
 
     spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
     layout = track_layout(spec, "gpu")
@@ -85,11 +85,11 @@ def this_trainer(spec_path: Path, workdir: Path, index: int) -> float:
 
 def hf_trainer(spec_path: Path, workdir: Path, index: int) -> float:
     import torch
+    from trainer.data import TokenisedSet, read_rows
+    from trainer.modeling import build_model, build_tokenizer
     from transformers import Trainer, TrainingArguments
 
     from lambdas.domain.trial import parse_trial
-    from trainer.data import TokenisedSet, read_rows
-    from trainer.modeling import build_model, build_tokenizer
 
     spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
     tok = build_tokenizer(spec)

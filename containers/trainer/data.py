@@ -19,8 +19,8 @@ IGNORE_INDEX = -100
 
 
 class Tokenizer(Protocol):
-    pad_token_id: int
-    eos_token_id: int
+    @property
+    def pad_token_id(self) -> int: ...
 
     def encode(self, text: str, *, bos: bool = True, eos: bool = False) -> list[int]: ...
 

@@ -85,7 +85,7 @@ class CloudWatchPublisher:
 
                 self._client = boto3.client("cloudwatch")
             for i in range(0, len(batch), MAX_DATA_PER_CALL):
-                self._client.put_metric_data(Namespace=NAMESPACE, MetricData=batch[i:i + MAX_DATA_PER_CALL])
+                self._client.put_metric_data(Namespace=NAMESPACE, MetricData=batch[i:i + MAX_DATA_PER_CALL])  # type: ignore[arg-type]
             self.sent += len(batch)
         except Exception as exc:  # metrics are best-effort; the summary in S3 is the record
             self.errors.append(repr(exc)[:200])

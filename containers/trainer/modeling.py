@@ -57,7 +57,7 @@ def build_model(spec: TrialSpec, tokenizer: Any) -> torch.nn.Module:
             eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=False, use_cache=False,
         )
         config._attn_implementation = "eager"
-        model = LlamaForCausalLM(config)
+        model: torch.nn.Module = LlamaForCausalLM(config)
     elif spec.model.uri:
         model = LlamaForCausalLM.from_pretrained(_local_dir(spec.model.uri), torch_dtype=torch.float32,
                                                  attn_implementation="eager")
@@ -68,7 +68,7 @@ def build_model(spec: TrialSpec, tokenizer: Any) -> torch.nn.Module:
             raise ModelError("lora: required for method lora")
         from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(r=spec.lora.rank, lora_alpha=spec.lora.alpha, lora_dropout=spec.lora.dropout,
+        lora = LoraConfig(r=spec.lora.rank, lora_alpha=spec.lora.alpha,  # type: ignore[arg-type]  # float is fine lora_dropout=spec.lora.dropout,
                           target_modules=list(spec.lora.target_modules), task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
     model.train()
@@ -116,7 +116,7 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> No
 def adapter_config(model: torch.nn.Module) -> dict[str, Any] | None:
     if not is_lora(model):
         return None
-    config = model.peft_config["default"]  # type: ignore[index]
+    config: Any = model.peft_config["default"]  # type: ignore[index]
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in config.to_dict().items()}
 
 

@@ -92,13 +92,30 @@ class LocalBatch:
     @contextlib.contextmanager
     def install(self) -> Iterator[LocalBatch]:
         """Own the jobs' statuses while the block runs; pass this runner to ``moto_shims(batch=...)``."""
+        from moto.batch.models import Job
         from moto.moto_api import state_manager
+
+        original = Job._get_container_property
+
+        def container_property(job: Any, name: str, default: Any) -> Any:
+            # moto appends AWS_BATCH_JOB_ID to the submitted overrides on every DescribeJobs; with Step Functions
+            # polling a running job that list (and every describe) grows without bound. Describe a copy instead.
+            overrides = job.container_overrides.get("environment")
+            if name != "environment" or overrides is None:
+                return original(job, name, default)
+            job.container_overrides["environment"] = list(overrides)
+            try:
+                return original(job, name, default)
+            finally:
+                job.container_overrides["environment"] = overrides
 
         # Statuses are ours to set: stop moto advancing them on every DescribeJobs.
         state_manager.set_transition("batch::job", {"progression": "manual", "times": 10**9})
+        Job._get_container_property = container_property  # type: ignore[method-assign]
         try:
             yield self
         finally:
+            Job._get_container_property = original  # type: ignore[method-assign]
             state_manager.unset_transition("batch::job")
             self.stop_all("rehearsal stopped")
 

@@ -60,7 +60,7 @@ class EventRouter:
                 # moto raises on target types it cannot deliver to, so it only sees the ones it can.
                 others = copy.copy(rule)
                 others.targets = [t for t in rule.targets if not _is_lambda(str(t["Arn"]))]
-                original(others, original_event, transform_input)
+                original(others, original_event, transform_input)  # type: ignore[arg-type]
             if not lambdas or not rule.event_pattern.matches_event(original_event):
                 return
             for target in lambdas:
@@ -71,7 +71,7 @@ class EventRouter:
                     dlq_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
                 ))
 
-        Rule.send_to_targets = send_to_targets  # type: ignore[method-assign]
+        Rule.send_to_targets = send_to_targets  # type: ignore[method-assign,assignment]
         self._threads = [threading.Thread(target=self._drain, name=f"eventbridge-lambda-{i}", daemon=True)
                          for i in range(self.workers)]
         for thread in self._threads:

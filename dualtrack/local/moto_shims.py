@@ -308,7 +308,7 @@ def _eval_sync(original: Callable[..., Any]) -> Callable[..., Any]:
             from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
             job_id, region, credentials = job
-            client = boto_client_for(service="batch", region=region, state_credentials=credentials)
+            client: Any = boto_client_for(service="batch", region=region, state_credentials=credentials)
             client.terminate_job(jobId=job_id, reason="Step Functions execution stopped")
         return result
 

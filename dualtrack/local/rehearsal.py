@@ -216,7 +216,7 @@ class Rehearsal:
         while True:
             history = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
             for event in history[seen:]:
-                self.progress.workflow(event)
+                self.progress.workflow(dict(event))
             seen = len(history)
             status = sfn.describe_execution(executionArn=execution_arn)["status"]
             if status in TERMINAL:

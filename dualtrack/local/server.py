@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -48,14 +49,15 @@ def local_aws(region: str = REGION) -> Iterator[LocalAws]:
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log on the console
-    saved_config = {k: dict(v) for k, v in default_user_config.items() if isinstance(v, dict)}
+    config: Any = default_user_config  # moto's TypedDict; treated as the plain dict it is
+    saved_config = {k: dict(v) for k, v in config.items() if isinstance(v, dict)}
     for key, value in MOTO_CONFIG.items():
-        default_user_config.setdefault(key, {}).update(value)  # type: ignore[attr-defined]
+        config.setdefault(key, {}).update(value)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     aws = LocalAws(endpoint_url=f"http://{host}:{port}", region=region)
-    saved_env = {k: os.environ.get(k) for k in [*aws.env(), "MOTO_PORT", "AWS_PROFILE"]}
+    saved_env: dict[str, str | None] = {k: os.environ.get(k) for k in [*aws.env(), "MOTO_PORT", "AWS_PROFILE"]}
     os.environ.update(aws.env())
     os.environ["MOTO_PORT"] = str(port)
     os.environ.pop("AWS_PROFILE", None)
@@ -63,9 +65,9 @@ def local_aws(region: str = REGION) -> Iterator[LocalAws]:
         yield aws
     finally:
         server.stop()
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
+        for name, previous in saved_env.items():
+            if previous is None:
+                os.environ.pop(name, None)
             else:
-                os.environ[key] = value
-        default_user_config.update(saved_config)  # type: ignore[arg-type]
+                os.environ[name] = previous
+        config.update(saved_config)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
@@ -83,7 +85,7 @@ class TrialStorage(Construct):
         return [self.trials, self.ledger, self.cache_registry, self.idempotency]
 
 
-def _bucket_defaults(noncurrent_version_days: int) -> dict[str, object]:
+def _bucket_defaults(noncurrent_version_days: int) -> dict[str, Any]:
     return {
         "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
         "enforce_ssl": True,

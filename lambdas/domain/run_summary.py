@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SUMMARY_SCHEMA_VERSION = 1
+SUMMARY_SCHEMA_VERSION: Literal[1] = 1
 RunName = Literal["gpu", "trn2", "gpu-fallback"]
 Backend = Literal["cpu", "compiled", "cuda", "neuron"]
 Status = Literal["succeeded", "failed", "faulted", "interrupted"]

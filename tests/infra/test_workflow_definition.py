@@ -54,7 +54,8 @@ def test_definition_serialized_matches(control: dict[str, Any]) -> None:
 
 
 def _environment(state: dict[str, Any]) -> dict[str, str]:
-    return {e["Name"]: e.get("Value.$", e.get("Value")) for e in state["Parameters"]["ContainerOverrides"]["Environment"]}
+    overrides = state["Parameters"]["ContainerOverrides"]["Environment"]
+    return {e["Name"]: e.get("Value.$", e.get("Value")) for e in overrides}
 
 
 def _branches(control: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -8,9 +8,9 @@ import boto3
 import pytest
 import torch
 from moto import mock_aws
+from trainer import FAULT_EXIT_CODE, checkpoint, storage
 
 from tests.trainer.helpers import attempt
-from trainer import FAULT_EXIT_CODE, checkpoint, storage
 
 
 def _save(run_dir: str, step: int) -> checkpoint.SavedCheckpoint:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer.data import IGNORE_INDEX, BatchPlan, DataError, SampleStream, TokenisedSet, encode_row, read_rows
+from trainer.tokenizer import ByteTokenizer
 
 from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
 from tests.trainer.helpers import attempt, losses
-from trainer.data import IGNORE_INDEX, BatchPlan, DataError, SampleStream, TokenisedSet, encode_row, read_rows
-from trainer.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trainer.config import ConfigError, RunConfig
 from trainer.launch import LaunchError, launch_plan
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import boto3
 import pytest
 from moto import mock_aws
+from trainer.metrics import CloudWatchPublisher, MetricsLog, Progress, publishing_enabled
 
 from lambdas.domain.ledger import summary_entry
 from lambdas.domain.report import _merged_loss
 from lambdas.domain.run_summary import RunSummary, parse_summary
 from tests.trainer.helpers import attempt
-from trainer.metrics import CloudWatchPublisher, MetricsLog, Progress, publishing_enabled
 
 
 def test_publisher_batches_metrics_with_trial_run_attempt_dimensions() -> None:

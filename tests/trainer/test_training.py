@@ -9,10 +9,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE, SIGTERM_EXIT_CODE
 
 from lambdas.domain.run_summary import parse_summary
 from tests.trainer.helpers import attempt, losses
-from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE, SIGTERM_EXIT_CODE
 
 pytestmark = pytest.mark.slow
 

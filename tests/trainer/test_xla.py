@@ -8,9 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+from trainer import FAULT_EXIT_CODE
 
 from tests.trainer.helpers import attempt, losses
-from trainer import FAULT_EXIT_CODE
 
 pytestmark = pytest.mark.xla
 pytest.importorskip("torch_xla", reason="torch-xla is installed only in the XLA side venv (make check-xla)")

@@ -106,3 +106,15 @@ def test_terminate_stops_the_process() -> None:
     assert job["status"] == "FAILED"
     assert job["statusReason"] == "cancelled by user"
     assert len(job["attempts"]) == 1  # a terminated job is not retried
+
+
+@mock_aws(config={"batch": {"use_docker": False}})
+def test_describing_a_job_does_not_grow_its_environment() -> None:
+    batch, queue, jd = _batch([sys.executable, "-c", "pass"], attempts=1)
+    runner = LocalBatch(events=lambda e: None)
+    with runner.install(), moto_shims(batch=runner):
+        job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd,
+                                  containerOverrides={"environment": [{"name": "A", "value": "1"}]})["jobId"]
+        _wait(batch, job_id)
+        sizes = {len(batch.describe_jobs(jobs=[job_id])["jobs"][0]["container"]["environment"]) for _ in range(20)}
+    assert len(sizes) == 1
