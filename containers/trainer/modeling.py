@@ -59,7 +59,7 @@ def build_model(spec: TrialSpec, tokenizer: Any) -> torch.nn.Module:
         config._attn_implementation = "eager"
         model: torch.nn.Module = LlamaForCausalLM(config)
     elif spec.model.uri:
-        model = LlamaForCausalLM.from_pretrained(_local_dir(spec.model.uri), torch_dtype=torch.float32,
+        model = LlamaForCausalLM.from_pretrained(_local_dir(spec.model.uri), dtype=torch.float32,
                                                  attn_implementation="eager")
     else:
         raise ModelError("model: give model.uri (weights) or model.config (a small model built in code)")

@@ -22,6 +22,7 @@ from trainer.metrics import read_step_losses
 
 MAX_PER_STEP_POINTS = 2000
 ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
+HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 # Relative loss gap between a re-run step and its first run that still counts as continuous. Stand-ins are
 # deterministic on CPU (the gap is 0); accelerators reorder float reductions, bf16 more so.
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}
@@ -108,6 +109,18 @@ def _points(values: dict[int, float]) -> tuple[list[list[float]], bool]:
     return [[s, v] for s, v in kept], True
 
 
+def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
+    """The registry's key: the last segment of the cache URL it handed out, else computed from the spec."""
+    if track != "trn2" or spec.tracks.trn2 is None:
+        return None
+    last = (url or "").rstrip("/").rsplit("/", 1)[-1]
+    if HEX_KEY.match(last):
+        return last
+    from lambdas.domain.compile_cache import cache_key
+
+    return cache_key(spec).key
+
+
 def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunSummary:
     spec, cfg, backend, phases = inputs.spec, inputs.cfg, inputs.backend, inputs.phases
     steps_done = len(inputs.losses)
@@ -121,11 +134,7 @@ def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunS
     rerun = sum(1 for s in inputs.losses if s in inputs.previous) if inputs.resumed_from_step is not None else 0
     fault = inputs.fault_plan
     trn2 = spec.tracks.trn2
-    cache_key = None
-    if cfg.track == "trn2" and trn2 is not None:
-        from lambdas.domain.compile_cache import cache_key as key_of
-
-        cache_key = key_of(spec, {k: v for k, v in backend.versions().items() if v}).key
+    cache_key = _cache_key(spec, cfg.track, cache.url if cache else None)
     record = {
         "trial_id": inputs.trial_id, "track": cfg.track, "run": inputs.run, "attempt": cfg.attempt,
         "backend": backend.name, "stand_in": backend.name in STAND_IN_BACKENDS or backend.stand_in,

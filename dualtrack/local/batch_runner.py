@@ -187,12 +187,17 @@ class LocalBatch:
                 self._set(job, "RUNNABLE")
             job.job_started_at = datetime.now()
             self._set(job, "STARTING")
-            job._start_attempt()
             self._set(job, "RUNNING")
             last = self._run_attempt(job, props, attempt)
-            job.latest_attempt["container"].update(exitCode=last.exit_code, reason=last.reason)
-            job.latest_attempt["stoppedAt"] = _ms(last.stopped_at)
-            job.latest_attempt["statusReason"] = ESSENTIAL_EXITED
+            # Batch lists an attempt once it has finished: the running one is never in `attempts`.
+            job.latest_attempt = {
+                "container": {"exitCode": last.exit_code, "reason": last.reason,
+                              "logStreamName": f"{job.job_definition.name}/default/{job.job_id}",
+                              "networkInterfaces": []},
+                "startedAt": _ms(last.started_at), "stoppedAt": _ms(last.stopped_at),
+                "statusReason": ESSENTIAL_EXITED,
+            }
+            job.attempts.append(job.latest_attempt)
             if last.exit_code == 0:
                 success = True
                 break

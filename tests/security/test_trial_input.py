@@ -17,7 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-
 from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.trial import BATCH_SAFE_NAME, TrialInvalid, TrialSpec, json_schema, parse_trial
 from tests.reliability import figures
@@ -54,7 +53,8 @@ def _is_cross_field(path: str) -> bool:
     if path in CROSS_FIELD:
         return True
     parts = path.split(".")
-    return len(parts) == 3 and parts[0] == "tracks" and parts[1] in ("gpu", "trn2") and parts[2] in CROSS_FIELD_PER_TRACK
+    return (len(parts) == 3 and parts[0] == "tracks" and parts[1] in ("gpu", "trn2")
+            and parts[2] in CROSS_FIELD_PER_TRACK)
 
 
 # ---- 1. anything the schema allows ---------------------------------------------------------------------------
@@ -114,7 +114,8 @@ def valid_trials(draw: st.DrawFn) -> dict[str, Any]:
         track, dp = draw(_track(family))
         tracks[family] = track
         data_parallel.append(dp)
-    method = draw(st.sampled_from(["lora", "full", "continued_pretraining"] + ([] if "trn2" in families else ["qlora"])))
+    methods = ["lora", "full", "continued_pretraining"] + ([] if "trn2" in families else ["qlora"])
+    method = draw(st.sampled_from(methods))
     micro = draw(st.integers(1, 4))
     effective = micro * math.lcm(*data_parallel) * draw(st.integers(1, 3))
     max_steps = draw(st.integers(3, 5000))

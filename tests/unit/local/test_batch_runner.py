@@ -88,6 +88,9 @@ def test_attempts_follow_the_retry_strategy(codes: str, status: str, attempts: i
     expected += ["RUNNABLE", "STARTING", "RUNNING"] * (attempts - 1) + [status]
     assert statuses == expected
     assert all(e["detail-type"] == "Batch Job State Change" and e["source"] == "aws.batch" for e in events)
+    # Batch lists finished attempts only: the n-th RUNNING event carries n-1 of them.
+    running = [len(e["detail"]["attempts"]) for e in events if e["detail"]["status"] == "RUNNING"]
+    assert running == list(range(attempts))
     assert sum(1 for p in progress if p["event"] == "step") == attempts
 
 
