@@ -5,8 +5,9 @@
       checkpoint and eval time, is what is compared),
   (c) the Hugging Face ``Trainer`` with the same batch, accumulation, optimizer, schedule and clipping.
 
-Each variant runs ``--repeats`` times, interleaved; the best run of each counts (least disturbed by other load).
-Prints steps/s and the ratios trainer/bare (target >= 0.97) and trainer/HF (target >= 1.0).
+Each variant runs ``--repeats`` times, interleaved. Two figures per variant: steps/s over the whole loop (best
+run), and 1 / median optimizer-step time over all runs, which other load on the machine disturbs far less.
+Prints both and the ratios trainer/bare (target >= 0.97) and trainer/HF (target >= 1.0).
 Usage: .venv/bin/python bench/bench_trainer.py [--steps 30] [--repeats 2]
 """
 
@@ -17,6 +18,7 @@ import contextlib
 import io
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -39,7 +41,10 @@ def _spec(steps: int, workdir: Path) -> Path:
     return path
 
 
-def bare_loop(spec_path: Path) -> float:
+Result = tuple[float, list[float]]  # (steps/s over the loop, per-step seconds)
+
+
+def bare_loop(spec_path: Path) -> Result:
     import torch
     from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
     from trainer.modeling import build_model, build_tokenizer, token_loss_sum, trainable_parameters
@@ -58,7 +63,9 @@ def bare_loop(spec_path: Path) -> float:
     opt = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(spec.max_steps))
     started = time.perf_counter()
+    times = []
     for step in range(spec.max_steps):
+        t = time.perf_counter()
         ids, labels = stream.take(step * plan.global_batch, plan.global_batch)
         norm = float(loss_tokens(labels))
         for mids, mlabels in plan.micro_batches(ids, labels):
@@ -67,10 +74,11 @@ def bare_loop(spec_path: Path) -> float:
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-    return spec.max_steps / (time.perf_counter() - started)
+        times.append(time.perf_counter() - t)
+    return spec.max_steps / (time.perf_counter() - started), times
 
 
-def this_trainer(spec_path: Path, workdir: Path, index: int) -> float:
+def this_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
     from trainer.config import RunConfig
     from trainer.runner import run
 
@@ -80,14 +88,25 @@ def this_trainer(spec_path: Path, workdir: Path, index: int) -> float:
     with contextlib.redirect_stdout(io.StringIO()):  # progress lines are produced, just not shown
         assert run(cfg) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
-    return summary["steps_this_attempt"] / summary["phases"]["train_s"]
+    records = [json.loads(line) for line in (run_dir / "attempt-1" / "metrics.jsonl").read_text().splitlines()]
+    times = [r["step_time_s"] for r in records if r["kind"] == "step"]
+    return summary["steps_this_attempt"] / summary["phases"]["train_s"], times
 
 
-def hf_trainer(spec_path: Path, workdir: Path, index: int) -> float:
+def hf_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
     import torch
     from trainer.data import TokenisedSet, read_rows
     from trainer.modeling import build_model, build_tokenizer
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    times: list[float] = []
+
+    class StepTimes(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            times.append(time.perf_counter() - self.t)
 
     from lambdas.domain.trial import parse_trial
 
@@ -104,9 +123,10 @@ def hf_trainer(spec_path: Path, workdir: Path, index: int) -> float:
         logging_steps=spec.max_steps, use_cpu=True, dataloader_num_workers=0, seed=spec.seed,
         disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=rows,
-                      data_collator=lambda b: {k: torch.stack([r[k] for r in b]) for k in b[0]})
+                      data_collator=lambda b: {k: torch.stack([r[k] for r in b]) for k in b[0]},
+                      callbacks=[StepTimes()])
     output = trainer.train()
-    return spec.max_steps / float(output.metrics["train_runtime"])
+    return spec.max_steps / float(output.metrics["train_runtime"]), times
 
 
 def main() -> int:
@@ -118,18 +138,23 @@ def main() -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     spec = _spec(args.steps, workdir)
-    results: dict[str, list[float]] = {"bare": [], "trainer": [], "hf": []}
+    results: dict[str, list[Result]] = {"bare": [], "trainer": [], "hf": []}
     for i in range(args.repeats):
         results["bare"].append(bare_loop(spec))
         results["trainer"].append(this_trainer(spec, workdir, i))
         results["hf"].append(hf_trainer(spec, workdir, i))
-    best = {k: max(v) for k, v in results.items()}
+    best = {k: max(r[0] for r in v) for k, v in results.items()}
+    # The first step of each run pays one-off set-up in every variant; medians skip it.
+    median = {k: 1.0 / statistics.median([t for r in v for t in r[1][1:]]) for k, v in results.items()}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps x "
           f"{args.repeats} repeats, tiny Llama + LoRA (examples/trial-rehearsal.json)")
     for name, values in results.items():
-        print(f"  {name:8s} best {best[name]:7.2f} steps/s   runs: {', '.join(f'{v:.2f}' for v in values)}")
-    print(f"trainer / bare loop  = {best['trainer'] / best['bare']:.3f}  (target >= 0.97, checkpointing excluded)")
-    print(f"trainer / HF Trainer = {best['trainer'] / best['hf']:.3f}  (target >= 1.0)")
+        print(f"  {name:8s} best {best[name]:7.2f} steps/s  median-step {median[name]:7.2f} steps/s   "
+              f"runs: {', '.join(f'{v[0]:.2f}' for v in values)}")
+    for label, figures in (("best run", best), ("median step", median)):
+        print(f"{label:12s} trainer / bare loop  = {figures['trainer'] / figures['bare']:.3f}  "
+              f"(target >= 0.97, checkpointing excluded)")
+        print(f"{label:12s} trainer / HF Trainer = {figures['trainer'] / figures['hf']:.3f}  (target >= 1.0)")
     return 0
 
 

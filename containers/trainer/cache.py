@@ -4,7 +4,6 @@ down before the first compile and up afterwards, so the same URL mechanism serve
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +28,8 @@ class CompileCache:
             cache.files_before = len(storage.list_files(url))
             return cache
         if storage.is_s3(url):
-            digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-            directory = Path(tempfile.gettempdir()) / "dualtrack-compile-cache" / digest
+            # A fresh local mirror per process: what it holds is exactly what the shared cache held.
+            directory = Path(tempfile.mkdtemp(prefix="dualtrack-compile-cache-"))
             storage.sync_down(url, directory)
         else:
             directory = storage.local_path(url)

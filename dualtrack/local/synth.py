@@ -106,7 +106,11 @@ def synthesize(stage: str = "dev", *, root: Path = REPO_ROOT, context: dict[str,
         method = "python"
         cdk_json = json.loads((root / "cdk.json").read_text())
         env["CDK_OUTDIR"] = str(staging)
-        env["CDK_CONTEXT_JSON"] = json.dumps({**cdk_json.get("context", {}), **(context or {}), "stage": stage})
+        # The context the CLI adds by default, so both paths write the same templates.
+        cli_defaults = {"aws:cdk:enable-path-metadata": True, "aws:cdk:enable-asset-metadata": True,
+                        "aws:cdk:version-reporting": True, "aws:cdk:bundling-stacks": ["**"]}
+        env["CDK_CONTEXT_JSON"] = json.dumps({**cli_defaults, **cdk_json.get("context", {}), **(context or {}),
+                                              "stage": stage})
         command = [sys.executable, "-m", "infra.app"]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s,
                           check=False)

@@ -258,7 +258,7 @@ def deploy_locally(assembly: Assembly, *, region: str = "us-east-1") -> LocalDep
 
     def client(service: str) -> Any:
         if service not in clients:
-            clients[service] = boto3.client(service, region_name=region)
+            clients[service] = boto3.client(service, region_name=region)  # type: ignore[call-overload]
         return clients[service]
 
     steps: list[Callable[[], None]] = [

@@ -27,11 +27,10 @@ PERMANENT_FAULT_EXIT_CODE = 76
 METRICS_NAMESPACE = "Dualtrack"
 DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
 BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
-# The image build context is the repository root; keep everything the images do not need out of it.
-CONTEXT_EXCLUDES = [
-    ".git", ".venv", ".venv-*", "node_modules", "cdk.out", ".cdk-cache", "out", "tests", "bench", "docs",
-    "**/__pycache__", "**/*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache", "*.egg-info",
-]
+# The image build context is the repository root, but the images copy only lambdas/ and containers/: send just
+# those (an allow-list), so unrelated files never change the image hash or slow the upload.
+CONTEXT_EXCLUDES = ["*", "!lambdas", "!containers", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
+                    "**/.pytest_cache"]
 TRAINER_COMMAND = ["python", "-m", "trainer", "run"]
 
 
@@ -80,6 +79,10 @@ class TrainerJobDefinitions(Construct):
         acknowledge(self.job_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5[Resource::*]",
                     "cloudwatch:PutMetricData has no resource-level permissions; it is limited to the "
                     "Dualtrack namespace by condition")
+        # One execution role (image pull, log delivery) for every container of this track.
+        self.execution_role = iam.Role(self, "ExecutionRole",
+                                       assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
+                                       description=f"dualtrack {track} trainer: image pull and logs")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
         image = trainer_image(self, track, family)
         environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": BACKENDS[track],
@@ -106,6 +109,7 @@ class TrainerJobDefinitions(Construct):
                 ulimits=[batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1)],
                 environment=environment,
                 job_role=self.job_role,
+                execution_role=self.execution_role,
                 logging=ecs.LogDriver.aws_logs(stream_prefix=f"trainer-{track}", log_group=self.log_group),
             )
 
@@ -117,10 +121,19 @@ class TrainerJobDefinitions(Construct):
             retry_strategies=retry_strategies(),
             timeout=attempt_timeout,
         )
-        self.multi_node = batch.MultiNodeJobDefinition(
+        self.multi_node = self._multi_node(container("NodeContainer"), family, retry_attempts, attempt_timeout)
+        policy = self.execution_role.node.try_find_child("DefaultPolicy")
+        if policy is not None:  # only an image built from containers/ needs ECR pull rights
+            acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                        "ecr:GetAuthorizationToken has no resource-level permissions; image pulls themselves are "
+                        "limited to the asset repository")
+
+    def _multi_node(self, node: batch.EcsEc2ContainerDefinition, family: ComputeFamily, retry_attempts: int,
+                    attempt_timeout: cdk.Duration) -> batch.MultiNodeJobDefinition:
+        return batch.MultiNodeJobDefinition(
             self, "MultiNode",
             instance_type=cdk.aws_ec2.InstanceType(family.instance_types[0]),
-            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=container("NodeContainer"))],
+            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=node)],
             main_node=0,
             propagate_tags=True,
             retry_attempts=retry_attempts,

@@ -12,15 +12,23 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 NAMESPACE = "Dualtrack"
-# Metric names the functions publish (Powertools Metrics, namespace Dualtrack, dimension "service").
+# The metrics this dashboard and the alarms read, and the function that publishes each (Powertools Metrics adds
+# the dimension service=<POWERTOOLS_SERVICE_NAME>, i.e. "dualtrack-<module>", so the emitter is part of the name).
 RUNS_SUCCEEDED, RUNS_FAILED = "RunsSucceeded", "RunsFailed"
 TRIAL_COST_USD = "TrialCostUSD"
 CACHE_HITS, CACHE_MISSES = "CompileCacheHits", "CompileCacheMisses"
+EMITTERS = {
+    RUNS_SUCCEEDED: "on_batch_job_state", RUNS_FAILED: "on_batch_job_state",
+    TRIAL_COST_USD: "close_trial_costs",
+    CACHE_HITS: "resolve_compile_cache", CACHE_MISSES: "resolve_compile_cache",
+}
 PERIOD = cdk.Duration.minutes(5)
 
 
 def _metric(name: str, statistic: str = "Sum", period: cdk.Duration = PERIOD) -> cw.Metric:
-    return cw.Metric(namespace=NAMESPACE, metric_name=name, statistic=statistic, period=period)
+    service = "dualtrack-" + EMITTERS[name].replace("_", "-")
+    return cw.Metric(namespace=NAMESPACE, metric_name=name, statistic=statistic, period=period,
+                     dimensions_map={"service": service})
 
 
 class TrialMonitoring(Construct):

@@ -144,6 +144,9 @@ class ControlStack(cdk.Stack):
         s.trials.grant_read_write_data(status)
         findings(status)
 
+        for fn in (on_job, close):
+            self._grant_batch_describe(fn)
+
         for fn in (on_job, on_artifact):
             s.ledger.grant_read_write_data(fn)
             s.trials.grant_read_write_data(fn)
@@ -161,3 +164,16 @@ class ControlStack(cdk.Stack):
         s.compile_cache.grant_read(api_fn, "neuron/*")
         findings(api_fn).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*").s3_read(
             s.compile_cache, "neuron/*")
+
+    @staticmethod
+    def _grant_batch_describe(fn: lambda_.Function) -> None:
+        """Read a job's own record (attempts, timestamps) and the instance type its queue runs."""
+        policy = iam.Policy(fn, "BatchDescribe", statements=[iam.PolicyStatement(
+            actions=["batch:DescribeJobs", "batch:DescribeJobQueues", "batch:DescribeComputeEnvironments"],
+            resources=["*"],
+        )])
+        assert fn.role is not None
+        fn.role.attach_inline_policy(policy)
+        acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                    "Batch Describe* actions support no resource-level permissions; read-only, used to settle a "
+                    "run from its job's own attempt record")

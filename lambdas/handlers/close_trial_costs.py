@@ -33,7 +33,12 @@ class CloseRequest(BaseModel):
         return flat
 
     def run_names(self) -> list[str]:
-        return sorted({b.run for b in self.branches()})
+        """Runs to settle: every branch that ran, plus the trn2 run a GPU fallback replaced (it ran and failed)."""
+        ran = [b for b in self.branches() if b.status != "SKIPPED"]
+        names = {b.run for b in ran}
+        if any(b.fallback for b in ran):
+            names.add("trn2")
+        return sorted(names)
 
 
 def reconcile_jobs(settlement: Any, request: CloseRequest) -> int:

@@ -131,6 +131,8 @@ def test_alarms_cover_failed_runs_dlqs_and_lambda_errors(control: dict[str, Any]
     assert metrics.count(("AWS/SQS", "ApproximateNumberOfMessagesVisible")) == 2
     assert metrics.count(("AWS/Lambda", "Errors")) == len(HANDLERS)
     assert all(a["AlarmActions"] for a in alarms)
+    runs_failed = next(a for a in alarms if a.get("MetricName") == "RunsFailed")
+    assert runs_failed["Dimensions"] == [{"Name": "service", "Value": "dualtrack-on-batch-job-state"}]
     dashboard = props(control, "AWS::CloudWatch::Dashboard")[0]
     body = json.dumps(dashboard["DashboardBody"])
     for title in ("Runs", "Trial cost (USD)", "Compile-cache hit rate (%)", "Lambda errors", "Dead-letter depth"):

@@ -38,6 +38,8 @@ def test_short_run_through_the_neuron_backend(write_spec, tmp_path: Path, cache:
     per_step = list(losses(summary).values())
     assert per_step[-1] < per_step[0]
     assert [c["step"] for c in summary["checkpoints"]] == [2, 4]
+    _, eager = attempt(spec, str(tmp_path / "eager"), track="trn2", backend="cpu")
+    assert per_step == pytest.approx(list(losses(eager).values()), rel=1e-4)  # XLA trains like eager
 
 
 def test_fault_and_resume_through_the_neuron_backend(write_spec, tmp_path: Path, cache: str) -> None:
