@@ -126,7 +126,6 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     inputs.layout, inputs.plan = layout, plan
     tokenizer = build_tokenizer(spec)
     model = build_model(spec, tokenizer)
-    params = trainable_parameters(model)
     job.phases["environment_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -143,6 +142,8 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     backend.configure_cache(cache.directory)
     cache_setup_s = time.perf_counter() - t
     step_model = backend.prepare(model)
+    # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
+    params = trainable_parameters(model)
     optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec.max_steps))
 

@@ -111,7 +111,7 @@ class LocalBatch:
 
         # Statuses are ours to set: stop moto advancing them on every DescribeJobs.
         state_manager.set_transition("batch::job", {"progression": "manual", "times": 10**9})
-        Job._get_container_property = container_property  # type: ignore[method-assign]
+        Job._get_container_property = container_property  # type: ignore[method-assign,assignment]
         try:
             yield self
         finally:

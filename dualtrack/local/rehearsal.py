@@ -78,7 +78,6 @@ class Rehearsal:
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None
         with local_aws() as aws:
-            _reset_moto()
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
             deployment = deploy_locally(assembly, region=aws.region)
             self.env = self._handler_environment(deployment)
@@ -333,12 +332,6 @@ def api_event(method: str, path: str, body: Any | None = None) -> dict[str, Any]
                          "caller": "rehearsal", "user": "rehearsal"},
         },
     }
-
-
-def _reset_moto() -> None:
-    from moto.moto_api._internal.models import moto_api_backend
-
-    moto_api_backend.reset()
 
 
 def _scan(table: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,29 +43,44 @@ class LocalAws:
         }
 
 
+_SERVER: list[tuple[Any, str]] = []  # one loopback server per process: cached boto3 clients stay valid
+_LOCK = threading.Lock()
+
+
+def _server() -> tuple[Any, str]:
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+    with _LOCK:
+        if not _SERVER:
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            server.start()
+            host, port = server.get_host_and_port()
+            _SERVER.append((server, f"http://{host}:{port}"))
+        return _SERVER[0]
+
+
 @contextlib.contextmanager
 def local_aws(region: str = REGION) -> Iterator[LocalAws]:
-    """Start moto on 127.0.0.1, point this process's environment at it, restore everything afterwards."""
+    """Point this process's environment at a loopback moto server (started once, emptied on entry) and restore the
+    environment afterwards. Handlers cache their clients, so the server outlives one rehearsal."""
     from moto.core.config import default_user_config
-    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_api._internal.models import moto_api_backend
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log on the console
     config: Any = default_user_config  # moto's TypedDict; treated as the plain dict it is
     saved_config = {k: dict(v) for k, v in config.items() if isinstance(v, dict)}
     for key, value in MOTO_CONFIG.items():
         config.setdefault(key, {}).update(value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    aws = LocalAws(endpoint_url=f"http://{host}:{port}", region=region)
+    _, endpoint = _server()
+    moto_api_backend.reset()
+    aws = LocalAws(endpoint_url=endpoint, region=region)
     saved_env: dict[str, str | None] = {k: os.environ.get(k) for k in [*aws.env(), "MOTO_PORT", "AWS_PROFILE"]}
     os.environ.update(aws.env())
-    os.environ["MOTO_PORT"] = str(port)
+    os.environ["MOTO_PORT"] = endpoint.rsplit(":", 1)[1]
     os.environ.pop("AWS_PROFILE", None)
     try:
         yield aws
     finally:
-        server.stop()
         for name, previous in saved_env.items():
             if previous is None:
                 os.environ.pop(name, None)

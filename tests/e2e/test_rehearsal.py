@@ -100,9 +100,11 @@ def test_cost_components_sum_to_the_total(rehearsals: dict[str, tuple[RehearsalR
 def test_second_run_hits_the_compile_cache(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
     first = _report(rehearsals["first"][0])["tracks"]["trn2"]["compile"]
     second = _report(rehearsals["second"][0])["tracks"]["trn2"]["compile"]
-    assert first["cache"] == "miss"
-    assert second["cache"] == "hit"
-    assert second["seconds"] < first["seconds"]
+    # First rehearsal: attempt 1 compiles cold; its retry already finds the graphs attempt 1 cached.
+    assert first["cache_by_attempt"] == ["miss", "hit"]
+    # Second rehearsal: warm from the start, from the cache the first one left in the registry.
+    assert second["cache_by_attempt"][0] == "hit"
+    assert second["first_compile_s"] < first["first_compile_s"]
 
 
 def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:

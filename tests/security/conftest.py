@@ -9,3 +9,7 @@ from tests.reliability import figures
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     figures.write_if_requested()
+
+
+# The moto-backed AWS account and the example trial, shared with the integration suite.
+from tests.integration.conftest import aws, example  # noqa: E402, F401

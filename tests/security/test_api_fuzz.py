@@ -1,0 +1,184 @@
+"""The trial API against its committed OpenAPI document, with schemathesis, the handler served in process.
+
+A WSGI adapter turns each generated request into the REST proxy event API Gateway sends (IAM already checked) and
+calls ``lambdas.handlers.on_trial_api.handler`` against moto. Every response must be non-5xx and conform to the
+document (status code, content type, body schema). Hostile bodies (oversized, deeply nested, injection-shaped
+names) are sent the same way; what the handler does with them is checked in S3, DynamoDB and Step Functions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from schemathesis.specs.openapi.checks import (
+    positive_data_acceptance,
+    status_code_conformance,
+    unsupported_method,
+)
+
+from tests.client.dualtrack_api_shim import proxy_event
+from tests.integration.conftest import Context
+from tests.reliability import figures
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENAPI = json.loads((ROOT / "lambdas" / "openapi.json").read_text())
+FIGURES = "bad_input.api"
+REASONS = {200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large", 415: "Unsupported Media Type",
+           422: "Unprocessable Entity", 500: "Internal Server Error"}
+
+
+def wsgi_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    from lambdas.handlers.on_trial_api import handler
+
+    path = environ.get("PATH_INFO") or "/"
+    if path == "/openapi.json":
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [json.dumps(OPENAPI).encode()]
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    headers = {k[5:].replace("_", "-").title(): v for k, v in environ.items() if k.startswith("HTTP_")}
+    if environ.get("CONTENT_TYPE"):
+        headers["Content-Type"] = environ["CONTENT_TYPE"]
+    event = proxy_event(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body)
+    response = handler(event, Context())
+    status = int(response["statusCode"])
+    out_headers = [(k, str(v)) for k, v in (response.get("headers") or {}).items()]
+    # A REST (v1) proxy response may carry its headers as multiValueHeaders, as Powertools' resolver does.
+    out_headers += [(k, str(v)) for k, values in (response.get("multiValueHeaders") or {}).items() for v in values
+                    if k not in dict(out_headers)]
+    start_response(f"{status} {REASONS.get(status, 'Status')}", out_headers)
+    figures.add(FIGURES, "requests")
+    figures.add(FIGURES, f"status_{status}")
+    return [(response.get("body") or "").encode()]
+
+
+schema = schemathesis.openapi.from_wsgi("/openapi.json", wsgi_app)
+
+
+@pytest.fixture
+def api_aws(aws: dict[str, Any]) -> dict[str, Any]:
+    return aws
+
+
+# Two gaps between the handler and its document are asserted on their own below (deterministic inputs) and left
+# out of the generated run: undocumented status codes (404/400/503 are answered, only 200/422 are declared) and
+# the POST body schema (declared as any object, so schema-valid bodies are rightly rejected by the trial model).
+# GET /trials is covered by test_a_malformed_page_token_is_a_4xx until its 503 is fixed.
+DOCUMENT_GAPS = [status_code_conformance, positive_data_acceptance, unsupported_method]
+
+
+@pytest.mark.slow
+@schema.exclude(path="/trials", method="GET").parametrize()
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_generated_requests_get_non_5xx_schema_conforming_answers(case: Any, api_aws: dict[str, Any]) -> None:
+    figures.add(FIGURES, "schemathesis_cases")
+    try:
+        # unsupported_method: API Gateway answers undeclared methods itself (403) before the function runs.
+        case.call_and_validate(excluded_checks=DOCUMENT_GAPS)
+    except Exception:
+        figures.add(FIGURES, "schemathesis_failures")
+        raise
+
+
+def _get(path: str, query: str = "") -> dict[str, Any]:
+    from lambdas.handlers.on_trial_api import handler
+
+    return handler(proxy_event("GET", path, query, {}, b""), Context())  # type: ignore[no-any-return]
+
+
+@pytest.mark.xfail(strict=True, reason="an undecodable next_token raises UnicodeDecodeError in "
+                                       "DynamoTrials.list and is answered 503; it should be 400")
+def test_a_malformed_page_token_is_a_4xx(aws: dict[str, Any]) -> None:
+    response = _get("/trials", "next_token=0w")
+    figures.record(FIGURES, malformed_next_token_status=response["statusCode"])
+    assert 400 <= response["statusCode"] < 500
+
+
+@pytest.mark.xfail(strict=True, reason="lambdas/openapi.json declares only 200/422 for GET /trials/{trial_id}, "
+                                       "but an unknown trial is answered 404")
+def test_every_status_the_handler_answers_is_documented(aws: dict[str, Any]) -> None:
+    response = _get("/trials/no-such-trial-0123456789")
+    declared = OPENAPI["paths"]["/trials/{trial_id}"]["get"]["responses"]
+    figures.record(FIGURES, unknown_trial_status=response["statusCode"], declared=sorted(declared))
+    assert str(response["statusCode"]) in declared
+
+
+def _post(body: str | bytes) -> dict[str, Any]:
+    from lambdas.handlers.on_trial_api import handler
+
+    event = proxy_event("POST", "/trials", "", {"Content-Type": "application/json"}, b"")
+    # API Gateway passes a non-binary media type's body through as text; undecodable bytes arrive replaced.
+    event["body"] = body if isinstance(body, str) else body.decode("utf-8", errors="replace")
+    return handler(event, Context())  # type: ignore[no-any-return]
+
+
+HOSTILE_BODIES = {
+    "10 MB string field": lambda example: json.dumps({**example, "owner": "x" * 10_000_000}),
+    "100k array": lambda example: json.dumps({**example, "evaluation": {"interval_steps": 1,
+                                                                        "prompts": ["p"] * 100_000}}),
+    "nested 10k deep": lambda example: '{"schema_version": 1, "x": ' + "[" * 10_000 + "]" * 10_000 + "}",
+    "nested objects 3k deep": lambda example: '{"a":' * 3_000 + "1" + "}" * 3_000,
+    "not JSON": lambda example: "schema_version=1&name=x",
+    "binary": lambda example: b"\xff\xfe\x00\x00garbage",
+}
+
+
+# Python's json parser raises RecursionError past ~1000 levels; the resolver's body parsing turns that into a 503
+# ("send it again"), which invites a retry of a request that can never succeed. Fix: map RecursionError (and
+# other body-decoding errors) to 400 where the routes map unexpected errors, or bound the nesting first.
+DEEP_JSON_IS_503 = pytest.mark.xfail(strict=True, reason="deeply nested JSON -> RecursionError -> 503")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=DEEP_JSON_IS_503) if n.startswith("nested") else n
+                                  for n in sorted(HOSTILE_BODIES)])
+def test_oversized_and_deeply_nested_bodies_get_a_4xx(aws: dict[str, Any], example: dict[str, Any],
+                                                     name: str) -> None:
+    response = _post(HOSTILE_BODIES[name](example))
+    figures.add(FIGURES, "hostile_bodies")
+    assert 400 <= response["statusCode"] < 500, (name, response["statusCode"], (response.get("body") or "")[:300])
+    body = json.loads(response["body"])
+    assert body, name
+    assert aws["ddb"].scan(TableName="trials")["Count"] == 0
+    figures.add(FIGURES, "hostile_bodies_rejected_4xx")
+
+
+INJECTIONS = ["x; rm -rf /", "$(curl evil)", "`id`", "../../etc/passwd", "a\nb", "a%2Fb", "a/../b", "name' OR '1'='1",
+              "<script>alert(1)</script>", "${jndi:ldap://x}", "a b", "\u202eevil", "a\x00b"]
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+@pytest.mark.parametrize("field", ["name", "owner", "data.train_uri", "model.id", "model.revision"])
+def test_injection_shaped_values_never_reach_a_job_name_or_an_s3_key(aws: dict[str, Any], example: dict[str, Any],
+                                                                    field: str, value: str) -> None:
+    doc = json.loads(json.dumps(example))
+    target = doc
+    *parents, leaf = field.split(".")
+    for part in parents:
+        target = target[part]
+    target[leaf] = value if field != "data.train_uri" else f"s3://bucket/{value}"
+    response = _post(json.dumps(doc))
+    figures.add(FIGURES, "injection_cases")
+    keys = [o["Key"] for o in aws["s3"].list_objects_v2(Bucket="artifacts").get("Contents", [])]
+    executions = aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"]
+    if response["statusCode"] >= 400:
+        assert response["statusCode"] < 500
+        assert not keys and not executions
+        figures.add(FIGURES, "injection_rejected")
+        return
+    # Accepted (a value the model allows, e.g. inside an S3 key's path): it must not shape names or keys.
+    figures.add(FIGURES, "injection_accepted_as_data")
+    trial_id = json.loads(response["body"])["trial_id"]
+    assert all(k.startswith(f"trials/{trial_id}/") for k in keys), keys
+    assert all(e["name"] == trial_id for e in executions)
+    import re
+
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,80}", trial_id)
+    for key in keys:
+        assert value not in key
