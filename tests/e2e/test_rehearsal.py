@@ -67,7 +67,7 @@ def test_both_tracks_succeed_and_write_every_output(rehearsals: dict[str, tuple[
     result, printed = rehearsals["first"]
     assert result.status == "SUCCEEDED", printed
     tracks = _report(result)["tracks"]
-    assert tracks["gpu"]["status"] == tracks["trn2"]["status"] == "SUCCEEDED"
+    assert tracks["gpu"]["status"] == tracks["trn2"]["status"] == "succeeded"
     assert tracks["gpu"]["steps_completed"] == tracks["trn2"]["steps_completed"] == 12
     assert tracks["trn2"]["stand_in"] is True  # the compiled stand-in on a machine without Neuron devices
     for name in ("report.json", "report.md", "report.html", "ledger.json", "execution-history.json"):
@@ -111,8 +111,8 @@ def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[Rehears
     result, printed = rehearsals["fallback"]
     report = _report(result)
     tracks = report["tracks"]
-    assert tracks["trn2"]["status"] == "FAILED"
+    assert tracks["trn2"]["status"] == "failed"
     assert "gpu-fallback" in tracks, printed
-    assert tracks["gpu-fallback"]["status"] == "SUCCEEDED"
+    assert tracks["gpu-fallback"]["status"] == "succeeded"
     assert tracks["gpu-fallback"]["steps_completed"] == 12
     assert "-> SubmitGpuFallbackJob" in printed

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-
 from schemathesis.specs.openapi.checks import (
     positive_data_acceptance,
     status_code_conformance,
@@ -74,10 +73,10 @@ def api_aws(aws: dict[str, Any]) -> dict[str, Any]:
 DOCUMENT_GAPS = [status_code_conformance, positive_data_acceptance, unsupported_method]
 
 
-@pytest.mark.slow
-@schema.exclude(path="/trials", method="GET").parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-def test_generated_requests_get_non_5xx_schema_conforming_answers(case: Any, api_aws: dict[str, Any]) -> None:
+GENERATED = settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+def _call_and_validate(case: Any) -> None:
     figures.add(FIGURES, "schemathesis_cases")
     try:
         # unsupported_method: API Gateway answers undeclared methods itself (403) before the function runs.
@@ -85,6 +84,33 @@ def test_generated_requests_get_non_5xx_schema_conforming_answers(case: Any, api
     except Exception:
         figures.add(FIGURES, "schemathesis_failures")
         raise
+
+
+@pytest.mark.slow
+@schema.include(method="GET").exclude(path="/trials").parametrize()
+@GENERATED
+def test_generated_reads_get_non_5xx_schema_conforming_answers(case: Any, api_aws: dict[str, Any]) -> None:
+    _call_and_validate(case)
+
+
+# Non-strict: which generated body finds it depends on the generator; the deterministic test below is strict.
+@pytest.mark.slow
+@pytest.mark.xfail(strict=False, reason="a body sent as text/plain raises RequestUnsupportedContentType -> 503")
+@schema.include(method="POST").parametrize()
+@GENERATED
+def test_generated_writes_get_non_5xx_schema_conforming_answers(case: Any, api_aws: dict[str, Any]) -> None:
+    _call_and_validate(case)
+
+
+@pytest.mark.xfail(strict=True, reason="Powertools' RequestUnsupportedContentType reaches the catch-all and is "
+                                       "answered 503; it should be 415")
+def test_an_unsupported_content_type_is_a_4xx(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from lambdas.handlers.on_trial_api import handler
+
+    event = proxy_event("POST", "/trials", "", {"Content-Type": "text/plain"}, json.dumps(example).encode())
+    response = handler(event, Context())
+    figures.record(FIGURES, text_plain_body_status=response["statusCode"])
+    assert 400 <= response["statusCode"] < 500
 
 
 def _get(path: str, query: str = "") -> dict[str, Any]:
