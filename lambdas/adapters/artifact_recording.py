@@ -30,8 +30,9 @@ def record_artifact(settlement: RunSettlement, key: str) -> tuple[str, str, str,
     if fact is None:
         return None
     added = settlement.ledger.append(fact)
-    if added:
-        settlement.settle(match["trial"], match["run"])
+    # Settle even when the fact was already there: a delivery retried after a crash between appending and
+    # settling must still leave the run's cost current. Settling is a fold, so repeating it changes nothing.
+    settlement.settle(match["trial"], match["run"])
     return kind, match["trial"], match["run"], added
 
 

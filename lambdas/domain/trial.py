@@ -134,6 +134,8 @@ class Trn2Track(_TrackBase):
                               Field(max_length=64)] = Field(default_factory=list)
     logical_nc_config: Literal[1, 2] = 2
 
+    _lnc_not_bool = field_validator("logical_nc_config", mode="before")(lambda cls, v: _no_bool(v))
+
 
 class Tracks(_Model):
     gpu: GpuTrack | None = None
@@ -183,6 +185,8 @@ class TrialSpec(_Model):
     baseline_logs_uri: str | None = Field(default=None, description="GPU baseline logs the trial compares against.")
     triage_override: TriageOverride | None = None
 
+    _version_not_bool = field_validator("schema_version", mode="before")(lambda cls, v: _no_bool(v))
+
     @field_validator("baseline_logs_uri")
     @classmethod
     def _uri(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -212,6 +216,13 @@ class TrialSpec(_Model):
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _no_bool(value: Any) -> Any:
+    # Literal[1] matches True (True == 1) even in strict mode; a flag is never a version or a core count.
+    if isinstance(value, bool):
+        raise ValueError(f"must be an integer, not the boolean {str(value).lower()}")
+    return value
 
 
 def _check_uri(value: str, info: ValidationInfo) -> str:

@@ -43,11 +43,11 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
     settlement = wiring.settlement(RunEventSettings)
     instance_type = queue_instance_type(detail.job_queue) if detail.job_queue else None
     added = settlement.record(job_facts(identity, detail, event.time, instance_type))
-    cost = None
-    if added or detail.terminal:
-        cost = settlement.settle(identity.trial_id, identity.run, collect=detail.terminal)
-        if cost is not None:
-            _observe_compile(identity.trial_id, identity.run)
+    # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling
+    # must still close the cost. Settling is a fold of the ledger, so repeating it changes nothing.
+    cost = settlement.settle(identity.trial_id, identity.run, collect=detail.terminal)
+    if cost is not None:
+        _observe_compile(identity.trial_id, identity.run)
     total = cost["cost"]["total_usd"] if cost else None
     logger.info(
         "job state recorded",

@@ -26,7 +26,7 @@ from tests.trainer.conftest import ROOT, tiny_trial
 from tests.trainer.helpers import attempt
 
 pytestmark = pytest.mark.slow
-KILLS = 2
+KILLS = 1
 
 
 def _data(base: Path) -> Path:

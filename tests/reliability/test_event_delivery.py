@@ -94,13 +94,8 @@ class Crash(RuntimeError):
 # A retried invocation finds its facts already in the ledger ("added" = 0) and so never re-settles the run: the
 # stored cost stays at the fold from before the crash. Fix: after recording, settle a terminal run whether or not
 # this invocation added facts (put_cost only ever moves forward, so the extra settle is safe).
-STALE_COST_AFTER_RETRY = pytest.mark.xfail(
-    strict=True, reason="on_batch_job_state settles only when facts were added, record_artifact only when its fact "
-                        "was new: a retry after a crash leaves the run's cost stale")
 
-
-@pytest.mark.parametrize("crash_point", [pytest.param("append_after_first_fact", marks=STALE_COST_AFTER_RETRY),
-                                         pytest.param("put_cost_after_fold_read", marks=STALE_COST_AFTER_RETRY)])
+@pytest.mark.parametrize("crash_point", ["append_after_first_fact", "put_cost_after_fold_read"])
 def test_lambda_crash_between_reading_and_writing_the_ledger(aws: dict[str, Any], example: dict[str, Any],
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              crash_point: str) -> None:

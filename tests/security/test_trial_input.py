@@ -240,8 +240,6 @@ def _object_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, .
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="Literal[1] accepts True; fix: a mode='before' validator rejecting bool "
-                   "on TrialSpec.schema_version and Trn2Track.logical_nc_config")
 @pytest.mark.parametrize("path", sorted(BOOL_AS_LITERAL_INT))
 def test_a_boolean_is_not_a_literal_integer(example_trial: dict[str, Any], path: str) -> None:
     doc = copy.deepcopy(example_trial)
