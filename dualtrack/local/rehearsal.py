@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,7 @@ class Rehearsal:
         self.progress.phase("synthesizing the CDK app (cached by source hash)")
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None
-        with local_aws() as aws:
+        with local_aws() as aws, _fresh_handler_state():
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
             deployment = deploy_locally(assembly, region=aws.region)
             self.env = self._handler_environment(deployment)
@@ -302,6 +304,19 @@ class Rehearsal:
                 dynamodb.put_item(TableName=table, Item=item)
             if items:
                 self.progress.phase(f"restored {len(items)} compile-cache registry entries from {registry}")
+
+
+@contextlib.contextmanager
+def _fresh_handler_state() -> Iterator[None]:
+    """Handlers cache clients, settings and idempotency stores per container; this process is a new "container"
+    for each rehearsal, and must not leave clients bound to the loopback server behind for whatever runs next."""
+    from lambdas.adapters import wiring
+
+    wiring.reset()
+    try:
+        yield
+    finally:
+        wiring.reset()
 
 
 def local_backend(track: str) -> str:

@@ -89,6 +89,10 @@ def reset() -> None:
         fn.cache_clear()
     from lambdas.adapters.aws import reset_clients
     from lambdas.adapters.batch_jobs import queue_instance_type
+    from lambdas.runtime.idempotency import reset_idempotency
+    from lambdas.runtime.settings import reset_settings
 
     reset_clients()
     queue_instance_type.cache_clear()
+    reset_idempotency()
+    reset_settings()

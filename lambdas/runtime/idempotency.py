@@ -14,6 +14,7 @@ from typing import Any, TypeVar, get_type_hints
 F = TypeVar("F", bound=Callable[..., Any])
 EXPIRES_AFTER_S = 7 * 24 * 3600
 _config: Any = None
+_BUILT: list[list[Callable[..., Any]]] = []  # every decorated function's built wrapper, for reset_idempotency()
 
 
 def _idempotency_config() -> Any:
@@ -27,6 +28,14 @@ def _idempotency_config() -> Any:
     return _config
 
 
+def reset_idempotency() -> None:
+    """Forget built persistence layers and their clients (the environment they were built for has changed)."""
+    global _config
+    for built in _BUILT:
+        built.clear()
+    _config = None
+
+
 def register_context(context: Any) -> None:
     """Let in-progress records expire with the invocation (call once per invocation, before the side effect)."""
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
@@ -36,6 +45,7 @@ def register_context(context: Any) -> None:
 def once_per_fact(table_name: Callable[[], str]) -> Callable[[F], F]:
     def decorate(fn: F) -> F:
         built: list[Callable[..., Any]] = []
+        _BUILT.append(built)
 
         def wrapper(*, fact: Any) -> Any:
             if not built:
