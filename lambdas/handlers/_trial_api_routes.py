@@ -5,7 +5,10 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from pydantic import BaseModel, Field
 
@@ -56,6 +59,10 @@ def _now() -> str:
     return now_iso()
 
 
+class BadPageToken(ValueError):
+    pass
+
+
 def build_app() -> APIGatewayRestResolver:
     from lambdas.adapters import trial_submission as service
     from lambdas.adapters import wiring
@@ -100,6 +107,21 @@ def build_app() -> APIGatewayRestResolver:
     @app.exception_handler(TrialNotFound)
     def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
         return _json(404, {"message": f"no trial {exc.args[0]!r}; list trials with GET /trials"})
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def _unsupported(exc: Exception) -> Response[dict[str, Any]]:
+        return _json(415, {"message": "send the trial as Content-Type: application/json; nothing was stored"})
+
+    @app.exception_handler(BadPageToken)
+    def _bad_token(exc: BadPageToken) -> Response[dict[str, Any]]:
+        return _json(400, {"message": "next_token is not a token this API returned; omit it to start over",
+                           "errors": [{"path": "next_token", "message": "use the next_token of a previous page"}]})
+
+    @app.exception_handler(RecursionError)
+    def _too_deep(exc: RecursionError) -> Response[dict[str, Any]]:
+        # Retrying can never help, so this is the client's error, not a 503.
+        return _json(400, {"message": "the JSON body is nested too deeply to parse; nothing was stored",
+                           "errors": [{"path": "", "message": "send a trial document (a few levels deep)"}]})
 
     @app.exception_handler(Exception)
     def _unexpected(exc: Exception) -> Response[dict[str, Any]]:
@@ -159,13 +181,17 @@ def build_app() -> APIGatewayRestResolver:
         limit: Annotated[int, Query(ge=1, le=100)] = 25,
         next_token: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> dict[str, Any]:
-        items, token = wiring.trials(ApiSettings).list(limit, next_token)
+        try:
+            items, token = wiring.trials(ApiSettings).list(limit, next_token)
+        except ValueError as exc:  # an undecodable token (UnicodeDecodeError, binascii.Error, JSON): the caller's
+            raise BadPageToken(str(exc)) from None
         return {
             "trials": [{k: i.get(k) for k in ("trial_id", "name", "owner", "status", "created_at")} for i in items],
             "next_token": token,
         }
 
-    @app.get("/trials/<trial_id>", summary="Trial status per run, attempts and current costs")
+    @app.get("/trials/<trial_id>", summary="Trial status per run, attempts and current costs",
+             responses={200: {"description": "the trial's status"}, 404: {"description": "no such trial"}})
     def get_trial(trial_id: TrialId) -> dict[str, Any]:
         return service.trial_status(
             trial_id,

@@ -102,8 +102,6 @@ def test_generated_writes_get_non_5xx_schema_conforming_answers(case: Any, api_a
     _call_and_validate(case)
 
 
-@pytest.mark.xfail(strict=True, reason="Powertools' RequestUnsupportedContentType reaches the catch-all and is "
-                                       "answered 503; it should be 415")
 def test_an_unsupported_content_type_is_a_4xx(aws: dict[str, Any], example: dict[str, Any]) -> None:
     from lambdas.handlers.on_trial_api import handler
 
@@ -119,16 +117,12 @@ def _get(path: str, query: str = "") -> dict[str, Any]:
     return handler(proxy_event("GET", path, query, {}, b""), Context())  # type: ignore[no-any-return]
 
 
-@pytest.mark.xfail(strict=True, reason="an undecodable next_token raises UnicodeDecodeError in "
-                                       "DynamoTrials.list and is answered 503; it should be 400")
 def test_a_malformed_page_token_is_a_4xx(aws: dict[str, Any]) -> None:
     response = _get("/trials", "next_token=0w")
     figures.record(FIGURES, malformed_next_token_status=response["statusCode"])
     assert 400 <= response["statusCode"] < 500
 
 
-@pytest.mark.xfail(strict=True, reason="lambdas/openapi.json declares only 200/422 for GET /trials/{trial_id}, "
-                                       "but an unknown trial is answered 404")
 def test_every_status_the_handler_answers_is_documented(aws: dict[str, Any]) -> None:
     response = _get("/trials/no-such-trial-0123456789")
     declared = OPENAPI["paths"]["/trials/{trial_id}"]["get"]["responses"]
@@ -156,14 +150,8 @@ HOSTILE_BODIES = {
 }
 
 
-# Python's json parser raises RecursionError past ~1000 levels; the resolver's body parsing turns that into a 503
-# ("send it again"), which invites a retry of a request that can never succeed. Fix: map RecursionError (and
-# other body-decoding errors) to 400 where the routes map unexpected errors, or bound the nesting first.
-DEEP_JSON_IS_503 = pytest.mark.xfail(strict=True, reason="deeply nested JSON -> RecursionError -> 503")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=DEEP_JSON_IS_503) if n.startswith("nested") else n
-                                  for n in sorted(HOSTILE_BODIES)])
+# Python's json parser raises RecursionError past ~1000 levels: the API answers 400, never a 503 inviting a retry.
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
 def test_oversized_and_deeply_nested_bodies_get_a_4xx(aws: dict[str, Any], example: dict[str, Any],
                                                      name: str) -> None:
     response = _post(HOSTILE_BODIES[name](example))
