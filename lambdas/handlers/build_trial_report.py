@@ -11,7 +11,7 @@ from lambdas.runtime.settings import LedgerSettings, require_settings
 
 
 class ReportRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
 

@@ -12,7 +12,7 @@ from lambdas.runtime.settings import LedgerSettings, require_settings
 
 
 class BranchOutput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     run: str = Field(pattern=r"^(gpu|trn2|gpu-fallback)$")
     status: str = "SUCCEEDED"
@@ -21,7 +21,7 @@ class BranchOutput(BaseModel):
 
 
 class CloseRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
     runs: list[BranchOutput | list[BranchOutput]] = Field(default_factory=list)

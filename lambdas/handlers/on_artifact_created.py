@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from lambdas.runtime.idempotency import once_per_fact, register_context
 from lambdas.runtime.observability import logger, metrics, tracer
@@ -13,6 +13,8 @@ from lambdas.runtime.settings import ArtifactEventSettings, require_settings, se
 
 
 class ObjectFact(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     key: str  # bucket + key + version (or etag): the object this event reports
     bucket: str
     object_key: str
@@ -21,6 +23,8 @@ class ObjectFact(BaseModel):
 
 
 class ObjectResult(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     kind: str
     recorded: bool = False
     trial_id: str | None = None

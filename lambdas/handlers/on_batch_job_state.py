@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from lambdas.runtime.idempotency import once_per_fact, register_context
 from lambdas.runtime.observability import logger, metrics, tracer
@@ -12,11 +12,15 @@ from lambdas.runtime.settings import RunEventSettings, require_settings, setting
 
 
 class JobStateFact(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     key: str  # job id + status + attempt: the real-world fact this event reports
     event: dict[str, Any]
 
 
 class JobStateResult(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     trial_id: str | None = None
     run: str | None = None
     status: str

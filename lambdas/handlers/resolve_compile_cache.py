@@ -15,7 +15,7 @@ from lambdas.runtime.settings import CacheSettings, require_settings, settings_f
 
 
 class ResolveRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
     spec_uri: str = Field(pattern=r"^s3://")
@@ -23,7 +23,7 @@ class ResolveRequest(BaseModel):
 
 
 class CollectRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     action: Literal["collect_garbage"]
     retention_days: int | None = Field(default=None, ge=1)

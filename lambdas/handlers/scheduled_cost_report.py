@@ -12,7 +12,7 @@ from lambdas.runtime.settings import CostReportSettings, require_settings, setti
 
 
 class ScheduledEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     time: datetime | None = None
     period_days: int | None = None

@@ -13,7 +13,7 @@ TrialStatus = Literal["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED", "FAILED",
 
 
 class StatusRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
     status: TrialStatus

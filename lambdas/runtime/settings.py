@@ -20,7 +20,7 @@ class SettingsInvalid(RuntimeError):
 
 
 class _Settings(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True, defer_build=True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> _Settings:
