@@ -153,12 +153,12 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
 
     from lambdas.adapters import wiring
     from lambdas.adapters.cost_reporting import cost_report
-    from lambdas.handlers.scheduled_cost_report import ScheduledEvent, publish_report
     from lambdas.runtime.settings import CostReportSettings
+    from lambdas.tasks.cost_report import publish_report
 
     out: dict[int, tuple[float, float, float]] = {}
     end = datetime.fromtimestamp(T0 / 1000 + 86_400, tz=UTC)
-    request = ScheduledEvent(time=end, period_days=7)
+    request = {"time": end.isoformat(), "period_days": 7}
     for size in sizes:
         _fill_ledger(ddb, size)
         whole, scan, fold = [], [], []

@@ -11,24 +11,24 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-NAMESPACE = "Dualtrack"
-# The metrics this dashboard and the alarms read, and the function that publishes each (Powertools Metrics adds
-# the dimension service=<POWERTOOLS_SERVICE_NAME>, i.e. "dualtrack-<module>", so the emitter is part of the name).
-RUNS_SUCCEEDED, RUNS_FAILED = "RunsSucceeded", "RunsFailed"
-TRIAL_COST_USD = "TrialCostUSD"
-CACHE_HITS, CACHE_MISSES = "CompileCacheHits", "CompileCacheMisses"
-EMITTERS = {
-    RUNS_SUCCEEDED: "on_batch_job_state", RUNS_FAILED: "on_batch_job_state",
-    TRIAL_COST_USD: "close_trial_costs",
-    CACHE_HITS: "resolve_compile_cache", CACHE_MISSES: "resolve_compile_cache",
-}
+from lambdas.domain import telemetry
+
 PERIOD = cdk.Duration.minutes(5)
 
 
-def _metric(name: str, statistic: str = "Sum", period: cdk.Duration = PERIOD) -> cw.Metric:
-    service = "dualtrack-" + EMITTERS[name].replace("_", "-")
-    return cw.Metric(namespace=NAMESPACE, metric_name=name, statistic=statistic, period=period,
-                     dimensions_map={"service": service})
+def _metric(name: str, statistic: str = "Sum", period: cdk.Duration = PERIOD) -> cw.IMetric:
+    """The metric as its emitters publish it: Powertools adds service=dualtrack-<function module>, so a metric
+    published by several functions is several series, summed here (missing series count as 0)."""
+    series = {
+        f"{name.lower()}{index}": cw.Metric(
+            namespace=telemetry.NAMESPACE, metric_name=name, statistic=statistic, period=period,
+            dimensions_map={"service": "dualtrack-" + module.replace("_", "-")})
+        for index, module in enumerate(telemetry.EMITTERS[name])
+    }
+    if len(series) == 1:
+        return next(iter(series.values()))
+    return cw.MathExpression(expression=" + ".join(f"FILL({key}, 0)" for key in series), using_metrics=series,
+                             label=name, period=period)
 
 
 class TrialMonitoring(Construct):
@@ -47,7 +47,7 @@ class TrialMonitoring(Construct):
             self.alarms.append(created)
             return created
 
-        alarm("FailedRuns", _metric(RUNS_FAILED), "a trial run ended FAILED")
+        alarm("FailedRuns", _metric(telemetry.RUNS_FAILED), "a trial run ended FAILED")
         alarm("FailedTrials", state_machine.metric_failed(period=PERIOD), "a trial workflow execution failed")
         for name, queue in dead_letter_queues.items():
             alarm(f"{name}Depth", queue.metric_approximate_number_of_messages_visible(period=PERIOD,
@@ -58,15 +58,16 @@ class TrialMonitoring(Construct):
 
         hit_rate = cw.MathExpression(
             expression="100 * hits / (hits + misses)", label="compile-cache hit rate (%)",
-            using_metrics={"hits": _metric(CACHE_HITS, period=cdk.Duration.hours(1)),
-                           "misses": _metric(CACHE_MISSES, period=cdk.Duration.hours(1))},
+            using_metrics={"hits": _metric(telemetry.CACHE_HITS, period=cdk.Duration.hours(1)),
+                           "misses": _metric(telemetry.CACHE_MISSES, period=cdk.Duration.hours(1))},
             period=cdk.Duration.hours(1),
         )
         self.dashboard = cw.Dashboard(self, "Dashboard", default_interval=cdk.Duration.days(7))
         self.dashboard.add_widgets(
-            cw.GraphWidget(title="Runs", left=[_metric(RUNS_SUCCEEDED), _metric(RUNS_FAILED)], width=8),
-            cw.GraphWidget(title="Trial cost (USD)", left=[_metric(TRIAL_COST_USD, period=cdk.Duration.hours(1))],
+            cw.GraphWidget(title="Runs", left=[_metric(telemetry.RUNS_SUCCEEDED), _metric(telemetry.RUNS_FAILED)],
                            width=8),
+            cw.GraphWidget(title="Trial cost (USD)",
+                           left=[_metric(telemetry.TRIAL_COST_USD, period=cdk.Duration.hours(1))], width=8),
             cw.GraphWidget(title="Compile-cache hit rate (%)", left=[hit_rate], width=8),
         )
         self.dashboard.add_widgets(

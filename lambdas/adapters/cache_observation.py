@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from lambdas.adapters.ports import Ledger
 from lambdas.domain.ledger import run_key
 
 
-def observe_run(ledger: Ledger, registry: Any, trial_id: str, run: str) -> int:
-    counted = 0
+def observe_run(ledger: Ledger, registry: Any, trial_id: str, run: str) -> Counter[str]:
+    """Count each attempt's reported outcome in the registry once; returns the outcomes newly counted by this call."""
+    counted: Counter[str] = Counter()
     for entry in ledger.entries(run_key(trial_id, run)):
         if entry.kind != "summary":
             continue
@@ -23,7 +25,6 @@ def observe_run(ledger: Ledger, registry: Any, trial_id: str, run: str) -> int:
         at = entry.body.get("ended_at") or entry.body.get("started_at") or "1970-01-01T00:00:00Z"
         reason = compile_info.get("error") or compile_info.get("reason")
         observation = f"{trial_id}#{run}#a{int(entry.body['attempt']):03d}"
-        counted += registry.observe(
-            key, observation, outcome, float(compile_info.get("seconds") or 0.0), at, reason=reason
-        )
+        if registry.observe(key, observation, outcome, float(compile_info.get("seconds") or 0.0), at, reason=reason):
+            counted[outcome] += 1
     return counted

@@ -114,7 +114,11 @@ class RunSettlement:
         self.prices, self.region, self.metrics = prices, region, metrics
 
     def record(self, facts: list[L.LedgerEntry]) -> int:
-        return sum(1 for fact in facts if self.ledger.append(fact))
+        return len(self.record_new(facts))
+
+    def record_new(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
+        """Append each fact once; returns the facts this call added (a conditional write decides)."""
+        return [fact for fact in facts if self.ledger.append(fact)]
 
     def collect_artifacts(self, trial_id: str, run: str) -> int:
         """Read what the trainer left in S3 for a run (summaries, checkpoint manifests) into the ledger."""

@@ -5,77 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from lambdas.runtime.idempotency import once_per_fact, register_context
+from lambdas.runtime.entry import require_settings
 from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import ArtifactEventSettings, require_settings, settings_for
 
 
-class ObjectFact(BaseModel):
-    model_config = ConfigDict(defer_build=True)
-
-    key: str  # bucket + key + version (or etag): the object this event reports
-    bucket: str
-    object_key: str
-    size: int
-    time: str
-
-
-class ObjectResult(BaseModel):
-    model_config = ConfigDict(defer_build=True)
-
-    kind: str
-    recorded: bool = False
-    trial_id: str | None = None
-    run: str | None = None
-    cache_key: str | None = None
-
-
-@once_per_fact(lambda: settings_for(ArtifactEventSettings).IDEMPOTENCY_TABLE)
-def record_object(*, fact: ObjectFact) -> ObjectResult:
-    from lambdas.adapters import wiring
-    from lambdas.adapters.artifact_recording import record_artifact, record_cache_object
-
-    settings = settings_for(ArtifactEventSettings)
-    if fact.bucket == settings.CACHE_BUCKET:
-        key = record_cache_object(wiring.registry(ArtifactEventSettings), fact.object_key, fact.size, fact.time)
-        return ObjectResult(kind="compile-cache" if key else "ignored", recorded=key is not None, cache_key=key)
-    if fact.bucket != settings.ARTIFACTS_BUCKET:
-        return ObjectResult(kind="ignored")
-    outcome = record_artifact(wiring.settlement(ArtifactEventSettings), fact.object_key)
-    if outcome is None:
-        return ObjectResult(kind="ignored")
-    kind, trial_id, run, added = outcome
-    if kind == "summary" and added:
-        from lambdas.adapters.cache_observation import observe_run
-
-        observe_run(wiring.ledger(ArtifactEventSettings), wiring.registry(ArtifactEventSettings), trial_id, run)
-    logger.info("artifact recorded", extra={"kind": kind, "trial_id": trial_id, "run": run, "new": added})
-    return ObjectResult(kind=kind, recorded=added, trial_id=trial_id, run=run)
-
-
-def _fact(event: dict[str, Any]) -> ObjectFact:
-    from aws_lambda_powertools.utilities.parser import parse
-
-    from lambdas.runtime.events import S3ObjectCreatedEvent
-
-    parsed = parse(event=event, model=S3ObjectCreatedEvent)
-    obj = parsed.detail.object
-    version = obj.version_id or obj.etag or obj.sequencer
-    return ObjectFact(
-        key=f"{parsed.detail.bucket.name}/{obj.key}#{version}",
-        bucket=parsed.detail.bucket.name,
-        object_key=obj.key,
-        size=obj.size,
-        time=parsed.time.isoformat().replace("+00:00", "Z"),
-    )
-
-
-@require_settings(ArtifactEventSettings)
+@require_settings("ArtifactEventSettings")
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    register_context(context)
-    return record_object(fact=_fact(event)).model_dump(mode="json")
+    from lambdas.tasks.artifact_objects import record_event
+
+    return record_event(event, context)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lambdas.runtime.entry import require_settings
 from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import ApiSettings, require_settings
 
 _app: list[Any] = []
 
@@ -18,7 +18,7 @@ def app() -> Any:
     return _app[0]
 
 
-@require_settings(ApiSettings)
+@require_settings("ApiSettings")
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
 @metrics.log_metrics
 @tracer.capture_lambda_handler

@@ -6,59 +6,17 @@ The same function collects entries unused for CACHE_RETENTION_DAYS when invoked 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from lambdas.runtime.entry import require_settings
 from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import CacheSettings, require_settings, settings_for
 
 
-class ResolveRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    trial_id: str = Field(min_length=1)
-    spec_uri: str = Field(pattern=r"^s3://")
-    retry_failed: bool = False
-
-
-class CollectRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    action: Literal["collect_garbage"]
-    retention_days: int | None = Field(default=None, ge=1)
-    dry_run: bool = False
-
-
-def process(event: dict[str, Any]) -> dict[str, Any]:
-    from lambdas.adapters import cache_resolution, wiring
-
-    settings = settings_for(CacheSettings)
-    registry = wiring.registry(CacheSettings)
-    if event.get("action") is not None:
-        gc = CollectRequest.model_validate(event)
-        return cache_resolution.collect_garbage(
-            trials=wiring.trials(CacheSettings),
-            registry=registry,
-            cache_objects=wiring.cache_objects(CacheSettings),
-            retention_days=gc.retention_days or settings.CACHE_RETENTION_DAYS,
-            dry_run=gc.dry_run,
-        )
-    request = ResolveRequest.model_validate(event)
-    return cache_resolution.resolve(
-        request.trial_id,
-        request.spec_uri,
-        artifacts=wiring.artifacts(CacheSettings),
-        trials=wiring.trials(CacheSettings),
-        registry=registry,
-        cache_bucket=settings.CACHE_BUCKET,
-        retry_failed=request.retry_failed,
-    )
-
-
-@require_settings(CacheSettings)
+@require_settings("CacheSettings")
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    from lambdas.tasks.compile_cache import process
+
     return process(event)

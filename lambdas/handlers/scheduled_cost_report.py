@@ -2,64 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from lambdas.runtime.entry import require_settings
 from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import CostReportSettings, require_settings, settings_for
 
 
-class ScheduledEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    time: datetime | None = None
-    period_days: int | None = None
-
-
-def publish_report(request: ScheduledEvent) -> dict[str, Any]:
-    from lambdas.adapters import wiring
-    from lambdas.adapters.cost_reporting import cache_trend, cost_report, render_cost_markdown
-    from lambdas.adapters.notifier import SnsNotifier
-
-    settings = settings_for(CostReportSettings)
-    end = (request.time or datetime.now(UTC)).astimezone(UTC)
-    start = end - timedelta(days=request.period_days or settings.COST_REPORT_PERIOD_DAYS)
-    period = f"{start:%Y-%m-%d}_{end:%Y-%m-%d}"
-    ledger = wiring.ledger(CostReportSettings)
-    report = cost_report(
-        ledger.iter_kinds(("cost", "summary")),
-        wiring.trials(CostReportSettings).iter_all(),
-        start=start,
-        end=end,
-        period=period,
-    )
-    report["compile_cache"] = cache_trend(wiring.registry(CostReportSettings).iter_all())
-    artifacts = wiring.artifacts(CostReportSettings)
-    artifacts.put_json(f"reports/cost/{period}/report.json", report)
-    artifacts.put_text(f"reports/cost/{period}/report.md", render_cost_markdown(report), "text/markdown")
-    uri = artifacts.uri(f"reports/cost/{period}/report.json")
-    message_id = None
-    if settings.REPORT_TOPIC_ARN:
-        summary = (
-            f"dualtrack cost {period}: {report['runs']} runs, {report['total']['total_usd']} USD; "
-            f"rerun share {report['rerun_share']}, compile share {report['compile_share']}. {uri}"
-        )
-        message_id = SnsNotifier(settings.REPORT_TOPIC_ARN).publish(f"dualtrack cost report {period}", summary)
-    logger.info("cost report written", extra={"period": period, "runs": report["runs"]})
-    return {
-        "report_uri": uri,
-        "period": period,
-        "runs": report["runs"],
-        "total_usd": report["total"]["total_usd"],
-        "message_id": message_id,
-    }
-
-
-@require_settings(CostReportSettings)
+@require_settings("CostReportSettings")
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return publish_report(ScheduledEvent.model_validate(event or {}))
+    from lambdas.tasks.cost_report import publish_report
+
+    return publish_report(event)

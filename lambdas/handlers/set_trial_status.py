@@ -2,43 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from lambdas.runtime.entry import require_settings
 from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import LedgerSettings, require_settings
-
-TrialStatus = Literal["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED", "FAILED", "CANCELLED"]
 
 
-class StatusRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    trial_id: str = Field(min_length=1)
-    status: TrialStatus
-    cause: str | None = Field(default=None, max_length=4000)
-
-
-def set_status(request: StatusRequest) -> dict[str, Any]:
-    from lambdas.adapters import wiring
-    from lambdas.adapters.cache_resolution import now_iso
-
-    trials = wiring.trials(LedgerSettings)
-    current = trials.get(request.trial_id)
-    if current is None:
-        raise LookupError(f"unknown trial {request.trial_id!r}: submit it through POST /trials first")
-    if current.get("status") == "CANCELLED" and request.status != "CANCELLED":
-        # A cancelled trial stays cancelled; late workflow steps do not revive it.
-        return {"trial_id": request.trial_id, "status": "CANCELLED", "changed": False}
-    trials.update(request.trial_id, status=request.status, status_cause=request.cause, updated_at=now_iso())
-    logger.info("trial status", extra={"trial_id": request.trial_id, "status": request.status})
-    return {"trial_id": request.trial_id, "status": request.status, "changed": True}
-
-
-@require_settings(LedgerSettings)
+@require_settings("LedgerSettings")
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return set_status(StatusRequest.model_validate(event))
+    from lambdas.tasks.trial_status import set_status
+
+    return set_status(event)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
-from functools import wraps
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -92,7 +91,6 @@ class CostReportSettings(LedgerSettings):
 
 
 S = TypeVar("S", bound=_Settings)
-F = TypeVar("F", bound=Callable[..., Any])
 _loaded: dict[type[_Settings], _Settings] = {}
 
 
@@ -107,17 +105,3 @@ def settings_for(model: type[S]) -> S:
 def reset_settings() -> None:
     """Forget validated settings (tests change the environment between cases)."""
     _loaded.clear()
-
-
-def require_settings(model: type[_Settings]) -> Callable[[F], F]:
-    """Outermost handler decorator: validate the environment before anything else runs."""
-
-    def decorate(fn: F) -> F:
-        @wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            settings_for(model)
-            return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
