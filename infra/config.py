@@ -64,6 +64,10 @@ class StageConfig(_Model):
     log_retention_days: int = 90
     noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
     cost_report_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 6 ? * MON *)"
+    cache_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
+        default=30, description="days a compile-cache entry may go unused before garbage collection deletes it"
+    )
+    cache_gc_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 5 * * ? *)"
     price_region: str = "us-east-1"
     price_overrides: dict[str, Any] | None = None
     vpc_cidr: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")] = "10.40.0.0/16"

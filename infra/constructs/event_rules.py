@@ -1,5 +1,6 @@
-"""EventBridge routing: Batch job state changes, new artifacts and the cost-report schedule, each to one
-function, with retries and a dead-letter queue for events the target could not take."""
+"""EventBridge routing: Batch job state changes, new artifacts, the cost-report schedule and the compile-cache
+garbage-collection schedule, each to one function, with retries and a dead-letter queue for events the target
+could not take."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ ARTIFACT_PREFIXES = ("trials/", "neuron/")
 class TrialEventRules(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, on_batch_job_state: lambda_.IFunction,
                  on_artifact_created: lambda_.IFunction, scheduled_cost_report: lambda_.IFunction,
-                 queues: list[batch.IJobQueue], buckets: list[s3.IBucket], cost_report_schedule: str) -> None:
+                 queues: list[batch.IJobQueue], buckets: list[s3.IBucket], cost_report_schedule: str,
+                 compile_cache: lambda_.IFunction, cache_gc_schedule: str) -> None:
         super().__init__(scope, construct_id)
         self.dead_letters = dead_letter_queue(self, "DeliveryFailures")
 
-        def target(fn: lambda_.IFunction) -> targets.LambdaFunction:
-            return targets.LambdaFunction(fn, dead_letter_queue=self.dead_letters, retry_attempts=8,
+        def target(fn: lambda_.IFunction, event: events.RuleTargetInput | None = None) -> targets.LambdaFunction:
+            return targets.LambdaFunction(fn, event=event, dead_letter_queue=self.dead_letters, retry_attempts=8,
                                           max_event_age=cdk.Duration.hours(6))
 
         self.batch_job_state = events.Rule(
@@ -53,7 +55,15 @@ class TrialEventRules(Construct):
             schedule=events.Schedule.expression(cost_report_schedule),
             targets=[target(scheduled_cost_report)],
         )
+        # Entries unused for CACHE_RETENTION_DAYS are deleted (objects, then the registry item); the function never
+        # touches an entry an active trial uses.
+        self.cache_gc = events.Rule(
+            self, "CompileCacheGcSchedule",
+            description="compile-cache garbage collection",
+            schedule=events.Schedule.expression(cache_gc_schedule),
+            targets=[target(compile_cache, events.RuleTargetInput.from_object({"action": "collect_garbage"}))],
+        )
 
     @property
     def rules(self) -> list[events.Rule]:
-        return [self.batch_job_state, self.artifact_created, self.cost_report]
+        return [self.batch_job_state, self.artifact_created, self.cost_report, self.cache_gc]

@@ -68,6 +68,11 @@ class GrantFindings:
         self._ack("Action::s3:Abort*", "CDK grant_put: aborting its own multipart uploads of large objects")
         return self.s3_prefix(bucket, prefix)
 
+    def s3_delete(self, bucket: IConstruct, prefix: str) -> GrantFindings:
+        self._ack("Action::s3:DeleteObject*", "CDK grant_delete: deleting expired objects (and their versions) "
+                  "under one key prefix")
+        return self.s3_prefix(bucket, prefix)
+
     def s3_prefix(self, bucket: IConstruct, prefix: str) -> GrantFindings:
         return self._ack(f"Resource::{arn_ref(self._policy, bucket)}/{prefix}",
                          f"objects are addressed by id under {prefix}; the grant stops at that prefix")

@@ -52,6 +52,7 @@ class ControlStack(cdk.Stack):
             "CACHE_BUCKET": storage.compile_cache.bucket_name,
             "REPORT_TOPIC_ARN": self.topic.topic_arn,
             "PRICE_REGION": config.price_region,
+            "CACHE_RETENTION_DAYS": str(config.cache_retention_days),
         }
         if config.price_overrides:
             environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
@@ -101,6 +102,7 @@ class ControlStack(cdk.Stack):
             self, "Events", on_batch_job_state=on_job, on_artifact_created=on_artifact,
             scheduled_cost_report=cost_report, queues=[c.queue for c in capacity.values()],
             buckets=[storage.artifacts, storage.compile_cache], cost_report_schedule=config.cost_report_schedule,
+            compile_cache=resolve, cache_gc_schedule=config.cache_gc_schedule,
         )
         self.monitoring = TrialMonitoring(
             self, "Monitoring", topic=self.topic, functions=self.functions.functions,
@@ -126,7 +128,9 @@ class ControlStack(cdk.Stack):
         s.cache_registry.grant_read_write_data(resolve)
         s.artifacts.grant_read(resolve, "trials/*")
         s.compile_cache.grant_read(resolve, "neuron/*")
-        findings(resolve).s3_read(s.artifacts, "trials/*").s3_read(s.compile_cache, "neuron/*")
+        s.compile_cache.grant_delete(resolve, "neuron/*")  # garbage collection of expired entries
+        findings(resolve).s3_read(s.artifacts, "trials/*").s3_read(s.compile_cache, "neuron/*").s3_delete(
+            s.compile_cache, "neuron/*")
 
         for fn in (close, report, cost_report):
             s.ledger.grant_read_write_data(fn)

@@ -92,11 +92,11 @@ def test_api_stage_logs_traces_and_throttles(control: dict[str, Any]) -> None:
 
 def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
     rules = props(control, "AWS::Events::Rule")
-    assert len(rules) == 3
+    assert len(rules) == 4
     by_kind = {}
     for rule in rules:
         if "ScheduleExpression" in rule:
-            by_kind["schedule"] = rule
+            by_kind["gc" if "Input" in rule["Targets"][0] else "schedule"] = rule
         else:
             by_kind[rule["EventPattern"]["source"][0]] = rule
         (target,) = rule["Targets"]
@@ -110,6 +110,21 @@ def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
     assert s3["detail"]["object"]["key"] == [{"prefix": "trials/"}, {"prefix": "neuron/"}]
     assert len(s3["detail"]["bucket"]["name"]) == 2
     assert by_kind["schedule"]["ScheduleExpression"] == "cron(0 6 ? * MON *)"
+
+
+def test_compile_cache_garbage_collection_runs_on_a_schedule_with_delete_rights(control: dict[str, Any]) -> None:
+    (rule,) = [r for r in props(control, "AWS::Events::Rule") if "Input" in r["Targets"][0]]
+    assert rule["ScheduleExpression"] == "cron(0 5 * * ? *)"
+    (target,) = rule["Targets"]
+    assert json.loads(target["Input"]) == {"action": "collect_garbage"}
+    logical_id, fn = _functions(control)["resolve_compile_cache"]
+    assert target["Arn"] == {"Fn::GetAtt": [logical_id, "Arn"]}
+    assert fn["Environment"]["Variables"]["CACHE_RETENTION_DAYS"] == "30"
+    role = fn["Role"]["Fn::GetAtt"][0]
+    statements = [s for policy in props(control, "AWS::IAM::Policy")
+                  if {"Ref": role} in policy["Roles"] for s in policy["PolicyDocument"]["Statement"]]
+    deletes = [s for s in statements if "s3:DeleteObject*" in json.dumps(s["Action"])]
+    assert len(deletes) == 1 and json.dumps(deletes[0]["Resource"]).endswith('/neuron/*"]]}')
 
 
 def test_queues_and_topic_are_encrypted_and_tls_only(control: dict[str, Any]) -> None:
@@ -126,13 +141,18 @@ def test_queues_and_topic_are_encrypted_and_tls_only(control: dict[str, Any]) ->
 def test_alarms_cover_failed_runs_dlqs_and_lambda_errors(control: dict[str, Any]) -> None:
     alarms = props(control, "AWS::CloudWatch::Alarm")
     metrics = [(a.get("Namespace"), a.get("MetricName")) for a in alarms]
-    assert ("Dualtrack", "RunsFailed") in metrics
     assert ("AWS/States", "ExecutionsFailed") in metrics
     assert metrics.count(("AWS/SQS", "ApproximateNumberOfMessagesVisible")) == 2
     assert metrics.count(("AWS/Lambda", "Errors")) == len(HANDLERS)
     assert all(a["AlarmActions"] for a in alarms)
-    runs_failed = next(a for a in alarms if a.get("MetricName") == "RunsFailed")
-    assert runs_failed["Dimensions"] == [{"Name": "service", "Value": "dualtrack-on-batch-job-state"}]
+    # RunsFailed is published by each function that can record a run's end first; the alarm sums their series.
+    runs_failed = next(a for a in alarms if "RunsFailed" in json.dumps(a.get("Metrics", [])))
+    series = [m["MetricStat"]["Metric"] for m in runs_failed["Metrics"] if "MetricStat" in m]
+    assert {(m["Namespace"], m["MetricName"]) for m in series} == {("Dualtrack", "RunsFailed")}
+    assert sorted(d["Value"] for m in series for d in m["Dimensions"]) == [
+        "dualtrack-close-trial-costs", "dualtrack-on-batch-job-state"]
+    (expression,) = [m for m in runs_failed["Metrics"] if "Expression" in m]
+    assert expression["ReturnData"] is True and expression["Expression"].count("FILL(") == 2
     dashboard = props(control, "AWS::CloudWatch::Dashboard")[0]
     body = json.dumps(dashboard["DashboardBody"])
     for title in ("Runs", "Trial cost (USD)", "Compile-cache hit rate (%)", "Lambda errors", "Dead-letter depth"):

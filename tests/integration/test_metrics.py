@@ -1,0 +1,89 @@
+"""Custom metrics: each real-world fact is counted once, by whichever function records it first.
+
+Powertools Metrics writes CloudWatch embedded-metric-format documents to stdout; these tests read them back and
+sum each metric over every invocation, so a duplicated or reordered delivery that double-counted would show.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from lambdas.domain import telemetry
+from tests.integration.conftest import Context, batch_event
+from tests.integration.test_run_events import T0, deliver, iso, scenario
+
+
+def published(text: str) -> Counter[str]:
+    """Sum of every custom metric in the EMF documents printed to stdout."""
+    totals: Counter[str] = Counter()
+    for line in text.splitlines():
+        if '"_aws"' not in line:
+            continue
+        document = json.loads(line)
+        for directive in document["_aws"]["CloudWatchMetrics"]:
+            assert directive["Namespace"] == telemetry.NAMESPACE
+            for metric in directive["Metrics"]:
+                value = document[metric["Name"]]
+                totals[metric["Name"]] += sum(value) if isinstance(value, list) else value
+    return totals
+
+
+def test_run_outcome_and_cache_use_are_counted_once_however_events_arrive(
+    aws: dict[str, Any], example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, events = scenario(aws, example)
+    capsys.readouterr()
+    deliver(events)
+    deliver(list(reversed(events)))  # every event again, in reverse
+    deliver(events[-4:] + events[:3])
+    totals = published(capsys.readouterr().out)
+    # The scenario: one trn2 run, attempt 1 compiled (miss) and faulted, attempt 2 resumed with a warm cache (hit).
+    assert totals[telemetry.RUNS_SUCCEEDED] == 1
+    assert totals[telemetry.RUNS_FAILED] == 0
+    assert totals[telemetry.CACHE_MISSES] == 1
+    assert totals[telemetry.CACHE_HITS] == 1
+    assert totals[telemetry.CACHE_FAILURES] == 0
+
+
+def test_a_failed_run_is_counted_by_the_event_that_records_it(
+    aws: dict[str, Any], example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+
+    trial_id, _ = scenario(aws, example)
+    failed = batch_event(trial_id=trial_id, run="gpu", job_id="job-gpu-1", status="FAILED", time=iso(T0 + 60_000),
+                         exit_code=1, reason="Essential container in task exited",
+                         attempts=[{"container": {"exitCode": 1}, "startedAt": T0, "stoppedAt": T0 + 50_000}])
+    capsys.readouterr()
+    on_batch(failed, Context())
+    on_batch(failed, Context())
+    totals = published(capsys.readouterr().out)
+    assert totals[telemetry.RUNS_FAILED] == 1
+    assert totals[telemetry.RUNS_SUCCEEDED] == 0
+
+
+def test_cost_step_counts_outcomes_it_reconciles_first_and_publishes_the_trial_cost(
+    aws: dict[str, Any], example: dict[str, Any], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lambdas.adapters import batch_jobs
+    from lambdas.handlers.close_trial_costs import handler as close
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+
+    _, events = scenario(aws, example)
+    succeeded = next(event for kind, event in events if kind == "batch" and event["detail"]["status"] == "SUCCEEDED")
+    # DescribeJobs answers before EventBridge delivers the terminal event (the seam the cost step reads through).
+    monkeypatch.setattr(batch_jobs, "job_state_event", lambda job_id: succeeded if job_id == "job-trn2-1" else None)
+    deliver([e for e in events if e[1] is not succeeded])
+    capsys.readouterr()
+    out = close({"trial_id": succeeded["detail"]["jobName"].removesuffix("-trn2"),
+                 "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "job-trn2-1"}]}, Context())
+    on_batch(succeeded, Context())  # the late event: already recorded, not counted again
+    totals = published(capsys.readouterr().out)
+    assert totals[telemetry.RUNS_SUCCEEDED] == 1
+    assert totals[telemetry.TRIAL_COST_USD] == pytest.approx(float(out["total_usd"]))
+    assert float(out["total_usd"]) > 0
