@@ -150,6 +150,9 @@ class ControlStack(cdk.Stack):
 
         for fn in (on_job, close):
             self._grant_batch_describe(fn)
+        # Settling reads phase seconds for attempts whose summary never arrived; the API reads live step and loss.
+        for fn in (on_job, on_artifact, close, api_fn):
+            self._grant_metric_reads(fn)
 
         for fn in (on_job, on_artifact):
             s.ledger.grant_read_write_data(fn)
@@ -168,6 +171,18 @@ class ControlStack(cdk.Stack):
         s.compile_cache.grant_read(api_fn, "neuron/*")
         findings(api_fn).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*").s3_read(
             s.compile_cache, "neuron/*")
+
+    @staticmethod
+    def _grant_metric_reads(fn: lambda_.Function) -> None:
+        """GetMetricData over the trainer's metrics (it takes no resource-level permissions)."""
+        policy = iam.Policy(fn, "MetricReads", statements=[iam.PolicyStatement(
+            actions=["cloudwatch:GetMetricData"], resources=["*"],
+        )])
+        assert fn.role is not None
+        fn.role.attach_inline_policy(policy)
+        acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                    "cloudwatch:GetMetricData supports no resource-level permissions; read-only, used for a run's "
+                    "phase seconds and live step/loss")
 
     @staticmethod
     def _grant_batch_describe(fn: lambda_.Function) -> None:

@@ -20,16 +20,52 @@ PHASE_METRICS = {
 STEP_METRIC = "GlobalStep"
 
 
+def _dimensions(trial_id: str, run: str, attempt: int) -> list[dict[str, str]]:
+    return [
+        {"Name": "TrialId", "Value": trial_id},
+        {"Name": "Run", "Value": run},
+        {"Name": "Attempt", "Value": str(attempt)},
+    ]
+
+
 class CloudWatchRunMetrics:
+    def progress(
+        self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
+    ) -> tuple[int | None, float | None]:
+        """The newest global step and loss a running attempt has published (None, None before its first step)."""
+        dims = _dimensions(trial_id, run, attempt)
+        queries = [
+            {
+                "Id": f"m{i}",
+                "Label": label,
+                "ReturnData": True,
+                "MetricStat": {
+                    "Metric": {"Namespace": NAMESPACE, "MetricName": metric, "Dimensions": dims},
+                    "Period": 60,
+                    "Stat": stat,
+                },
+            }
+            for i, (label, metric, stat) in enumerate([("step", STEP_METRIC, "Maximum"), ("loss", "Loss", "Average")])
+        ]
+        got = client("cloudwatch").get_metric_data(
+            MetricDataQueries=queries,
+            StartTime=start - timedelta(minutes=5),
+            EndTime=end + timedelta(minutes=1),
+            ScanBy="TimestampDescending",
+        )
+        newest: dict[str, float] = {}
+        for result in got.get("MetricDataResults", []):
+            pairs = sorted(zip(result.get("Timestamps", []), result.get("Values", []), strict=False), reverse=True)
+            if pairs:
+                newest[result["Label"]] = float(pairs[0][1])
+        step = newest.get("step")
+        return (int(step) if step is not None else None), newest.get("loss")
+
     def phases(
         self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
     ) -> tuple[dict[str, float], int | None]:
         """Summed phase seconds and the highest global step the attempt published (empty when it published none)."""
-        dims = [
-            {"Name": "TrialId", "Value": trial_id},
-            {"Name": "Run", "Value": run},
-            {"Name": "Attempt", "Value": str(attempt)},
-        ]
+        dims = _dimensions(trial_id, run, attempt)
         queries: list[dict[str, Any]] = []
         for i, (field, metric) in enumerate([*PHASE_METRICS.items(), ("global_step", STEP_METRIC)]):
             queries.append(

@@ -9,6 +9,7 @@ execution.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -117,6 +118,7 @@ def submit(
         "created_at": now,
         "updated_at": now,
         "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
+        "max_steps": spec.max_steps,
         "triage": {
             "route": triage_result.route,
             "scenario": triage_result.scenario,
@@ -165,10 +167,15 @@ def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, An
     return out
 
 
-def trial_status(trial_id: str, *, trials: Trials, ledger: Ledger, settlement: Any) -> dict[str, Any]:
+def trial_status(
+    trial_id: str, *, trials: Trials, ledger: Ledger, settlement: Any, metrics: Any | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """Status per run: attempts, current cost, and progress (global step and loss) against the trial's max_steps."""
     item = trials.get(trial_id)
     if item is None:
         raise TrialNotFound(trial_id)
+    from lambdas.adapters.run_progress import run_progress
     from lambdas.domain.cost import compute_run_cost
 
     runs: dict[str, Any] = {}
@@ -181,14 +188,27 @@ def trial_status(trial_id: str, *, trials: Trials, ledger: Ledger, settlement: A
         stored = ledger.cost(L.run_key(trial_id, run))
         cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
         latest = max((e for e in entries if e.kind == "transition"), key=lambda e: e.body["at"], default=None)
+        progress = run_progress(entries, trial_id=trial_id, run=run, terminal=fold.terminal_status is not None,
+                                metrics=metrics, now=now or datetime.now(UTC))
         runs[run] = {
             "status": fold.terminal_status or (latest.body["status"] if latest else "PENDING"),
+            **progress,
             "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
             "cost": cost,
             "cost_final": bool(stored and stored.get("complete")),
         }
         total += Decimal(str(cost["total_usd"]))
-    return {**_view(item), "status_cause": item.get("status_cause"), "runs": runs, "total_usd": str(total)}
+    max_steps = item.get("max_steps")
+    if max_steps is None:  # trials submitted before max_steps was kept on the item: read the frozen spec
+        spec = settlement.artifacts.get_json(f"trials/{trial_id}/spec.json")
+        max_steps = spec.get("max_steps") if isinstance(spec, dict) else None
+    return {
+        **_view(item),
+        "max_steps": int(max_steps) if max_steps is not None else None,
+        "status_cause": item.get("status_cause"),
+        "runs": runs,
+        "total_usd": str(total),
+    }
 
 
 def cancel(trial_id: str, *, trials: Trials, workflow: Any, now: str, reason: str) -> dict[str, Any]:

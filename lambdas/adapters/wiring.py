@@ -69,8 +69,14 @@ def prices(model: type[LedgerSettings] = LedgerSettings) -> Any:
 
 
 @cache
-def settlement(model: type[LedgerSettings] = LedgerSettings, with_metrics: bool = True) -> Any:
+def run_metrics() -> Any:
     from lambdas.adapters.run_metrics import CloudWatchRunMetrics
+
+    return CloudWatchRunMetrics()
+
+
+@cache
+def settlement(model: type[LedgerSettings] = LedgerSettings, with_metrics: bool = True) -> Any:
     from lambdas.adapters.run_settlement import RunSettlement
 
     return RunSettlement(
@@ -79,13 +85,13 @@ def settlement(model: type[LedgerSettings] = LedgerSettings, with_metrics: bool 
         artifacts(model),
         prices(model),
         _base(model).PRICE_REGION,
-        CloudWatchRunMetrics() if with_metrics else None,
+        run_metrics() if with_metrics else None,
     )
 
 
 def reset() -> None:
     """Forget built adapters (tests switch environments)."""
-    for fn in (ledger, trials, artifacts, cache_objects, registry, workflow, prices, settlement):
+    for fn in (ledger, trials, artifacts, cache_objects, registry, workflow, prices, run_metrics, settlement):
         fn.cache_clear()
     from lambdas.adapters.aws import reset_clients
     from lambdas.adapters.batch_jobs import queue_instance_type

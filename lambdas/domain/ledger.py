@@ -136,6 +136,9 @@ def summary_entry(trial_id: str, run: str, attempt: int, summary: Mapping[str, A
     """The cost-relevant part of the trainer's run summary for one attempt (the full summary stays in S3)."""
     body = {name: summary.get(name) for name in SUMMARY_FIELDS}
     body["attempt"] = attempt
+    loss = summary.get("loss")
+    final_loss = loss.get("final") if isinstance(loss, Mapping) else None
+    body["final_loss"] = float(final_loss) if isinstance(final_loss, int | float) else None
     return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"summary#a{attempt:03d}", kind="summary", body=body)
 
 

@@ -198,6 +198,7 @@ def build_app() -> APIGatewayRestResolver:
             trials=wiring.trials(ApiSettings),
             ledger=wiring.ledger(ApiSettings),
             settlement=wiring.settlement(ApiSettings, False),
+            metrics=wiring.run_metrics(),
         )
 
     @app.get("/trials/<trial_id>/report", summary="The trial report (presigned URL, or the JSON itself)")

@@ -126,3 +126,54 @@ def test_cancel_stops_the_execution(aws: dict[str, Any], example: dict[str, Any]
     assert status == 200 and again["changed"] is False
     status, report = call(api_event("GET", f"/trials/{trial_id}/report"))
     assert status == 404 and "no report yet" in report["message"]
+
+
+def test_status_shows_each_runs_progress_against_max_steps(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import boto3
+
+    from lambdas.handlers.on_artifact_created import handler as on_artifact
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+    from tests.integration.conftest import batch_event, s3_event
+    from tests.integration.test_run_events import summary
+
+    status, body = call(api_event("POST", "/trials", example))
+    trial_id = body["trial_id"]
+    now = datetime.now(UTC).replace(microsecond=0)
+    at = lambda minutes: (now - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")  # noqa: E731
+    for status_name, minutes in (("SUBMITTED", 20), ("STARTING", 15), ("RUNNING", 14)):
+        on_batch(batch_event(trial_id=trial_id, run="trn2", job_id="job-t1", status=status_name, time=at(minutes)),
+                 Context())
+    status, view = call(api_event("GET", f"/trials/{trial_id}"))
+    assert status == 200 and view["max_steps"] == example["max_steps"]
+    assert view["runs"]["trn2"]["step"] is None and view["runs"]["trn2"]["status"] == "RUNNING"
+
+    # The trainer publishes step and loss as it goes: the running attempt's newest values are its progress.
+    dims = [{"Name": "TrialId", "Value": trial_id}, {"Name": "Run", "Value": "trn2"}, {"Name": "Attempt", "Value": "1"}]
+    points = [(step, 2.5 - step / 100, now - timedelta(minutes=12 - step // 10)) for step in (10, 20, 30, 40)]
+    boto3.client("cloudwatch", region_name="us-east-1").put_metric_data(Namespace="Dualtrack", MetricData=[
+        datum for step, loss, when in points for datum in (
+            {"MetricName": "GlobalStep", "Value": step, "Dimensions": dims, "Timestamp": when, "Unit": "Count"},
+            {"MetricName": "Loss", "Value": loss, "Dimensions": dims, "Timestamp": when})])
+    status, view = call(api_event("GET", f"/trials/{trial_id}"))
+    trn2 = view["runs"]["trn2"]
+    assert (trn2["step"], trn2["progress_source"], trn2["attempt"]) == (40, "metrics", 1)
+    assert trn2["loss"] == 2.5 - 40 / 100
+
+    # A checkpoint manifest newer than the flushed metrics: the step is at least the checkpoint's.
+    key = f"trials/{trial_id}/trn2/checkpoints/step-50/manifest.json"
+    aws["s3"].put_object(Bucket="artifacts", Key=key, Body=json.dumps({"step": 50, "shards": []}).encode())
+    on_artifact(s3_event("artifacts", key, 20, "m50"), Context())
+    status, view = call(api_event("GET", f"/trials/{trial_id}"))
+    assert (view["runs"]["trn2"]["step"], view["runs"]["trn2"]["progress_source"]) == (50, "checkpoint")
+
+    # The attempt ends: its summary is authoritative.
+    final = summary(trial_id, 1, status="succeeded", exit_code=0, global_step=example["max_steps"],
+                    loss={"initial": 2.5, "final": 1.17, "per_step": [], "eval": []})
+    key = f"trials/{trial_id}/trn2/attempt-1/summary.json"
+    aws["s3"].put_object(Bucket="artifacts", Key=key, Body=json.dumps(final).encode())
+    on_artifact(s3_event("artifacts", key, 100, "s1"), Context())
+    status, view = call(api_event("GET", f"/trials/{trial_id}"))
+    trn2 = view["runs"]["trn2"]
+    assert (trn2["step"], trn2["loss"], trn2["progress_source"]) == (example["max_steps"], 1.17, "summary")

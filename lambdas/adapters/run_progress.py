@@ -1,0 +1,43 @@
+"""How far each run has got, for the trial status: global step and loss, from the best source there is.
+
+A finished attempt's summary (in the ledger) is authoritative. While an attempt is still running it has no summary
+yet, so its newest published step and loss come from the trainer's CloudWatch metrics; without those (metrics not
+yet flushed, or unreadable), the newest checkpoint manifest in the ledger is a lower bound on the step.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from lambdas.domain.ledger import LedgerEntry
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def run_progress(
+    entries: list[LedgerEntry], *, trial_id: str, run: str, terminal: bool, metrics: Any | None, now: datetime
+) -> dict[str, Any]:
+    summaries = sorted((e.body for e in entries if e.kind == "summary"), key=lambda b: int(b["attempt"]))
+    transitions = [e.body for e in entries if e.kind == "transition"]
+    checkpoints = [int(e.body["step"]) for e in entries if e.kind == "checkpoint"]
+    attempt = max((int(t["attempt"]) for t in transitions), default=None)
+    out: dict[str, Any] = {"step": None, "loss": None, "attempt": attempt, "progress_source": None}
+    if summaries:
+        last = summaries[-1]
+        out.update(step=last.get("global_step"), loss=last.get("final_loss"), progress_source="summary")
+    running = not terminal and attempt is not None and (not summaries or int(summaries[-1]["attempt"]) < attempt)
+    if running and metrics is not None:
+        started = min(_at(t["at"]) for t in transitions)
+        try:
+            step, loss = metrics.progress(trial_id, run, attempt, started, now)
+        except Exception as exc:  # a status read must not fail because metrics are unreadable
+            out["progress_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        else:
+            if step is not None and (out["step"] is None or step >= out["step"]):
+                out.update(step=step, loss=loss, progress_source="metrics")
+    if checkpoints and (out["step"] is None or max(checkpoints) > out["step"]):
+        out.update(step=max(checkpoints), loss=None, progress_source="checkpoint")
+    return out
