@@ -227,6 +227,7 @@ class LocalBatch:
             "AWS_BATCH_JOB_ATTEMPT": str(attempt),
             "AWS_BATCH_JQ_NAME": job.job_queue.name,
             "AWS_BATCH_CE_NAME": "local",
+            "DUALTRACK_IMDS_ENDPOINT": "off",  # not an EC2 instance: no metadata service to ask
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers"), env.get("PYTHONPATH", "")]),
         })

@@ -68,3 +68,48 @@ def test_default_backend_follows_the_track() -> None:
 
     assert default_backend("gpu") in ("cuda", "cpu")
     assert default_backend("trn2") in ("neuron", "compiled")
+
+
+def test_instance_type_comes_from_the_job_or_from_imdsv2(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from trainer.environment import instance_type, instance_type_from_imds
+
+    class Imds(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+            self._answer(200 if ok else 400, b"tok-123")
+
+        def do_GET(self) -> None:
+            authorised = self.headers.get("X-aws-ec2-metadata-token") == "tok-123"
+            found = self.path == "/latest/meta-data/instance-type"
+            self._answer(200 if authorised and found else 401, b"trn2.48xlarge")
+
+        def _answer(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Imds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    try:
+        assert instance_type_from_imds(endpoint) == "trn2.48xlarge"
+        monkeypatch.delenv("DUALTRACK_INSTANCE_TYPE", raising=False)
+        monkeypatch.setenv("DUALTRACK_IMDS_ENDPOINT", endpoint)
+        monkeypatch.delenv("AWS_BATCH_JOB_ID", raising=False)
+        assert instance_type() is None  # not a Batch job: never asks
+        monkeypatch.setenv("AWS_BATCH_JOB_ID", "job-1")
+        assert instance_type() == "trn2.48xlarge"
+        monkeypatch.setenv("DUALTRACK_INSTANCE_TYPE", "p5.48xlarge")
+        assert instance_type() == "p5.48xlarge"  # declared by the job definition wins
+    finally:
+        server.shutdown()
+    # Nothing listening (off EC2): None, quickly, no exception; and "off" never asks.
+    assert instance_type_from_imds(endpoint, timeout=0.5) is None
+    assert instance_type_from_imds("off") is None
