@@ -59,8 +59,40 @@ def _now() -> str:
     return now_iso()
 
 
+# Answers every route can give, declared so the OpenAPI document lists each status the function returns.
+_JSON: dict[str, Any] = {"application/json": {"schema": {}}}
+COMMON: dict[int, dict[str, Any]] = {
+    422: {"description": "invalid request (field paths and fixes)", "content": _JSON},
+    503: {"description": "could not be completed, nothing half-stored: send it again", "content": _JSON},
+}
+WITH_BODY: dict[int, dict[str, Any]] = {
+    **COMMON,
+    400: {"description": "JSON nested too deeply to parse", "content": _JSON},
+    413: {"description": "body too large", "content": _JSON},
+    415: {"description": "body not sent as application/json", "content": _JSON},
+}
+NOT_FOUND: dict[int, dict[str, Any]] = {404: {"description": "no such trial", "content": _JSON}}
+
+
 class BadPageToken(ValueError):
     pass
+
+
+def foreign_media_type(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A 415 answer when the request declares a body type other than JSON, before validation parses the body.
+
+    The resolver's validation would otherwise parse form and multipart bodies into fields (this API takes JSON
+    only), and fails outright on a multipart type without its boundary."""
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return None
+    import json
+
+    body = {"message": f"Content-Type {media} is not accepted; send JSON (application/json). Nothing was stored",
+            "errors": [{"path": "Content-Type", "message": "use application/json"}]}
+    return {"statusCode": 415, "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": json.dumps(body), "isBase64Encoded": False}
 
 
 def build_app() -> APIGatewayRestResolver:
@@ -143,6 +175,8 @@ def build_app() -> APIGatewayRestResolver:
         path, method = app.current_event.path, app.current_event.http_method.upper()
         for template, methods in ROUTES.items():
             if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
+                if method in methods:  # the route exists; the path's trial id is not one this API could issue
+                    return _json(404, {"message": f"no trial at {path}; trial ids are name-hash, see GET /trials"})
                 allowed = ", ".join(sorted(methods))
                 return _json(
                     405, {"message": f"{method} is not allowed on {template}; use {allowed}"}, {"Allow": allowed}
@@ -155,9 +189,9 @@ def build_app() -> APIGatewayRestResolver:
         responses={
             200: {"description": "already submitted: the same trial, no second execution"},
             201: {"description": "trial stored and its workflow started"},
-            409: {"description": "refused by triage", "content": {"application/json": {"schema": {}}}},
-            413: {"description": "body too large"},
-            422: {"description": "invalid trial (field paths and fixes)"},
+            **WITH_BODY,
+            409: {"description": "refused by triage", "content": _JSON},
+            422: {"description": "invalid trial (field paths and fixes)", "content": _JSON},
         },
     )
     def submit_trial(trial: Annotated[dict[str, Any], Body(description="the trial JSON")]) -> Response[dict[str, Any]]:
@@ -176,7 +210,9 @@ def build_app() -> APIGatewayRestResolver:
         )
         return _json(201 if done.created else 200, done.body, {"Location": done.body["status_url"]})
 
-    @app.get("/trials", summary="List trials")
+    @app.get("/trials", summary="List trials",
+             responses={200: {"description": "a page of trials"}, **COMMON,
+                        400: {"description": "next_token is not one this API returned", "content": _JSON}})
     def list_trials(
         limit: Annotated[int, Query(ge=1, le=100)] = 25,
         next_token: Annotated[str | None, Query(max_length=2048)] = None,
@@ -191,7 +227,7 @@ def build_app() -> APIGatewayRestResolver:
         }
 
     @app.get("/trials/<trial_id>", summary="Trial status per run, attempts and current costs",
-             responses={200: {"description": "the trial's status"}, 404: {"description": "no such trial"}})
+             responses={200: {"description": "the trial's status"}, **NOT_FOUND, **COMMON})
     def get_trial(trial_id: TrialId) -> dict[str, Any]:
         return service.trial_status(
             trial_id,
@@ -201,7 +237,8 @@ def build_app() -> APIGatewayRestResolver:
             metrics=wiring.run_metrics(),
         )
 
-    @app.get("/trials/<trial_id>/report", summary="The trial report (presigned URL, or the JSON itself)")
+    @app.get("/trials/<trial_id>/report", summary="The trial report (presigned URL, or the JSON itself)",
+             responses={200: {"description": "the report (JSON) or where to fetch it (url)"}, **NOT_FOUND, **COMMON})
     def get_report(
         trial_id: TrialId, format: Annotated[str, Query(pattern="^(url|json)$")] = "url"
     ) -> Response[dict[str, Any]]:
@@ -226,14 +263,16 @@ def build_app() -> APIGatewayRestResolver:
             },
         )
 
-    @app.post("/trials/<trial_id>/cancel", summary="Cancel a trial (stops its workflow and Batch jobs)")
+    @app.post("/trials/<trial_id>/cancel", summary="Cancel a trial (stops its workflow and Batch jobs)",
+              responses={200: {"description": "cancelled (or already finished)"}, **NOT_FOUND, **WITH_BODY})
     def cancel_trial(trial_id: TrialId, body: Annotated[CancelBody | None, Body()] = None) -> dict[str, Any]:
         reason = (body or CancelBody()).reason
         return service.cancel(
             trial_id, trials=wiring.trials(ApiSettings), workflow=wiring.workflow(), now=_now(), reason=reason
         )
 
-    @app.get("/compile-cache", summary="Compile-cache entries by model and compiler version, with hit rates")
+    @app.get("/compile-cache", summary="Compile-cache entries by model and compiler version, with hit rates",
+             responses={200: {"description": "entries and per-model statistics"}, **COMMON})
     def compile_cache(
         model: Annotated[str | None, Query(max_length=200)] = None,
         compiler_version: Annotated[str | None, Query(max_length=64)] = None,

@@ -23,4 +23,6 @@ def app() -> Any:
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app().resolve(event, context)  # type: ignore[no-any-return]
+    from lambdas.handlers._trial_api_routes import foreign_media_type
+
+    return foreign_media_type(event) or app().resolve(event, context)  # type: ignore[no-any-return]

@@ -107,7 +107,8 @@ def proxy_event(method: str, path: str, query: str, headers: dict[str, str], bod
                          "userArn": f"arn:aws:iam::{ACCOUNT}:user/tester", "user": "AIDATESTING",
                          "userAgent": headers.get("User-Agent", "")},
         },
-        "body": body.decode() if body else None,
+        # API Gateway passes a non-binary media type's body through as text: undecodable bytes arrive replaced.
+        "body": body.decode("utf-8", errors="replace") if body else None,
         "isBase64Encoded": False,
     }
 
