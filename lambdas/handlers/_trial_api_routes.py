@@ -10,6 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, Field
 
 from lambdas.adapters.trial_submission import SubmissionRefused, TrialNotFound
@@ -60,18 +61,18 @@ def _now() -> str:
 
 
 # Answers every route can give, declared so the OpenAPI document lists each status the function returns.
-_JSON: dict[str, Any] = {"application/json": {"schema": {}}}
-COMMON: dict[int, dict[str, Any]] = {
+_JSON: Any = {"application/json": {"schema": {}}}
+COMMON: dict[int, OpenAPIResponse] = {
     422: {"description": "invalid request (field paths and fixes)", "content": _JSON},
     503: {"description": "could not be completed, nothing half-stored: send it again", "content": _JSON},
 }
-WITH_BODY: dict[int, dict[str, Any]] = {
+WITH_BODY: dict[int, OpenAPIResponse] = {
     **COMMON,
     400: {"description": "JSON nested too deeply to parse", "content": _JSON},
     413: {"description": "body too large", "content": _JSON},
     415: {"description": "body not sent as application/json", "content": _JSON},
 }
-NOT_FOUND: dict[int, dict[str, Any]] = {404: {"description": "no such trial", "content": _JSON}}
+NOT_FOUND: dict[int, OpenAPIResponse] = {404: {"description": "no such trial", "content": _JSON}}
 
 
 class BadPageToken(ValueError):
