@@ -61,7 +61,9 @@ class EventRouter:
                 others = copy.copy(rule)
                 others.targets = [t for t in rule.targets if not _is_lambda(str(t["Arn"]))]
                 original(others, original_event, transform_input)  # type: ignore[arg-type]
-            if not lambdas or not rule.event_pattern.matches_event(original_event):
+            # A scheduled rule has no pattern (which moto would match to every event) and fires only on its
+            # schedule, never for an event on the bus.
+            if not lambdas or rule.scheduled_expression or not rule.event_pattern.matches_event(original_event):
                 return
             for target in lambdas:
                 router.submit(Delivery(
@@ -127,8 +129,8 @@ class EventRouter:
             return
         import boto3  # deferred: only on the failure path
 
-        name = delivery.dlq_arn.rsplit(":", 1)[-1]
-        sqs = boto3.client("sqs")
+        _, _, _, region, _, name = delivery.dlq_arn.split(":", 5)
+        sqs = boto3.client("sqs", region_name=region)
         url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
         sqs.send_message(QueueUrl=url, MessageBody=json.dumps(delivery.event),
                          MessageAttributes={"ERROR": {"DataType": "String", "StringValue": repr(exc)[:256]},
