@@ -5,17 +5,20 @@
       checkpoint and eval time, is what is compared),
   (c) the Hugging Face ``Trainer`` with the same batch, accumulation, optimizer, schedule and clipping.
 
-Each variant runs ``--repeats`` times, interleaved. Two figures per variant: steps/s over the whole loop (best
-run), and 1 / median optimizer-step time over all runs, which other load on the machine disturbs far less.
-Prints both and the ratios trainer/bare (target >= 0.97) and trainer/HF (target >= 1.0), plus a paired figure:
-the median over repeats of each repeat's own ratio, the one least moved by load that drifts between repeats.
-Usage: .venv/bin/python bench/bench_trainer.py [--steps 30] [--repeats 2]
+Each variant runs ``--repeats`` times, interleaved, with the order rotated every repeat (a run is slower right
+after another variant's, so each must follow each other equally often: use a multiple of 3). Two figures per
+variant: steps/s over the whole loop (best run), and 1 / median optimizer-step time over all runs, which other load
+on the machine disturbs far less. Prints both and the ratios trainer/bare (target >= 0.97) and trainer/HF
+(target >= 1.0), plus a paired figure: the median over repeats of each repeat's own ratio, the one least moved by
+load that drifts between repeats.
+Usage: .venv/bin/python bench/bench_trainer.py [--steps 40] [--repeats 6]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -132,18 +135,23 @@ def hf_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
     import torch
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     spec = _spec(args.steps, workdir)
     results: dict[str, list[Result]] = {"bare": [], "trainer": [], "hf": []}
+    variants = {"bare": lambda i: bare_loop(spec), "trainer": lambda i: this_trainer(spec, workdir, i),
+                "hf": lambda i: hf_trainer(spec, workdir, i)}
+    names = list(variants)
     for i in range(args.repeats):
-        results["bare"].append(bare_loop(spec))
-        results["trainer"].append(this_trainer(spec, workdir, i))
-        results["hf"].append(hf_trainer(spec, workdir, i))
+        # Rotate the order each repeat: a run is slower right after another variant's (its garbage, its caches),
+        # so each variant must follow each other one equally often.
+        for name in names[i % 3:] + names[:i % 3]:
+            gc.collect()
+            results[name].append(variants[name](i))
     best = {k: max(r[0] for r in v) for k, v in results.items()}
     # The first step of each run pays one-off set-up in every variant; medians skip it.
     median = {k: 1.0 / statistics.median([t for r in v for t in r[1][1:]]) for k, v in results.items()}
