@@ -5,10 +5,7 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import (
-    RequestUnsupportedContentType,
-    RequestValidationError,
-)
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, Field
@@ -140,10 +137,6 @@ def build_app() -> APIGatewayRestResolver:
     @app.exception_handler(TrialNotFound)
     def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
         return _json(404, {"message": f"no trial {exc.args[0]!r}; list trials with GET /trials"})
-
-    @app.exception_handler(RequestUnsupportedContentType)
-    def _unsupported(exc: Exception) -> Response[dict[str, Any]]:
-        return _json(415, {"message": "send the trial as Content-Type: application/json; nothing was stored"})
 
     @app.exception_handler(BadPageToken)
     def _bad_token(exc: BadPageToken) -> Response[dict[str, Any]]:
