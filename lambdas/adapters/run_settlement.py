@@ -113,10 +113,7 @@ class RunSettlement:
         self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
         self.prices, self.region, self.metrics = prices, region, metrics
 
-    def record(self, facts: list[L.LedgerEntry]) -> int:
-        return len(self.record_new(facts))
-
-    def record_new(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
+    def record(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
         """Append each fact once; returns the facts this call added (a conditional write decides)."""
         return [fact for fact in facts if self.ledger.append(fact)]
 

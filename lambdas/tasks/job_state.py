@@ -42,7 +42,7 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
         return JobStateResult(status=detail.status, attempt=detail.attempt, ignored="not a dualtrack job")
     settlement = wiring.settlement(RunEventSettings)
     instance_type = queue_instance_type(detail.job_queue) if detail.job_queue else None
-    added = settlement.record_new(job_facts(identity, detail, event.time, instance_type))
+    added = settlement.record(job_facts(identity, detail, event.time, instance_type))
     if detail.terminal:
         count_run_outcomes(fact.body["status"] for fact in added if fact.kind == "transition")
     # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling

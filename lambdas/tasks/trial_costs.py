@@ -62,7 +62,7 @@ def reconcile_jobs(settlement: Any, request: CloseRequest) -> list[str]:
         if identity is None or identity.trial_id != request.trial_id:
             continue
         instance_type = queue_instance_type(detail.job_queue) if detail.job_queue else None
-        added = settlement.record_new(job_facts(identity, detail, event.time, instance_type))
+        added = settlement.record(job_facts(identity, detail, event.time, instance_type))
         terminal += [fact.body["status"] for fact in added if fact.kind == "transition" and detail.terminal]
     return terminal
 
