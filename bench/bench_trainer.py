@@ -11,7 +11,7 @@ variant: steps/s over the whole loop (best run), and 1 / median optimizer-step t
 on the machine disturbs far less. Prints both and the ratios trainer/bare (target >= 0.97) and trainer/HF
 (target >= 1.0), plus a paired figure: the median over repeats of each repeat's own ratio, the one least moved by
 load that drifts between repeats.
-Usage: .venv/bin/python bench/bench_trainer.py [--steps 40] [--repeats 6]
+Usage: .venv/bin/python bench/bench_trainer.py [--steps 40] [--repeats 12] [--threads 1]
 """
 
 from __future__ import annotations
@@ -136,9 +136,14 @@ def hf_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (0: torch's default); 1 is far steadier on a shared 2-core VM")
     args = parser.parse_args()
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     spec = _spec(args.steps, workdir)
