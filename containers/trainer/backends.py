@@ -9,7 +9,7 @@ import contextlib
 import importlib.util
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,14 @@ class Backend:
 
     def step_end(self) -> None:
         """Where a lazy-tensor backend cuts and runs the step's graph."""
+
+    # Steps whose loss is read only after the next step has been dispatched: reading a device scalar waits for the
+    # device, so reading it at once would stall the host each step instead of letting it queue the next one.
+    loss_read_lag = 0
+
+    def read_later(self, value: torch.Tensor) -> Callable[[], float]:
+        """A reader for a device scalar; calling it waits for that value only (not for work queued after it)."""
+        return lambda: float(value.item())
 
     def synchronize(self) -> None:
         """Wait for queued device work so wall-clock timings are honest."""
@@ -137,6 +145,22 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
 
+    loss_read_lag = 1
+
+    def read_later(self, value: torch.Tensor) -> Callable[[], float]:
+        # Copy into pinned host memory behind the step's kernels and mark the stream there: reading waits for this
+        # event, not for the next step's kernels queued after it.
+        host = torch.empty((), dtype=value.dtype, pin_memory=True)
+        host.copy_(value.detach(), non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+
+        def read() -> float:
+            ready.synchronize()
+            return float(host.item())
+
+        return read
+
     def memory_peak_mib(self) -> float:
         return torch.cuda.max_memory_allocated(self.device) / 2**20
 
@@ -196,6 +220,10 @@ class NeuronBackend(Backend):
 
     def synchronize(self) -> None:
         self._xm.wait_device_ops()
+
+    # step_end dispatched the step's graph asynchronously; its loss is a materialised device buffer, read once the
+    # next step's graph is queued (the torch-xla advice: no per-step .item() on the hot path).
+    loss_read_lag = 1
 
     def memory_peak_mib(self) -> float:
         if self.on_neuron:

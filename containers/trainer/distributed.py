@@ -57,7 +57,8 @@ class Distributed:
             if p.grad is not None:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
 
-    def reduce_loss(self, loss: torch.Tensor) -> float:
+    def reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The step's global loss, still on the device (reading it is the caller's choice of when to sync)."""
         if self.world_size > 1:
             import torch.distributed as dist
 
@@ -65,7 +66,7 @@ class Distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             if self.backend_name == "neuron":
                 loss = loss / self.world_size
-        return float(loss.item())
+        return loss
 
     def close(self) -> None:
         if self.world_size > 1:

@@ -3,6 +3,7 @@ leave a summary whatever happens."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -185,60 +186,106 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     inputs.validation_loss = job.evals.get(spec.max_steps)
 
 
+@dataclass
+class _Dispatched:
+    """A step whose work is queued on the device but whose loss has not been read yet."""
+
+    step: int
+    started: float
+    read: Any  # () -> float, from Backend.read_later
+    lr: float
+
+
+class _StepLog:
+    """Records each step's loss, time and metrics once its loss is read, at most ``lag`` steps after dispatch.
+
+    A step's time runs from its start, or from when the previous step's loss was read if that is later: with a lag
+    the host starts step N+1 before step N finishes on the device, and the device-paced interval is what counts.
+    """
+
+    def __init__(self, job: Attempt, inputs: SummaryInputs, log: MetricsLog, plan: BatchPlan, compiling: bool):
+        self.job, self.inputs, self.log, self.plan, self.compiling = job, inputs, log, plan, compiling
+        self.pending: list[_Dispatched] = []
+        self.last_read = 0.0
+
+    def dispatched(self, entry: _Dispatched, lag: int) -> None:
+        self.pending.append(entry)
+        self.drain(keep=lag)
+
+    def drain(self, keep: int = 0) -> None:
+        job, inputs, spec = self.job, self.inputs, self.job.spec
+        while len(self.pending) > keep:
+            entry = self.pending.pop(0)
+            value = entry.read()
+            now = time.perf_counter()
+            elapsed = now - max(entry.started, self.last_read)
+            self.last_read = now
+            job.losses[entry.step] = value
+            if inputs.first_step_s is None:
+                inputs.first_step_s = elapsed
+                if self.compiling:
+                    job.progress.emit("compile", step=entry.step, first_step_s=round(elapsed, 3))
+            else:
+                job.step_times.append(elapsed)
+            tokens = self.plan.global_batch * spec.sequence_length
+            self.log.step(entry.step, value, elapsed, tokens, self.plan.global_batch, entry.lr)
+            job.progress.emit("step", step=entry.step, loss=round(value, 6), step_time_s=round(elapsed, 4),
+                              tokens_per_s=round(tokens / elapsed, 1) if elapsed > 0 else None)
+
+
 def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: TerminationFlag, stream: SampleStream,
           plan: BatchPlan, step_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
           scheduler: Any, params: list[torch.nn.Parameter], valid: TokenisedSet, fault: FaultPlan,
           force: str | None, start_step: int, position: int) -> None:
     spec, backend, emit = job.spec, job.backend, job.progress.emit
-    compiling = backend.name in ("compiled", "neuron")
-    for step in range(start_step + 1, spec.max_steps + 1):
-        t = time.perf_counter()
-        ids, labels = stream.take(position, plan.global_batch)
-        norm = float(loss_tokens(labels)) / job.dist.loss_scale
-        step_loss = torch.zeros((), device=backend.device)
-        if force in ("compile", "step") and step == start_step + 1:
-            if force == "compile":
-                inputs.compile_failed = True
-            raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={force}: failing in the {force} phase at step {step}")
-        for mids, mlabels in plan.micro_batches(ids, labels, rank=job.dist.dp_rank):
-            with backend.autocast():
-                loss = token_loss_sum(step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
-            loss.backward()
-            step_loss = step_loss + loss.detach()
-        job.dist.reduce_gradients(params)
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        backend.optimizer_step(optimizer)
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        backend.step_end()
-        value = job.dist.reduce_loss(step_loss)
-        elapsed = time.perf_counter() - t
-        position += plan.global_batch
-        inputs.global_step, inputs.position = step, position
-        job.losses[step] = value
-        if inputs.first_step_s is None:
-            inputs.first_step_s = elapsed
-            if compiling:
-                emit("compile", step=step, first_step_s=round(elapsed, 3))
-        else:
-            job.step_times.append(elapsed)
-        tokens = plan.global_batch * spec.sequence_length
-        log.step(step, value, elapsed, tokens, plan.global_batch, scheduler.get_last_lr()[0])
-        emit("step", step=step, loss=round(value, 6), step_time_s=round(elapsed, 4),
-             tokens_per_s=round(tokens / elapsed, 1) if elapsed > 0 else None)
+    steps = _StepLog(job, inputs, log, plan, compiling=backend.name in ("compiled", "neuron"))
+    try:
+        for step in range(start_step + 1, spec.max_steps + 1):
+            t = time.perf_counter()
+            ids, labels = stream.take(position, plan.global_batch)
+            norm = float(loss_tokens(labels)) / job.dist.loss_scale
+            step_loss = torch.zeros((), device=backend.device)
+            if force in ("compile", "step") and step == start_step + 1:
+                if force == "compile":
+                    inputs.compile_failed = True
+                raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={force}: failing in the {force} phase at step {step}")
+            for mids, mlabels in plan.micro_batches(ids, labels, rank=job.dist.dp_rank):
+                with backend.autocast():
+                    loss = token_loss_sum(step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
+                loss.backward()
+                step_loss = step_loss + loss.detach()
+            job.dist.reduce_gradients(params)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            backend.optimizer_step(optimizer)
+            lr = scheduler.get_last_lr()[0]
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            backend.step_end()
+            position += plan.global_batch
+            inputs.global_step, inputs.position = step, position
+            steps.dispatched(_Dispatched(step, t, backend.read_later(job.dist.reduce_loss(step_loss)), lr),
+                             lag=backend.loss_read_lag)
 
-        if step % spec.evaluation.interval_steps == 0 or step == spec.max_steps:
-            _evaluate(job, model, valid, step, log)
-        due = step % spec.checkpoint_interval_steps == 0 or step == spec.max_steps
-        if due:
-            _save(job, model, optimizer, scheduler, step, position, log, fail=force == "save")
-        fault.check(step)
-        if flag.requested:
-            last_save = job.saved[-1].save_s if job.saved else 0.0
-            if not due and last_save <= SIGTERM_SAVE_BUDGET_S:
-                _save(job, model, optimizer, scheduler, step, position, log, fail=False)
-            emit("interrupted", step=step, checkpointed=bool(job.saved and job.saved[-1].step == step))
-            raise _Interrupted
+            evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
+            due = step % spec.checkpoint_interval_steps == 0 or step == spec.max_steps
+            if evaluate or due or flag.requested:
+                steps.drain()  # the step's own record first, and no device work left behind the pause
+            if evaluate:
+                _evaluate(job, model, valid, step, log)
+            if due:
+                _save(job, model, optimizer, scheduler, step, position, log, fail=force == "save")
+            fault.check(step)
+            if flag.requested:
+                last_save = job.saved[-1].save_s if job.saved else 0.0
+                if not due and last_save <= SIGTERM_SAVE_BUDGET_S:
+                    _save(job, model, optimizer, scheduler, step, position, log, fail=False)
+                emit("interrupted", step=step, checkpointed=bool(job.saved and job.saved[-1].step == step))
+                raise _Interrupted
+    finally:
+        # A planned fault or an interruption still records every step it ran; if the device itself failed, the
+        # original error is the one to report.
+        with contextlib.suppress(Exception):
+            steps.drain()
 
 
 def _finish_compile(job: Attempt, inputs: SummaryInputs, cache_setup_s: float, compiling: bool) -> None:

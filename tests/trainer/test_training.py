@@ -78,6 +78,41 @@ def test_retryable_fault_resumes_bit_for_bit(write_spec, tmp_path: Path, uninter
     assert top["attempt"] == 2
 
 
+def test_deferred_loss_reads_keep_every_step_and_resume_bit_for_bit(write_spec, tmp_path: Path, uninterrupted: dict,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cuda and neuron backends read each step's loss one step late (no per-step device sync); the CPU backend
+    run the same way must record the same losses, a faulted attempt its last step, and resume bit for bit."""
+    from trainer import backends
+
+    order: list[str] = []
+
+    def step_end(self: backends.Backend) -> None:
+        order.append("dispatch")
+
+    def read_later(self: backends.Backend, value: object) -> object:
+        def read() -> float:
+            order.append("read")
+            return float(value.item())  # type: ignore[attr-defined]
+
+        return read
+
+    monkeypatch.setattr(backends.CpuBackend, "loss_read_lag", 1)
+    monkeypatch.setattr(backends.CpuBackend, "step_end", step_end)
+    monkeypatch.setattr(backends.CpuBackend, "read_later", read_later)
+    spec = write_spec()
+    run_dir = str(tmp_path / "trn2")
+    code, first = attempt(spec, run_dir, track="trn2", number=1)
+    assert code == FAULT_EXIT_CODE and first["global_step"] == 10
+    assert order[:4] == ["dispatch", "dispatch", "read", "dispatch"]  # step 1 is read after step 2 is queued
+    code, second = attempt(spec, run_dir, track="trn2", number=2)
+    assert code == 0 and second["resumed_from_step"] == 8
+    clean = losses(uninterrupted)
+    assert {s: clean[s] for s in range(1, 11)} == losses(first)  # the faulted step's loss is recorded too
+    assert {s: clean[s] for s in range(9, 13)} == losses(second)
+    assert second["continuity"]["max_rel_delta"] == 0.0
+    assert all(t > 0 for t in (first["throughput"]["step_time_s"], second["throughput"]["step_time_s"]))
+
+
 def test_permanent_fault_fails_every_attempt_then_gpu_fallback_resumes(write_spec, tmp_path: Path,
                                                                       uninterrupted: dict) -> None:
     spec = write_spec(fault_injection={"track": "trn2", "at_step": 6, "mode": "permanent"})
