@@ -260,11 +260,11 @@ def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminatio
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+            global_loss = job.dist.reduce_loss(step_loss)  # before step_end: on XLA it belongs in this step's graph
             backend.step_end()
             position += plan.global_batch
             inputs.global_step, inputs.position = step, position
-            steps.dispatched(_Dispatched(step, t, backend.read_later(job.dist.reduce_loss(step_loss)), lr),
-                             lag=backend.loss_read_lag)
+            steps.dispatched(_Dispatched(step, t, backend.read_later(global_loss), lr), lag=backend.loss_read_lag)
 
             evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
             due = step % spec.checkpoint_interval_steps == 0 or step == spec.max_steps
