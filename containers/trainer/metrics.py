@@ -16,7 +16,9 @@ import threading
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-NAMESPACE = "Dualtrack"
+from lambdas.domain import telemetry
+
+NAMESPACE = telemetry.NAMESPACE
 MAX_DATA_PER_CALL = 1000
 PHASE_METRICS = {"environment_s": "EnvironmentSeconds", "data_load_s": "DataLoadSeconds",
                  "compile_s": "CompileSeconds", "train_s": "TrainSeconds",

@@ -7,6 +7,7 @@ import contextlib
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,7 +193,7 @@ class _Dispatched:
 
     step: int
     started: float
-    read: Any  # () -> float, from Backend.read_later
+    read: Callable[[], float]  # from Backend.read_later
     lr: float
 
 

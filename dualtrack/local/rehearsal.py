@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dualtrack.local.progress import Progress
+from lambdas.domain import telemetry
 from lambdas.domain.trial import TrialSpec
 
 TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
@@ -126,7 +127,7 @@ class Rehearsal:
     def _handler_environment(self, deployment: Any) -> dict[str, str]:
         # Every function reads the same settings names (table and bucket names, the state machine); the union is
         # set once so handlers invoked from any thread see the same configuration.
-        env: dict[str, str] = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
+        env: dict[str, str] = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
                                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING")}
         for module in deployment.functions:
             for key, value in deployment.function_environment(module).items():

@@ -18,10 +18,10 @@ from constructs import Construct
 
 from infra.bundling import dependency_layer_code, lambda_code
 from infra.constructs.nag import acknowledge
+from lambdas.domain import telemetry
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
-METRICS_NAMESPACE = "Dualtrack"
 
 
 def dead_letter_queue(scope: Construct, construct_id: str) -> sqs.Queue:
@@ -67,7 +67,7 @@ class FunctionFactory(Construct):
             environment={
                 **self._environment,
                 "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
-                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
                 **(environment or {}),
             },
             retry_attempts=2 if asynchronous else None,

@@ -19,12 +19,12 @@ from constructs import Construct
 
 from infra.config import ComputeFamily, Track
 from infra.constructs.nag import GrantFindings, acknowledge
+from lambdas.domain import telemetry
 from lambdas.domain.catalogue import load_catalogue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULT_EXIT_CODE = 75
 PERMANENT_FAULT_EXIT_CODE = 76
-METRICS_NAMESPACE = "Dualtrack"
 DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
 BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
 # The image build context is the repository root, but the images copy only lambdas/ and containers/: send just
@@ -72,7 +72,7 @@ class TrainerJobDefinitions(Construct):
         compile_cache.grant_put(self.job_role, "neuron/*")
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringEquals": {"cloudwatch:namespace": METRICS_NAMESPACE}},
+            conditions={"StringEquals": {"cloudwatch:namespace": telemetry.NAMESPACE}},
         ))
         (GrantFindings(self.job_role).kms().s3_read(artifacts, "trials/*").s3_put(artifacts, "trials/*")
          .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lambdas.adapters.aws import client
+from lambdas.domain import telemetry
 
-NAMESPACE = "Dualtrack"
+NAMESPACE = telemetry.NAMESPACE  # where the trainer publishes its per-attempt metrics
 PHASE_METRICS = {
     "environment_s": "EnvironmentSeconds",
     "data_load_s": "DataLoadSeconds",

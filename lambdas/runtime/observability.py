@@ -16,11 +16,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from lambdas.domain import telemetry
 
-NAMESPACE = telemetry.NAMESPACE
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = Logger()
-metrics = Metrics(namespace=NAMESPACE)
+metrics = Metrics(namespace=telemetry.NAMESPACE)
 
 
 class _LazyTracer:
