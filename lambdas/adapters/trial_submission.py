@@ -1,5 +1,9 @@
 """Submitting, reading and cancelling trials (the API's use cases).
 
+Before anything is stored, a submission is checked against its stage: every s3:// input must be readable by the
+job role (the stage's data buckets, or the artifacts bucket under trials/), so a trial never starts only to fail
+inside its job.
+
 Write order for a submission: the frozen spec to S3, then the trials item (conditional on absence), then
 StartExecution with the trial id as execution name. A failure after the item is written removes it again, so a
 retry of the same body starts from a clean slate; a repeated submission finds the item and never starts a second
@@ -8,6 +12,7 @@ execution.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -15,6 +20,7 @@ from typing import Any
 
 from lambdas.adapters.ports import Ledger, Objects, Trials
 from lambdas.domain import ledger as L
+from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, unreadable_inputs
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
@@ -35,21 +41,34 @@ class Submitted:
     created: bool
 
 
-def execution_input(spec: Any, artifacts: Objects) -> dict[str, Any]:
+def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int) -> dict[str, Any]:
+    """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
+    ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. Retries are the job
+    definitions' own (their retry strategy), so the input carries no attempt count. ``run_dirs`` has a
+    ``gpu-fallback`` entry only when the trial has both a gpu and a trn2 track."""
     base = f"trials/{spec.trial_id}"
     tracks = spec.track_names()
     run_dirs = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
     if "trn2" in tracks and "gpu" in tracks:
         run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
-    hours = spec.limits.max_hours if spec.limits and spec.limits.max_hours else 24.0
+    timeout = int(attempt_timeout_s)
+    if spec.limits and spec.limits.max_hours:
+        timeout = min(timeout, int(spec.limits.max_hours * 3600))
     return {
         "trial_id": spec.trial_id,
         "spec_uri": artifacts.uri(f"{base}/spec.json"),
         "tracks": tracks,
         "run_dirs": run_dirs,
-        "max_attempts": 2,
-        "attempt_timeout_s": int(hours * 3600),
+        "attempt_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, timeout),
     }
+
+
+def check_readable(spec: Any, data_buckets: Sequence[str], artifacts_bucket: str) -> None:
+    """Raises SubmissionRefused naming each s3:// input the stage's job role cannot read."""
+    problems = unreadable_inputs(spec, data_buckets, artifacts_bucket=artifacts_bucket)
+    if problems:
+        raise SubmissionRefused("unreadable inputs",
+                                {"errors": [{"path": p.path, "message": p.message} for p in problems]})
 
 
 def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]:
@@ -99,14 +118,17 @@ def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]
 
 
 def submit(
-    spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str, now: str
+    spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str, now: str,
+    attempt_timeout_s: int, data_buckets: Sequence[str], artifacts_bucket: str,
 ) -> Submitted:
+    """``attempt_timeout_s``, ``data_buckets`` and ``artifacts_bucket`` are the stage's (ApiSettings)."""
+    check_readable(spec, data_buckets, artifacts_bucket)
     triage_result, worst = preflight(spec, prices, region)
     trial_id = spec.trial_id
     existing = trials.get(trial_id)
     if existing is not None and existing.get("execution_arn"):
         return Submitted(_view(existing, already_submitted=True), created=False)
-    payload = execution_input(spec, artifacts)
+    payload = execution_input(spec, artifacts, attempt_timeout_s=attempt_timeout_s)
     artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
     item = {
         "trial_id": trial_id,

@@ -1,9 +1,12 @@
 """The trial spec: the API body, the CLI's input and the frozen task both tracks train.
 
 Field-level rules live on the models; rules that relate fields to each other (batch arithmetic, parallel
-layouts, fault placement, instance families) live in :func:`check_rules`, so that every rejection carries the
-path of the field to fix. :func:`parse_trial` is the one entry point: it returns a valid ``TrialSpec`` or raises
-``TrialInvalid`` with every problem found.
+layouts, fault placement, instance families, model sources and architectures, the attempt timeout) live in
+:func:`check_rules`, so that every rejection carries the path of the field to fix. :func:`parse_trial` is the one
+entry point: it returns a valid ``TrialSpec`` or raises ``TrialInvalid`` with every problem found.
+
+What depends on the stage (which buckets the job role can read) is checked at submission by
+:func:`unreadable_inputs`, since ``dualtrack validate`` does not know the stage.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -36,6 +40,20 @@ _S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<ke
 _LOCAL_PATH = re.compile(r"^(file://)?[^\x00-\x1f\x7f:]+$")
 ALLOW_LOCAL_PATHS = "allow_local_paths"
 
+# Vocabulary of the trainer's built-in `byte` tokenizer (containers/trainer/tokenizer.py, ByteTokenizer.vocab_size):
+# 256 byte ids plus pad, bos and eos. Kept here because the domain never imports trainer code; a unit test asserts
+# the two agree.
+BYTE_TOKENIZER_VOCAB_SIZE = 256 + 3
+# AWS Batch refuses an attempt timeout under 60 seconds
+# (https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html); limits.max_hours becomes that timeout.
+MIN_ATTEMPT_TIMEOUT_S = 60
+# The trainer always builds or loads a LlamaForCausalLM; these are the layers peft can wrap with LoRA adapters
+# (Linear and Embedding modules), and the Llama modules it refuses (attention/MLP blocks, norms, activations).
+LLAMA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens",
+                      "lm_head")
+LLAMA_UNWRAPPABLE = ("model", "layers", "self_attn", "mlp", "input_layernorm", "post_attention_layernorm", "norm",
+                     "rotary_emb", "act_fn")
+
 
 class _Model(BaseModel):
     # strict: "lots" is never coerced to a number, "true" never to a bool.
@@ -48,7 +66,7 @@ PositiveInt = Annotated[int, Field(ge=1)]
 class TinyModelConfig(_Model):
     """Architecture of a small Llama-class model built in code (rehearsals, tests): no weights are downloaded."""
 
-    vocab_size: Annotated[int, Field(ge=16, le=262144)] = 256
+    vocab_size: Annotated[int, Field(ge=16, le=262144)] = BYTE_TOKENIZER_VOCAB_SIZE
     hidden_size: Annotated[int, Field(ge=8, le=16384)] = 64
     intermediate_size: Annotated[int, Field(ge=8, le=65536)] = 172
     num_hidden_layers: Annotated[int, Field(ge=1, le=128)] = 2
@@ -60,19 +78,37 @@ class ModelRef(_Model):
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")]
     revision: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$")]
     uri: str | None = Field(
-        default=None, description="Where the weights live (s3://... in production). Omit to build `config` in code."
+        default=None,
+        description="Where the weights live: an s3:// prefix the job role can read (job subnets have no internet "
+        "access, so a hub id alone cannot be loaded). Omit to build `config` in code.",
     )
     config: TinyModelConfig | None = Field(
         default=None, description="Build a small Llama-class model from this config instead of loading weights."
     )
     tokenizer: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
-        default=None, description="Tokenizer id or path; `byte` is the built-in byte-level tokenizer."
+        default=None,
+        description="`byte` (the built-in byte-level tokenizer) or an s3:// prefix holding a saved tokenizer; "
+        "omitted: `byte` with `config`, else the tokenizer saved with the weights at `uri`.",
     )
 
     @field_validator("uri")
     @classmethod
     def _uri(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _check_uri(value, info)
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or value == "byte":
+            return value
+        try:
+            return _check_uri(value, info)
+        except ValueError:
+            where = "an s3://bucket/prefix or a local path" if _allow_local(info) else "an s3://bucket/prefix"
+            raise ValueError(
+                f"must be 'byte' (the built-in byte tokenizer) or {where} holding a saved tokenizer; job subnets "
+                "have no internet access, so a hub id cannot be downloaded"
+            ) from None
 
 
 class LoraConfig(_Model):
@@ -225,10 +261,14 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
+def _allow_local(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(ALLOW_LOCAL_PATHS))
+
+
 def _check_uri(value: str, info: ValidationInfo) -> str:
     if _S3_URI.match(value):
         return value
-    allow_local = bool(info.context and info.context.get(ALLOW_LOCAL_PATHS))
+    allow_local = _allow_local(info)
     if allow_local and _LOCAL_PATH.match(value) and not value.startswith("s3:"):
         return value
     if allow_local:
@@ -361,9 +401,10 @@ def problems_from_validation_error(exc: ValidationError) -> list[Problem]:
 # ---- cross-field rules -------------------------------------------------------------------------------------
 
 
-def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None) -> list[Problem]:
+def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None, *,
+                allow_local_paths: bool = False) -> list[Problem]:
     cat = catalogue or load_catalogue()
-    problems: list[Problem] = []
+    problems: list[Problem] = model_problems(spec, allow_local_paths=allow_local_paths)
     add = lambda path, message: problems.append(Problem(path, message))  # noqa: E731
 
     if spec.method in ("lora", "qlora") and spec.lora is None:
@@ -435,6 +476,115 @@ def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None) -> 
             add("fault_injection.at_step",
                 f"step {fault.at_step} is not before the last step ({spec.max_steps}); use a step in "
                 f"({first_ckpt}, {spec.max_steps})")
+
+    if spec.limits is not None and spec.limits.max_hours is not None:
+        seconds = int(spec.limits.max_hours * 3600)
+        if seconds < MIN_ATTEMPT_TIMEOUT_S:
+            add("limits.max_hours",
+                f"{spec.limits.max_hours} h is {seconds} s, and max_hours becomes the AWS Batch attempt timeout, "
+                f"which must be at least {MIN_ATTEMPT_TIMEOUT_S} s; use at least 0.0167 h (60 s)")
+    return problems
+
+
+def model_problems(spec: TrialSpec, *, allow_local_paths: bool = False) -> list[Problem]:
+    """What the trainer would refuse about the model: where it comes from, its architecture, its LoRA targets."""
+    problems: list[Problem] = []
+    add = lambda path, message: problems.append(Problem(path, message))  # noqa: E731
+    model = spec.model
+    if model.uri is None and model.config is None:
+        if allow_local_paths:
+            add("model.uri",
+                f"model {model.id!r} is given only by its hub id, which the trainer does not download; give "
+                "model.uri (an s3:// URI or a local path to the weights) or model.config for a model built in code")
+        else:
+            add("model.uri",
+                f"model {model.id!r} is given only by its hub id, and the job subnets have no internet access; give "
+                "model.uri, an s3:// URI to the weights (saved with save_pretrained), or model.config for a "
+                "model built in code")
+
+    cfg = model.config
+    if cfg is not None:
+        heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        if cfg.hidden_size % heads:
+            add("model.config.hidden_size",
+                f"{cfg.hidden_size} does not divide by num_attention_heads ({heads}); use a multiple of {heads} "
+                f"(e.g. {_nearest_multiple(cfg.hidden_size, heads)})")
+        elif (cfg.hidden_size // heads) % 2:
+            step = 2 * heads
+            add("model.config.hidden_size",
+                f"head size hidden_size / num_attention_heads = {cfg.hidden_size} / {heads} = "
+                f"{cfg.hidden_size // heads} is odd, and rotary position embeddings need an even head size; use a "
+                f"multiple of {step} (e.g. {_nearest_multiple(cfg.hidden_size, step)})")
+        if heads % kv_heads:
+            add("model.config.num_key_value_heads",
+                f"{kv_heads} does not divide num_attention_heads ({heads}); use one of {_divisors(heads)}")
+        if (model.tokenizer or "byte") == "byte" and cfg.vocab_size < BYTE_TOKENIZER_VOCAB_SIZE:
+            add("model.config.vocab_size",
+                f"{cfg.vocab_size} is smaller than the byte tokenizer's {BYTE_TOKENIZER_VOCAB_SIZE} ids; set "
+                f"vocab_size >= {BYTE_TOKENIZER_VOCAB_SIZE}")
+
+    if spec.lora is not None:
+        targets = spec.lora.target_modules
+        leaves = [t.rsplit(".", 1)[-1] for t in targets]
+        for i, leaf in enumerate(leaves):
+            if leaf in LLAMA_UNWRAPPABLE:
+                add(f"lora.target_modules[{i}]",
+                    f"{targets[i]!r} is a Llama module LoRA cannot wrap (only Linear and Embedding layers); use "
+                    f"layers from {', '.join(LLAMA_LORA_TARGETS)}")
+        if not any(leaf in LLAMA_LORA_TARGETS for leaf in leaves):
+            add("lora.target_modules",
+                f"none of {targets} names a layer of the Llama model, so there is nothing to adapt; use layers from "
+                f"{', '.join(LLAMA_LORA_TARGETS)}")
+    return problems
+
+
+def _nearest_multiple(value: int, step: int) -> int:
+    return max(step, round(value / step) * step)
+
+
+# ---- stage-dependent rules (checked at submission) ---------------------------------------------------------
+
+
+def s3_inputs(spec: TrialSpec) -> Iterator[tuple[str, str]]:
+    """(field path, URI) of every s3:// location in the trial: what the job role must be able to read."""
+
+    def walk(value: Any, loc: tuple[int | str, ...]) -> Iterator[tuple[str, str]]:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from walk(item, (*loc, key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                yield from walk(item, (*loc, index))
+        elif isinstance(value, str) and value.startswith("s3://"):
+            yield _path(loc), value
+
+    yield from walk(spec.model_dump(mode="json", exclude_none=True), ())
+
+
+def unreadable_inputs(spec: TrialSpec, data_buckets: Iterable[str], *,
+                      artifacts_bucket: str | None = None) -> list[Problem]:
+    """Every s3:// input the stage's job role cannot read.
+
+    The job role reads the stage's data buckets (``data_buckets`` in the stage settings) and the artifacts bucket
+    under ``trials/`` only, so anything else would fail inside the job after the trial has started."""
+    readable = tuple(dict.fromkeys(data_buckets))
+    places = [f"s3://{b}/" for b in readable] + ([f"s3://{artifacts_bucket}/trials/"] if artifacts_bucket else [])
+    into = ", ".join(places) if places else "(none: the stage has no data buckets)"
+    problems: list[Problem] = []
+    for path, uri in s3_inputs(spec):
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if bucket in readable:
+            continue
+        if bucket == artifacts_bucket:
+            if key.startswith("trials/"):
+                continue
+            problems.append(Problem(
+                path, f"the job role reads the artifacts bucket {bucket} only under trials/; move the object under "
+                      f"s3://{bucket}/trials/ or into one of: {into}"))
+            continue
+        problems.append(Problem(
+            path, f"the job role cannot read bucket {bucket}; add it to the stage setting data_buckets in cdk.json "
+                  f"(dualtrack:stages.<stage>.data_buckets) or copy the data into one of: {into}"))
     return problems
 
 
@@ -458,7 +608,7 @@ def parse_trial(data: Any, *, allow_local_paths: bool = False,
         if any(err["type"] == "json_invalid" for err in exc.errors()):
             problems = [Problem("", f"malformed JSON: {exc.errors()[0]['msg']}")]
         raise TrialInvalid(problems) from None
-    problems = check_rules(spec, catalogue)
+    problems = check_rules(spec, catalogue, allow_local_paths=allow_local_paths)
     if problems:
         raise TrialInvalid(problems)
     return spec

@@ -201,6 +201,9 @@ def build_app() -> APIGatewayRestResolver:
             prices=wiring.prices(ApiSettings),
             region=settings.PRICE_REGION,
             now=_now(),
+            attempt_timeout_s=settings.ATTEMPT_TIMEOUT_S,
+            data_buckets=settings.DATA_BUCKETS,
+            artifacts_bucket=settings.ARTIFACTS_BUCKET,
         )
         return _json(201 if done.created else 200, done.body, {"Location": done.body["status_url"]})
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class SettingsInvalid(RuntimeError):
@@ -78,6 +81,31 @@ class ApiSettings(ArtifactEventSettings):
     STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine")
     MAX_BODY_BYTES: int = Field(default=256 * 1024, ge=1024, description="largest accepted request body")
     REPORT_URL_EXPIRES_S: int = Field(default=900, ge=60, le=43200, description="presigned report URL lifetime")
+    ATTEMPT_TIMEOUT_S: int = Field(
+        default=86400, ge=60,
+        description="the stage's Batch attempt timeout in seconds (at least 60, the Batch minimum); a trial's "
+        "limits.max_hours can only shorten it",
+    )
+    DATA_BUCKETS: tuple[str, ...] = Field(
+        default=(),
+        description="comma-separated names of the buckets the job role can read trial inputs from (the stage "
+        "setting data_buckets); may be empty, the artifacts bucket's trials/ prefix is always readable",
+    )
+
+    @field_validator("DATA_BUCKETS", mode="before")
+    @classmethod
+    def _data_buckets(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [name.strip() for name in value.split(",") if name.strip()]
+        if isinstance(value, list | tuple):
+            for name in value:
+                if not isinstance(name, str) or not _BUCKET_NAME.match(name):
+                    raise ValueError(f"{name!r} is not an S3 bucket name; give bucket names separated by commas, "
+                                     "without s3://")
+            return tuple(dict.fromkeys(value))
+        return value
 
 
 class CacheSettings(ArtifactEventSettings):

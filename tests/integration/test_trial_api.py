@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import Context, api_event
+
+
+@pytest.fixture(autouse=True)
+def _stage_data_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stage's data buckets: the example trial reads its data and weights from example-datasets.
+    monkeypatch.setenv("DATA_BUCKETS", "example-datasets")
 
 
 def call(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -44,7 +52,8 @@ def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[s
     described = aws["sfn"].describe_execution(executionArn=execution["executionArn"])
     payload = json.loads(described["input"])
     assert payload["run_dirs"]["gpu-fallback"] == f"s3://artifacts/trials/{first['trial_id']}/gpu-fallback"
-    assert payload["max_attempts"] == 2 and payload["attempt_timeout_s"] == 12 * 3600
+    assert "max_attempts" not in payload  # retries are the job definitions' own
+    assert payload["attempt_timeout_s"] == 12 * 3600  # the trial's max_hours, under the stage's default 24 h
     spec = json.loads(
         aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{first['trial_id']}/spec.json")["Body"].read()
     )
@@ -81,6 +90,59 @@ def test_invalid_bodies_get_4xx_and_store_nothing(aws: dict[str, Any], example: 
     status, body = call(api_event("POST", "/trials", refused))
     assert status == 409 and "triage_override" in body["message"] + json.dumps(body)
     assert stored(aws) == (0, 0, 0)
+
+
+def _execution_input(aws: dict[str, Any], trial_id: str) -> dict[str, Any]:
+    arn = next(e["executionArn"] for e in aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"]
+               if e["name"] == trial_id)
+    return json.loads(aws["sfn"].describe_execution(executionArn=arn)["input"])  # type: ignore[no-any-return]
+
+
+def test_attempt_timeout_is_the_shorter_of_stage_and_trial(
+    aws: dict[str, Any], example: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lambdas.runtime.settings import reset_settings
+
+    monkeypatch.setenv("ATTEMPT_TIMEOUT_S", "7200")
+    reset_settings()
+    status, body = call(api_event("POST", "/trials", example))  # trial 12 h, stage 2 h
+    assert status == 201, body
+    assert _execution_input(aws, body["trial_id"])["attempt_timeout_s"] == 7200
+    short = dict(example, name="short-trial", limits={"max_usd": 2500, "max_hours": 0.5})
+    status, body = call(api_event("POST", "/trials", short))  # trial 30 min, stage 2 h
+    assert status == 201, body
+    payload = _execution_input(aws, body["trial_id"])
+    assert payload["attempt_timeout_s"] == 1800 and "max_attempts" not in payload
+    gpu_only = {k: v for k, v in short.items() if k != "fault_injection"}
+    gpu_only.update(name="gpu-only", tracks={"gpu": example["tracks"]["gpu"]})
+    status, body = call(api_event("POST", "/trials", gpu_only))
+    assert status == 201, body
+    assert set(_execution_input(aws, body["trial_id"])["run_dirs"]) == {"gpu"}  # no fallback without trn2
+
+
+def test_unreadable_bucket_is_refused_naming_field_and_stage_setting(
+    aws: dict[str, Any], example: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lambdas.runtime.settings import reset_settings
+
+    monkeypatch.setenv("DATA_BUCKETS", "shared-data, other-data")
+    reset_settings()
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 422, body
+    errors = {e["path"]: e["message"] for e in body["errors"]}
+    assert set(errors) == {"model.uri", "data.train_uri", "data.validation_uri"}
+    message = errors["data.train_uri"]
+    assert "cannot read bucket example-datasets" in message and "data_buckets" in message
+    assert "s3://shared-data/, s3://other-data/, s3://artifacts/trials/" in message
+    assert stored(aws) == (0, 0, 0)
+    monkeypatch.setenv("DATA_BUCKETS", "")
+    reset_settings()
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 422 and "data.train_uri" in {e["path"] for e in body["errors"]}
+    monkeypatch.setenv("DATA_BUCKETS", "example-datasets,shared-data")
+    reset_settings()
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 201, body
 
 
 def test_unknown_routes_and_wrong_methods(aws: dict[str, Any]) -> None:

@@ -50,6 +50,24 @@ def test_validate_malformed_input_exits_2_without_traceback(tmp_path: Path, text
     assert proc.stderr.strip()
 
 
+def test_validate_refuses_a_model_the_job_cannot_load(tmp_path: Path, example_trial: dict[str, Any],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    del example_trial["model"]["uri"]
+    assert main(["validate", write(tmp_path, example_trial)]) == 2
+    err = capsys.readouterr().err
+    assert ": model.uri: " in err and "no internet access" in err
+    example_trial["model"]["uri"] = str(tmp_path / "weights")
+    example_trial["data"].update(train_uri="examples/data/train.jsonl", validation_uri="examples/data/validation.jsonl")
+    assert main(["validate", "--local", write(tmp_path, example_trial)]) == 0
+
+
+def test_validate_refuses_max_hours_under_a_minute(tmp_path: Path, example_trial: dict[str, Any],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    example_trial["limits"]["max_hours"] = 0.01
+    assert main(["validate", write(tmp_path, example_trial)]) == 2
+    assert ": limits.max_hours: " in capsys.readouterr().err
+
+
 def test_validate_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "/nonexistent/trial.json"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -141,3 +141,146 @@ def test_override_is_accepted_and_validated(example_trial: dict[str, Any]) -> No
     example_trial["triage_override"] = {"route": "dual_track", "reason": "ok"}
     found = problems(example_trial)
     assert "triage_override.reason" in found and "triage_override.approved_by" in found
+
+
+# ---- the model: what the trainer would refuse ---------------------------------------------------------------
+
+
+def tiny_model(example_trial: dict[str, Any], **config: Any) -> dict[str, Any]:
+    cfg = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, **config}
+    example_trial["model"] = {"id": "dualtrack/tiny-llama", "revision": "v1", "config": cfg, "tokenizer": "byte"}
+    return example_trial
+
+
+def test_byte_tokenizer_vocab_matches_the_trainer() -> None:
+    from trainer.tokenizer import ByteTokenizer
+
+    from lambdas.domain.trial import BYTE_TOKENIZER_VOCAB_SIZE, TinyModelConfig
+
+    assert ByteTokenizer().vocab_size == BYTE_TOKENIZER_VOCAB_SIZE
+    assert TinyModelConfig().vocab_size >= ByteTokenizer().vocab_size  # the default config is one the trainer builds
+
+
+def test_tiny_model_config_validates(example_trial: dict[str, Any]) -> None:
+    assert parse_trial(tiny_model(example_trial)).model.config is not None
+
+
+@pytest.mark.parametrize(
+    ("config", "path", "fragment"),
+    [
+        ({"hidden_size": 66}, "model.config.hidden_size", "does not divide by num_attention_heads (4)"),
+        ({"hidden_size": 36}, "model.config.hidden_size", "rotary position embeddings need an even head size"),
+        ({"num_attention_heads": 8, "num_key_value_heads": 3}, "model.config.num_key_value_heads",
+         "use one of [1, 2, 4, 8]"),
+        ({"vocab_size": 256}, "model.config.vocab_size", "set vocab_size >= 259"),
+    ],
+)
+def test_model_config_the_trainer_refuses(example_trial: dict[str, Any], config: dict[str, Any], path: str,
+                                          fragment: str) -> None:
+    found = problems(tiny_model(example_trial, **config))
+    assert path in found, found
+    assert fragment in found[path]
+
+
+def test_vocab_size_is_only_checked_against_the_byte_tokenizer(example_trial: dict[str, Any]) -> None:
+    doc = tiny_model(example_trial, vocab_size=256)
+    doc["model"]["tokenizer"] = "s3://example-datasets/tokenizers/small/"
+    assert parse_trial(doc).model.config.vocab_size == 256  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("targets", "path", "fragment"),
+    [
+        (["bogus"], "lora.target_modules", "nothing to adapt"),
+        (["q_proj", "mlp"], "lora.target_modules[1]", "LoRA cannot wrap"),
+        (["input_layernorm"], "lora.target_modules[0]", "LoRA cannot wrap"),
+    ],
+)
+def test_lora_targets_the_trainer_refuses(example_trial: dict[str, Any], targets: list[str], path: str,
+                                          fragment: str) -> None:
+    example_trial["lora"]["target_modules"] = targets
+    found = problems(example_trial)
+    assert path in found, found
+    assert fragment in found[path]
+
+
+def test_lora_targets_may_be_dotted_or_partly_unmatched(example_trial: dict[str, Any]) -> None:
+    example_trial["lora"]["target_modules"] = ["self_attn.q_proj", "v_proj", "not_in_llama"]
+    parse_trial(example_trial)
+
+
+# ---- the model source: what the job can reach --------------------------------------------------------------
+
+
+def test_hub_id_alone_is_refused(example_trial: dict[str, Any]) -> None:
+    del example_trial["model"]["uri"]
+    found = problems(example_trial)
+    assert "model.uri" in found, found
+    assert "no internet access" in found["model.uri"] and "s3://" in found["model.uri"]
+    assert "model.config" in found["model.uri"]
+    assert "model.uri" in problems(example_trial, allow_local_paths=True)  # the trainer never downloads a hub id
+
+
+def test_local_model_path_only_in_rehearsal_mode(example_trial: dict[str, Any]) -> None:
+    example_trial["model"]["uri"] = "models/llama-3.1-8b"
+    assert "model.uri" in problems(example_trial)
+    assert parse_trial(example_trial, allow_local_paths=True).model.uri == "models/llama-3.1-8b"
+
+
+def test_tokenizer_must_be_byte_or_a_readable_location(example_trial: dict[str, Any]) -> None:
+    example_trial["model"]["tokenizer"] = "meta-llama/Llama-3.1-8B"
+    found = problems(example_trial)
+    assert "model.tokenizer" in found and "no internet access" in found["model.tokenizer"]
+    example_trial["model"]["tokenizer"] = "s3://example-datasets/models/meta-llama/Llama-3.1-8B/main/"
+    parse_trial(example_trial)
+
+
+# ---- limits ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hours", [0.001, 0.0166])
+def test_max_hours_under_the_batch_minimum_is_refused(example_trial: dict[str, Any], hours: float) -> None:
+    """limits.max_hours becomes the attempt timeout, and AWS Batch refuses one under 60 seconds
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html)."""
+    example_trial["limits"]["max_hours"] = hours
+    found = problems(example_trial)
+    assert "limits.max_hours" in found, found
+    assert "60 s" in found["limits.max_hours"] and "0.0167 h" in found["limits.max_hours"]
+    example_trial["limits"]["max_hours"] = 0.0167
+    parse_trial(example_trial)
+
+
+# ---- inputs the stage's job role can read (checked at submission) ------------------------------------------
+
+
+def test_inputs_in_readable_buckets_pass(example_trial: dict[str, Any]) -> None:
+    from lambdas.domain.trial import unreadable_inputs
+
+    spec = parse_trial(example_trial)
+    assert unreadable_inputs(spec, ["example-datasets"], artifacts_bucket="artifacts") == []
+
+
+def test_every_unreadable_input_is_named(example_trial: dict[str, Any]) -> None:
+    from lambdas.domain.trial import unreadable_inputs
+
+    example_trial["baseline_logs_uri"] = "s3://artifacts/trials/earlier/gpu/"
+    example_trial["data"]["validation_uri"] = "s3://artifacts/uploads/validation.jsonl"
+    example_trial["model"]["tokenizer"] = "s3://team-private/tokenizer/"
+    spec = parse_trial(example_trial)
+    found = {p.path: p.message for p in unreadable_inputs(spec, ["shared-data"], artifacts_bucket="artifacts")}
+    assert set(found) == {"model.uri", "model.tokenizer", "data.train_uri", "data.validation_uri"}, found
+    message = found["data.train_uri"]
+    assert "cannot read bucket example-datasets" in message
+    assert "dualtrack:stages.<stage>.data_buckets" in message
+    assert "s3://shared-data/, s3://artifacts/trials/" in message
+    assert "only under trials/" in found["data.validation_uri"]
+    assert "cannot read bucket team-private" in found["model.tokenizer"]
+
+
+def test_no_data_buckets_leaves_only_the_artifacts_bucket(example_trial: dict[str, Any]) -> None:
+    from lambdas.domain.trial import unreadable_inputs
+
+    spec = parse_trial(example_trial)
+    found = {p.path for p in unreadable_inputs(spec, [], artifacts_bucket="artifacts")}
+    assert found == {"model.uri", "data.train_uri", "data.validation_uri"}
