@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--fresh", action="store_true", help="forget the compile cache and registry of earlier runs")
     run.add_argument("--fail-trn2", choices=["compile", "step", "save"], default=None,
                      help="break the Trainium2 track at this point to exercise the GPU fallback")
+    run.add_argument("--no-capacity", choices=["gpu", "trn2"], default=None, metavar="TRACK",
+                     help="give this track's job queue no instances (gpu or trn2): its jobs stay RUNNABLE until "
+                          "the queue's time-limit action cancels them (the wait is time-scaled)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
     run.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
     run.set_defaults(func=run_local)
@@ -55,7 +58,7 @@ def run_local(args: argparse.Namespace) -> int:
         print_problems(args.trial, exc.problems, as_json=False)
         return 2
     options = RehearsalOptions(out=args.out, fresh=args.fresh, fail_trn2=args.fail_trn2, quiet=args.quiet,
-                               timeout_s=args.timeout)
+                               timeout_s=args.timeout, no_capacity=args.no_capacity)
     try:
         result = Rehearsal(spec, options).run()
     except KeyboardInterrupt:

@@ -2,11 +2,16 @@
 
 moto's Docker-less Batch marks every submitted job SUCCEEDED at once, ignores retry strategies and emits no
 "Batch Job State Change" events. :class:`LocalBatch` replaces that one step: a submitted job walks the real status
-sequence (SUBMITTED, PENDING, RUNNABLE, STARTING, RUNNING, then SUCCEEDED or FAILED), each attempt runs the job
-definition's command with its environment plus the submission's overrides as a subprocess, the retry strategy's
-``evaluateOnExit`` rules decide between RETRY and EXIT exactly as Batch documents them (first match wins; no match
-retries while attempts remain), ``TerminateJob`` stops the process, and every transition is published as a
-real-shaped EventBridge event.
+sequence (SUBMITTED, PENDING, RUNNABLE, STARTING, RUNNING, then SUCCEEDED or FAILED); each attempt runs what ECS
+would run in the job's container, as a subprocess: the image's ENTRYPOINT (read from the image's Dockerfile, see
+:class:`ImageConfig`) followed by the job's command, which replaces only the image's CMD, with the image's ENV, then
+the job definition's environment, then the submission's overrides. The retry strategy (the submission's when it
+sends one, else the definition's) decides between RETRY and EXIT exactly as Batch documents it (first
+``evaluateOnExit`` match wins; no match retries while attempts remain); an attempt that outlives
+``timeout.attemptDurationSeconds`` is stopped and not retried; ``TerminateJob``/``CancelJob`` stop the job; a queue
+without capacity keeps its jobs RUNNABLE until a ``jobStateTimeLimitActions`` entry cancels them; every transition
+is published as a real-shaped EventBridge event. Requests AWS refuses (a timeout under 60 s, malformed time-limit
+actions) are refused here too, with ``ClientException``.
 """
 
 from __future__ import annotations
@@ -15,13 +20,15 @@ import contextlib
 import fnmatch
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +37,58 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("SUCCEEDED", "FAILED")
 ESSENTIAL_EXITED = "Essential container in task exited"
+TIMED_OUT = "Job attempt duration exceeded timeout"
+MIN_ATTEMPT_DURATION_S = 60
+INSUFFICIENT_CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+# https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_capacity.html
+CAPACITY_STATUS = INSUFFICIENT_CAPACITY + " - Service cannot fulfill the capacity requested for instance type [{}]"
+CANCELED_BY_TIME_LIMIT = "Canceled by JobStateTimeLimit action due to reason: {}"
+TIME_LIMIT_REASONS = (INSUFFICIENT_CAPACITY, "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+                      "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+                      "MISCONFIGURATION:EC2_INSTANCE_CONFIGURATION_UNSUPPORTED")
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 EventSink = Callable[[dict[str, Any]], None]
+
+
+class BatchClientError(ValueError):
+    """A request AWS Batch refuses with ``ClientException`` (raised where the local runtime makes the request)."""
+
+
+# ---- what Batch accepts ---------------------------------------------------------------------------------------
+def timeout_problem(timeout: Mapping[str, Any] | None) -> str | None:
+    """Why Batch refuses this ``timeout`` (SubmitJob or RegisterJobDefinition), or None.
+
+    https://docs.aws.amazon.com/batch/latest/APIReference/API_JobTimeout.html: "The minimum value for the timeout is
+    60 seconds." The message is ours: the service's exact wording is not documented.
+    """
+    if not timeout or timeout.get("attemptDurationSeconds") is None:
+        return None
+    seconds = int(timeout["attemptDurationSeconds"])
+    if seconds < MIN_ATTEMPT_DURATION_S:
+        return (f"timeout.attemptDurationSeconds is {seconds}; the minimum value for the timeout is "
+                f"{MIN_ATTEMPT_DURATION_S} seconds")
+    return None
+
+
+def time_limit_actions_problem(actions: Sequence[Mapping[str, Any]] | None) -> str | None:
+    """Why CreateJobQueue refuses these ``jobStateTimeLimitActions``, or None.
+
+    https://docs.aws.amazon.com/batch/latest/APIReference/API_JobStateTimeLimitAction.html: state RUNNABLE,
+    action CANCEL (ECS compute environments), maxTimeSeconds 600..86400, reason required.
+    """
+    for index, action in enumerate(actions or []):
+        where = f"jobStateTimeLimitActions[{index}]"
+        missing = [k for k in ("reason", "state", "action", "maxTimeSeconds") if action.get(k) in (None, "")]
+        if missing:
+            return f"{where}: {', '.join(missing)} must be provided"
+        if action["state"] != "RUNNABLE":
+            return f"{where}.state {action['state']!r} must be RUNNABLE"
+        if action["action"] != "CANCEL":
+            return f"{where}.action {action['action']!r} must be CANCEL for an ECS compute environment"
+        if not 600 <= int(action["maxTimeSeconds"]) <= 86400:
+            return f"{where}.maxTimeSeconds {action['maxTimeSeconds']} must be between 600 and 86400"
+    return None
 
 
 def evaluate_on_exit(rules: list[Mapping[str, str]], exit_code: int | None, status_reason: str,
@@ -56,6 +112,214 @@ def evaluate_on_exit(rules: list[Mapping[str, str]], exit_code: int | None, stat
     return None
 
 
+# ---- images ---------------------------------------------------------------------------------------------------
+class DockerfileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What ECS takes from an image to start its container: ENTRYPOINT, CMD, WORKDIR and ENV."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    workdir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self, command: Sequence[str] | None) -> list[str]:
+        """ENTRYPOINT followed by the job's command, which replaces CMD only (the image's CMD when none is given).
+
+        https://docs.docker.com/reference/dockerfile/#understand-how-cmd-and-entrypoint-interact
+        """
+        return [*self.entrypoint, *(command if command else self.cmd)]
+
+
+_NO_OP = frozenset({"RUN", "COPY", "ADD", "USER", "LABEL", "EXPOSE", "VOLUME", "HEALTHCHECK", "STOPSIGNAL",
+                    "MAINTAINER"})
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+@dataclass
+class _Stage:
+    name: str | None
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    cmd_set: bool = False
+    workdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+    shell: tuple[str, ...] = ("/bin/sh", "-c")
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if line.lstrip().startswith("#") or (not line.strip() and pending):
+            continue  # comments (and parser directives) and blank lines inside a continuation are dropped
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        pending += line
+        if pending.strip():
+            yield start, pending.strip()
+        pending = ""
+    if pending.strip():
+        yield start, pending.strip()
+
+
+def _expand(value: str, variables: Mapping[str, str], where: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name, modifier = match.group(1) or match.group(3), match.group(2) or ""
+        if modifier:
+            raise DockerfileError(f"{where}: variable modifier in ${{{name}{modifier}}} is not supported")
+        return variables.get(name, "")
+
+    return _VARIABLE.sub(replace, value)
+
+
+def _exec_or_shell(rest: str, stage: _Stage, where: str) -> tuple[str, ...]:
+    if rest.startswith("["):
+        try:
+            parsed = json.loads(rest)
+        except json.JSONDecodeError as exc:
+            raise DockerfileError(f"{where}: malformed exec form {rest!r}: {exc}") from exc
+        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+            raise DockerfileError(f"{where}: the exec form must be a JSON array of strings: {rest!r}")
+        return tuple(parsed)
+    return (*stage.shell, rest)  # shell form: run by the image's shell, variables left to it
+
+
+def _env_pairs(rest: str, variables: Mapping[str, str], where: str) -> list[tuple[str, str]]:
+    try:
+        words = shlex.split(rest, posix=True)
+    except ValueError as exc:
+        raise DockerfileError(f"{where}: cannot parse {rest!r}: {exc}") from exc
+    if not words:
+        raise DockerfileError(f"{where}: ENV needs a value")
+    if "=" not in words[0].split(" ")[0]:  # legacy `ENV NAME value with spaces`
+        name, _, value = rest.partition(" ")
+        return [(name, _expand(value.strip(), variables, where))]
+    pairs = []
+    for word in words:
+        name, sep, value = word.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
+            raise DockerfileError(f"{where}: expected NAME=value, got {word!r}")
+        pairs.append((name, _expand(value, variables, where)))
+    return pairs
+
+
+def parse_dockerfile(text: str, *, build_args: Mapping[str, str] | None = None, target: str | None = None,
+                     source: str = "Dockerfile") -> ImageConfig:
+    """The image config the Dockerfile's final stage (or ``target``) builds.
+
+    Handles FROM (a stage built FROM an earlier stage inherits its config; a registry base image is assumed to
+    set no ENTRYPOINT/CMD/WORKDIR/ENV of its own), ARG (global and per stage, with defaults and ``build_args``),
+    ENV (``A=b C=d`` and legacy ``A b``), WORKDIR, ENTRYPOINT/CMD (exec and shell form), SHELL, and ignores the
+    instructions that do not change those (RUN, COPY, USER, ...). Anything else raises :class:`DockerfileError`.
+    """
+    build_args = dict(build_args or {})
+    global_args: dict[str, str] = {}
+    stages: list[_Stage] = []
+    for number, line in _logical_lines(text):
+        where = f"{source}:{number}"
+        instruction, _, rest = line.partition(" ")
+        instruction, rest = instruction.upper(), rest.strip()
+        if "<<" in rest and instruction in ("RUN", "COPY", "ADD"):
+            raise DockerfileError(f"{where}: heredocs are not supported")
+        if instruction == "ARG":
+            name, sep, default = rest.partition("=")
+            name = name.strip()
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise DockerfileError(f"{where}: ARG {rest!r}: one NAME[=default] per ARG is supported")
+            scope = stages[-1].args if stages else global_args
+            variables = {**global_args, **(stages[-1].args if stages else {}),
+                         **(stages[-1].env if stages else {})}
+            value = build_args.get(name)
+            if value is None:
+                value = _expand(default.strip().strip('"'), variables, where) if sep else global_args.get(name, "")
+            scope[name] = value
+            continue
+        if instruction == "FROM":
+            words = _expand(rest, global_args, where).split()
+            words = [w for w in words if not w.startswith("--platform")]
+            if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
+                raise DockerfileError(f"{where}: FROM {rest!r}: expected `FROM image [AS name]`")
+            parent = next((s for s in stages if s.name and s.name == words[0].lower()), None)
+            stage = _Stage(name=words[2].lower() if len(words) == 3 else None)
+            if parent is not None:
+                stage.entrypoint, stage.cmd, stage.workdir = parent.entrypoint, parent.cmd, parent.workdir
+                stage.env, stage.shell = dict(parent.env), parent.shell
+            stages.append(stage)
+            continue
+        if not stages:
+            raise DockerfileError(f"{where}: {instruction} before the first FROM")
+        stage = stages[-1]
+        variables = {**stage.args, **stage.env}  # global ARGs reach a stage only when it redeclares them
+        if instruction == "ENV":
+            stage.env.update(_env_pairs(rest, variables, where))
+        elif instruction == "WORKDIR":
+            path = _expand(rest, variables, where)
+            stage.workdir = path if path.startswith("/") else f"{(stage.workdir or '/').rstrip('/')}/{path}"
+        elif instruction == "ENTRYPOINT":
+            stage.entrypoint = _exec_or_shell(rest, stage, where)
+            if not stage.cmd_set:  # an ENTRYPOINT resets a CMD inherited from the base (Dockerfile reference)
+                stage.cmd = ()
+        elif instruction == "CMD":
+            stage.cmd, stage.cmd_set = _exec_or_shell(rest, stage, where), True
+        elif instruction == "SHELL":
+            shell = _exec_or_shell(rest, stage, where)
+            if not rest.startswith("["):
+                raise DockerfileError(f"{where}: SHELL must use the JSON form")
+            stage.shell = shell
+        elif instruction in _NO_OP:
+            continue
+        else:
+            raise DockerfileError(f"{where}: {instruction} is not understood by the local image reader")
+    if not stages:
+        raise DockerfileError(f"{source}: no FROM instruction")
+    final = stages[-1]
+    if target is not None:
+        final = next((s for s in stages if s.name == target.lower()), None)  # type: ignore[assignment]
+        if final is None:
+            raise DockerfileError(f"{source}: no stage named {target!r}")
+    return ImageConfig(entrypoint=final.entrypoint, cmd=final.cmd, workdir=final.workdir, env=dict(final.env))
+
+
+def asset_image_configs(assembly_dir: Path, *, account: str, region: str, partition: str = "aws",
+                        url_suffix: str = "amazonaws.com") -> dict[str, ImageConfig]:
+    """The image config of every container image asset of a cloud assembly, by the ECR URI CDK publishes it at.
+
+    ``*.assets.json`` lists ``dockerImages`` by asset hash, with the build context (``source.directory``), the
+    Dockerfile in it (``source.dockerFile``), build args and target, and the ECR repository and tag each is
+    published to; the job definitions name the image by that URI.
+    """
+    placeholders = {"${AWS::AccountId}": account, "${AWS::Region}": region, "${AWS::Partition}": partition,
+                    "${AWS::URLSuffix}": url_suffix}
+
+    def fill(text: str) -> str:
+        for key, value in placeholders.items():
+            text = text.replace(key, value)
+        return text
+
+    images: dict[str, ImageConfig] = {}
+    for manifest in sorted(assembly_dir.glob("*.assets.json")):
+        for asset_hash, asset in (json.loads(manifest.read_text()).get("dockerImages") or {}).items():
+            src = asset.get("source") or {}
+            if "directory" not in src:
+                raise DockerfileError(f"{manifest.name}: image asset {asset_hash} is not built from a directory")
+            dockerfile = assembly_dir / src["directory"] / src.get("dockerFile", "Dockerfile")
+            config = parse_dockerfile(dockerfile.read_text(), build_args=src.get("dockerBuildArgs"),
+                                      target=src.get("dockerBuildTarget"), source=str(dockerfile))
+            for destination in (asset.get("destinations") or {}).values():
+                repository, tag = fill(destination["repositoryName"]), fill(destination["imageTag"])
+                images[f"{account}.dkr.ecr.{region}.{url_suffix}/{repository}:{tag}"] = config
+    return images
+
+
+# ---- running jobs ---------------------------------------------------------------------------------------------
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -64,12 +328,25 @@ def _env_list_to_dict(items: list[Mapping[str, str]] | None) -> dict[str, str]:
     return {e.get("name") or e["Name"]: e.get("value", e.get("Value", "")) for e in items or []}
 
 
+def _targets(target_nodes: str, index: int) -> bool:
+    """Whether a ``targetNodes`` range (``2``, ``0:``, ``:3``, ``1:4``) names node ``index``."""
+    low, sep, high = target_nodes.partition(":")
+    if not sep:
+        return int(low) == index
+    return (not low or int(low) <= index) and (not high or index <= int(high))
+
+
+_submission = threading.local()  # SubmitJob's fields moto drops, handed from the request to LocalBatch.start
+
+
 @dataclass
 class AttemptResult:
     exit_code: int | None
     reason: str
     started_at: datetime
     stopped_at: datetime
+    status_reason: str = ESSENTIAL_EXITED
+    timed_out: bool = False
 
 
 @dataclass
@@ -84,8 +361,21 @@ class LocalBatch:
     job_env: Callable[[Mapping[str, str]], Mapping[str, str]] | None = None
     python: str = sys.executable
     terminate_grace_s: float = 10.0
+    # Image URI -> what its container runs (see asset_image_configs); an image not listed cannot be pulled.
+    images: Mapping[str, ImageConfig] = field(default_factory=dict)
+    # Job queues (name or ARN) whose compute environments get no instances: their jobs stay RUNNABLE.
+    no_capacity: Collection[str] = field(default_factory=set)
+    # Job queue name -> its jobStateTimeLimitActions (CreateJobQueue through this runner records them itself).
+    state_time_limit_actions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Job queue name -> the instance types of its compute environments (for the capacity status reason).
+    instance_types: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    # Seconds of configured time (attempt timeouts, time-limit actions) per real second.
+    time_scale: float = 1.0
+    # The same for jobStateTimeLimitActions alone, when set (a rehearsal waits seconds, not 10 minutes).
+    queue_time_scale: float | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    _submissions: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- moto integration ---------------------------------------------------------------------------------
@@ -93,9 +383,12 @@ class LocalBatch:
     def install(self) -> Iterator[LocalBatch]:
         """Own the jobs' statuses while the block runs; pass this runner to ``moto_shims(batch=...)``."""
         from moto.batch.models import Job
+        from moto.batch.responses import BatchResponse
         from moto.moto_api import state_manager
 
         original = Job._get_container_property
+        originals = {name: getattr(BatchResponse, name)
+                     for name in ("submitjob", "registerjobdefinition", "createjobqueue")}
 
         def container_property(job: Any, name: str, default: Any) -> Any:
             # moto appends AWS_BATCH_JOB_ID to the submitted overrides on every DescribeJobs; with Step Functions
@@ -112,12 +405,65 @@ class LocalBatch:
         # Statuses are ours to set: stop moto advancing them on every DescribeJobs.
         state_manager.set_transition("batch::job", {"progression": "manual", "times": 10**9})
         Job._get_container_property = container_property  # type: ignore[method-assign,assignment]
+        setattr(BatchResponse, "submitjob", self._submit_response(originals["submitjob"]))  # noqa: B010
+        setattr(BatchResponse, "registerjobdefinition",  # noqa: B010
+                self._register_response(originals["registerjobdefinition"]))
+        setattr(BatchResponse, "createjobqueue", self._queue_response(originals["createjobqueue"]))  # noqa: B010
         try:
             yield self
         finally:
             Job._get_container_property = original  # type: ignore[method-assign]
+            for name, method in originals.items():
+                setattr(BatchResponse, name, method)
             state_manager.unset_transition("batch::job")
             self.stop_all("rehearsal stopped")
+
+    @staticmethod
+    def _submit_response(original: Callable[[Any], str]) -> Callable[[Any], str]:
+        # moto's SubmitJob keeps `timeout` on the Job but drops `retryStrategy` and `nodeOverrides`; they are
+        # handed to start() (called synchronously inside the request) through a thread-local.
+        def submitjob(response: Any) -> str:
+            from moto.batch.exceptions import ClientException
+
+            problem = timeout_problem(response._get_param("timeout"))
+            if problem:
+                raise ClientException(problem)
+            _submission.fields = {"retryStrategy": response._get_param("retryStrategy"),
+                                  "nodeOverrides": response._get_param("nodeOverrides")}
+            try:
+                return original(response)
+            finally:
+                _submission.fields = None
+
+        return submitjob
+
+    @staticmethod
+    def _register_response(original: Callable[[Any], str]) -> Callable[[Any], str]:
+        def registerjobdefinition(response: Any) -> str:
+            from moto.batch.exceptions import ClientException
+
+            problem = timeout_problem(response._get_param("timeout"))
+            if problem:
+                raise ClientException(problem)
+            return original(response)
+
+        return registerjobdefinition
+
+    def _queue_response(self, original: Callable[[Any], str]) -> Callable[[Any], str]:
+        # moto's CreateJobQueue ignores jobStateTimeLimitActions; this runner keeps them by queue name.
+        def createjobqueue(response: Any) -> str:
+            from moto.batch.exceptions import ClientException
+
+            actions = response._get_param("jobStateTimeLimitActions")
+            problem = time_limit_actions_problem(actions)
+            if problem:
+                raise ClientException(problem)
+            result = original(response)
+            if actions:
+                self.state_time_limit_actions[response._get_param("jobQueueName")] = list(actions)
+            return result
+
+        return createjobqueue
 
     def terminate(self, job: Any, reason: str) -> None:
         """TerminateJob: moto has set ``job.stop``; stop the attempt's process now (SIGTERM, then SIGKILL)."""
@@ -129,6 +475,9 @@ class LocalBatch:
             threading.Thread(target=_terminate, args=(proc, self.terminate_grace_s), daemon=True).start()
 
     def start(self, job: Any) -> None:
+        fields = getattr(_submission, "fields", None)
+        with self._lock:
+            self._submissions[job.job_id] = dict(fields or {})
         thread = threading.Thread(target=self._run_job, args=(job,), name=f"batch-{job.job_name}", daemon=True)
         with self._lock:
             self._threads.append(thread)
@@ -174,13 +523,57 @@ class LocalBatch:
             "detail": json.loads(json.dumps(detail, default=str)),
         }
 
+    def _retry_strategy(self, job: Any) -> Mapping[str, Any]:
+        """The submission's retryStrategy replaces the definition's whole, evaluateOnExit rules included.
+
+        https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html ("This retry strategy
+        overrides the retry strategy defined in the job definition").
+        """
+        submitted = self._submissions.get(job.job_id, {}).get("retryStrategy")
+        if submitted is not None:
+            return dict(submitted)
+        return dict(job.job_definition.retry_strategy or {})
+
+    def _container(self, job: Any) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, str]]:
+        """The container properties, overrides and node variables of the container this job runs locally.
+
+        A multi-node job runs its main node only (one machine); ``nodeOverrides`` (kept from SubmitJob) set the
+        node count and the main node's command/environment overrides for the ranges that target it.
+        """
+        definition = job.job_definition
+        if definition.type != "multinode":
+            return definition.container_properties or {}, job.container_overrides, {}
+        nodes = definition.node_properties or {}
+        overrides = self._submissions.get(job.job_id, {}).get("nodeOverrides") or {}
+        main = int(nodes.get("mainNode", 0))
+        props: Mapping[str, Any] = {}
+        for node_range in nodes.get("nodeRangeProperties", []):
+            if _targets(str(node_range.get("targetNodes", "0:")), main):
+                props = node_range.get("container") or {}
+        container_overrides: dict[str, Any] = {}
+        for override in overrides.get("nodePropertyOverrides", []):
+            if _targets(str(override.get("targetNodes", "0:")), main):
+                for key, value in (override.get("containerOverrides") or {}).items():
+                    if key == "environment":
+                        merged = {**_env_list_to_dict(container_overrides.get("environment")),
+                                  **_env_list_to_dict(value)}
+                        container_overrides["environment"] = [{"name": k, "value": v} for k, v in merged.items()]
+                    else:
+                        container_overrides[key] = value
+        num_nodes = int(overrides.get("numNodes") or nodes.get("numNodes", 1))
+        return props, container_overrides, {"AWS_BATCH_JOB_NUM_NODES": str(num_nodes),
+                                            "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
+                                            "AWS_BATCH_JOB_NODE_INDEX": str(main)}
+
     def _run_job(self, job: Any) -> None:
-        props = job.job_definition.container_properties or {}
-        strategy = job.job_definition.retry_strategy or {}
+        strategy = self._retry_strategy(job)
         attempts = int(strategy.get("attempts") or 1)
         rules = strategy.get("evaluateOnExit") or []
-        for status in ("SUBMITTED", "PENDING", "RUNNABLE"):
+        for status in ("SUBMITTED", "PENDING"):
             self._set(job, status)
+        if not self._runnable(job):
+            self._finish(job, success=False, last=None, reason=job.job_stopped_reason)
+            return
         success, last = False, None
         for attempt in range(1, attempts + 1):
             if attempt > 1:
@@ -188,40 +581,81 @@ class LocalBatch:
             job.job_started_at = datetime.now()
             self._set(job, "STARTING")
             self._set(job, "RUNNING")
-            last = self._run_attempt(job, props, attempt)
+            last = self._run_attempt(job, attempt)
             # Batch lists an attempt once it has finished: the running one is never in `attempts`.
             job.latest_attempt = {
                 "container": {"exitCode": last.exit_code, "reason": last.reason,
                               "logStreamName": f"{job.job_definition.name}/default/{job.job_id}",
                               "networkInterfaces": []},
                 "startedAt": _ms(last.started_at), "stoppedAt": _ms(last.stopped_at),
-                "statusReason": ESSENTIAL_EXITED,
+                "statusReason": last.status_reason,
             }
             job.attempts.append(job.latest_attempt)
-            if last.exit_code == 0:
+            if last.exit_code == 0 and not last.timed_out:
                 success = True
                 break
-            if job.stop:
+            # https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html: a job terminated for
+            # exceeding its timeout isn't retried.
+            if job.stop or last.timed_out:
                 break
-            action = evaluate_on_exit(rules, last.exit_code, ESSENTIAL_EXITED, last.reason)
+            action = evaluate_on_exit(rules, last.exit_code, last.status_reason, last.reason)
             if action == "EXIT" or attempt == attempts:
                 break
             self._note(job, "retry", {"attempt": attempt, "exit_code": last.exit_code, "action": action or "RETRY"})
+        failure = None if success or last is None else last.status_reason
+        reason = job.job_stopped_reason if job.stop else failure
+        self._finish(job, success=success, last=last, reason=reason)
+
+    def _finish(self, job: Any, *, success: bool, last: AttemptResult | None, reason: str | None) -> None:
         job.exit_code = last.exit_code if last else None
-        reason = job.job_stopped_reason if job.stop else (None if success else ESSENTIAL_EXITED)
         job.job_stopped = True
         job.job_stopped_at = datetime.now()
         if reason:
             job.job_stopped_reason = reason
         self._set(job, "SUCCEEDED" if success else "FAILED")
 
-    def _environment(self, job: Any, props: Mapping[str, Any], attempt: int) -> dict[str, str]:
+    def _runnable(self, job: Any) -> bool:
+        """RUNNABLE until the queue can place the job: at once, or never when its environments have no capacity.
+
+        https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_capacity.html: such a job shows
+        ``CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - ...`` and stays RUNNABLE until it is cancelled, by hand or by
+        the queue's matching ``jobStateTimeLimitActions`` entry after ``maxTimeSeconds``. Returns False when the
+        job was cancelled or terminated meanwhile (its status reason says why).
+        """
+        queue = job.job_queue
+        if queue.name not in self.no_capacity and queue.arn not in self.no_capacity:
+            self._set(job, "RUNNABLE")
+            return True
+        types = ", ".join(self.instance_types.get(queue.name, ())) or "optimal"
+        self._set(job, "RUNNABLE", CAPACITY_STATUS.format(types))
+        actions = [a for a in self.state_time_limit_actions.get(queue.name, [])
+                   if a.get("state") == "RUNNABLE" and a.get("reason") == INSUFFICIENT_CAPACITY
+                   and a.get("action") == "CANCEL"]
+        limit = min((int(a["maxTimeSeconds"]) for a in actions), default=None)
+        scale = self.queue_time_scale or self.time_scale
+        deadline = None if limit is None else time.monotonic() + limit / scale
+        if limit is not None:
+            self._note(job, "waiting", {"message": f"no capacity: the queue cancels the job after {limit} s in "
+                                                   f"RUNNABLE, scaled to {limit / scale:.1f} s locally"})
+        while not job.stop:
+            if deadline is not None and time.monotonic() >= deadline:
+                job.stop = True
+                job.job_stopped_reason = CANCELED_BY_TIME_LIMIT.format(INSUFFICIENT_CAPACITY)
+                break
+            time.sleep(0.05)
+        return False
+
+    def _environment(self, job: Any, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any],
+                     node_env: Mapping[str, str], attempt: int) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.extra_env)
+        # The image's paths do not exist here: its PYTHONPATH (WORKDIR-based) maps onto the repository below.
+        env.update({k: v for k, v in image.env.items() if k != "PYTHONPATH"})
         env.update(_env_list_to_dict(props.get("environment")))
-        env.update(_env_list_to_dict(job.container_overrides.get("environment")))
+        env.update(_env_list_to_dict(overrides.get("environment")))
         if self.job_env is not None:
             env.update(self.job_env(env))
+        env.update(node_env)
         env.update({
             "AWS_BATCH_JOB_ID": job.job_id,
             "AWS_BATCH_JOB_ATTEMPT": str(attempt),
@@ -229,39 +663,57 @@ class LocalBatch:
             "AWS_BATCH_CE_NAME": "local",
             "DUALTRACK_IMDS_ENDPOINT": "off",  # not an EC2 instance: no metadata service to ask
             "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers"), env.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers"), os.environ.get("PYTHONPATH", "")]),
         })
         return env
 
-    def _command(self, job: Any, props: Mapping[str, Any]) -> list[str]:
-        command = list(job.container_overrides.get("command") or props.get("command") or [])
+    def _command(self, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any]) -> list[str]:
+        """ENTRYPOINT + (the submission's command, else the definition's, else the image's CMD), as ECS runs it.
+
+        https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#containerProperties:
+        the job's ``command`` maps to Docker's COMMAND (CMD), not to the ENTRYPOINT.
+        """
+        command = image.argv(overrides.get("command") or props.get("command") or None)
         if not command:
-            raise ValueError(f"job definition {job.job_definition.name} has no command")
-        if command[0] in ("python", "python3") or command[0].endswith("/python"):
+            raise ValueError("CannotStartContainerError: no command specified")
+        if command[0] in ("python", "python3") or command[0].endswith(("/python", "/python3")):
             command[0] = self.python
         return command
 
-    def _run_attempt(self, job: Any, props: Mapping[str, Any], attempt: int) -> AttemptResult:
+    def _run_attempt(self, job: Any, attempt: int) -> AttemptResult:
         started = datetime.now()
+        props, overrides, node_env = self._container(job)
+        uri = str(props.get("image", ""))
+        image = self.images.get(uri)
+        if image is None:
+            # What ECS reports when an image cannot be pulled; the container never starts, so no exit code.
+            reason = (f"CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to "
+                      f"resolve ref {uri}: not found (no image config declared to the local runner)")
+            return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
         try:
-            command = self._command(job, props)
+            command = self._command(image, props, overrides)
         except ValueError as exc:
-            return AttemptResult(None, str(exc), started, datetime.now())
+            return AttemptResult(None, str(exc), started, datetime.now(), status_reason=str(exc))
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = (self.log_dir / f"{job.job_name}.attempt-{attempt}.log").open("a", buffering=1)
         try:
-            proc = subprocess.Popen(command, cwd=ROOT, env=self._environment(job, props, attempt),
+            proc = subprocess.Popen(command, cwd=ROOT,
+                                    env=self._environment(job, image, props, overrides, node_env, attempt),
                                     stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL, text=True,
                                     start_new_session=True)
         except OSError as exc:
             if log:
                 log.close()
-            return AttemptResult(None, f"CannotStartContainerError: {exc}", started, datetime.now())
+            reason = f"CannotStartContainerError: {exc}"
+            return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
         with self._lock:
             self._procs[job.job_id] = proc
-        watcher = threading.Thread(target=self._watch_terminate, args=(job, proc), daemon=True)
+        duration = job._get_attempt_duration()  # the submission's timeout, else the definition's (moto keeps both)
+        deadline = None if duration is None else time.monotonic() + int(duration) / self.time_scale
+        timed_out = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(job, proc, deadline, timed_out), daemon=True)
         watcher.start()
         try:
             assert proc.stdout is not None
@@ -275,15 +727,25 @@ class LocalBatch:
                 self._procs.pop(job.job_id, None)
             if log:
                 log.close()
+        exit_code = code if code >= 0 else 128 - code
+        if timed_out.is_set():
+            return AttemptResult(exit_code, f"exit {exit_code}", started, datetime.now(), status_reason=TIMED_OUT,
+                                 timed_out=True)
         reason = "" if code == 0 else (f"terminated: {job.job_stopped_reason}" if job.stop else f"exit {code}")
-        return AttemptResult(code if code >= 0 else 128 - code, reason, started, datetime.now())
+        return AttemptResult(exit_code, reason, started, datetime.now())
 
-    def _watch_terminate(self, job: Any, proc: subprocess.Popen[str]) -> None:
+    def _watch(self, job: Any, proc: subprocess.Popen[str], deadline: float | None,
+               timed_out: threading.Event) -> None:
         while proc.poll() is None:
             if job.stop:
                 _terminate(proc, self.terminate_grace_s)
                 return
-            time.sleep(0.2)
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out.set()
+                self._note(job, "timeout", {"message": TIMED_OUT})
+                _terminate(proc, self.terminate_grace_s)
+                return
+            time.sleep(0.05)
 
     def _forward(self, job: Any, attempt: int, line: str) -> None:
         line = line.strip()

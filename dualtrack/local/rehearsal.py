@@ -27,6 +27,8 @@ from lambdas.domain import telemetry
 from lambdas.domain.trial import TrialSpec
 
 TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+CAPACITY_QUEUES = {"gpu": "GpuCapacity", "trn2": "Trn2Capacity"}  # track → its job queues' logical id part
+QUEUE_TIME_SCALE = 200.0  # a queue's 600 s RUNNABLE time limit takes 3 s in a rehearsal
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
@@ -38,6 +40,7 @@ class RehearsalOptions:
     quiet: bool = False
     timeout_s: float = 1800
     stage: str = "dev"
+    no_capacity: str | None = None  # gpu | trn2: that track's job queue gets no instances (jobs stay RUNNABLE)
 
 
 @dataclass
@@ -64,12 +67,12 @@ class Rehearsal:
 
     # ---- the whole run ------------------------------------------------------------------------------------
     def run(self) -> RehearsalResult:
-        from dualtrack.local.batch_runner import LocalBatch
+        from dualtrack.local.batch_runner import LocalBatch, asset_image_configs
         from dualtrack.local.event_router import EventRouter
         from dualtrack.local.moto_shims import InProcessLambdas, moto_shims
         from dualtrack.local.server import local_aws
         from dualtrack.local.synth import synthesize
-        from dualtrack.local.template import deploy_locally
+        from dualtrack.local.template import ACCOUNT, deploy_locally
 
         started = time.monotonic()
         self.out.mkdir(parents=True, exist_ok=True)
@@ -91,8 +94,14 @@ class Rehearsal:
                 self._restore_state()
                 lambdas = InProcessLambdas(apply_environment=False)
                 self.lambdas = lambdas
+                no_capacity = self._no_capacity_queues(deployment)
                 batch = LocalBatch(events=self._publish, progress=self.progress.job, log_dir=self.out / "logs",
-                                   job_env=self._job_env)
+                                   job_env=self._job_env,
+                                   images=asset_image_configs(assembly.path, account=ACCOUNT, region=aws.region),
+                                   no_capacity=no_capacity,
+                                   state_time_limit_actions=dict(deployment.job_state_time_limit_actions),
+                                   instance_types=deployment.queue_instance_types,
+                                   queue_time_scale=QUEUE_TIME_SCALE)
                 router = EventRouter(invoke=self._invoke_arn,
                                      on_failure=lambda d, e: self.progress.warn(f"{d.rule}: handler failed: {e}"))
                 with batch.install(), moto_shims(lambdas=lambdas, batch=batch), router.install():
@@ -124,6 +133,24 @@ class Rehearsal:
         return result
 
     # ---- wiring ---------------------------------------------------------------------------------------------
+    def _no_capacity_queues(self, deployment: Any) -> set[str]:
+        track = self.options.no_capacity
+        if not track:
+            return set()
+        part = CAPACITY_QUEUES[track]
+        names = {arn.rsplit("/", 1)[1] for logical_id, arn in deployment.job_queues.items() if part in logical_id}
+        if not names:
+            raise RuntimeError(f"--no-capacity {track}: no job queue with {part} in its logical id")
+        for name in sorted(names):
+            actions = deployment.job_state_time_limit_actions.get(name, [])
+            limits = ", ".join(f"{a['reason']} after {a['maxTimeSeconds']} s (waits "
+                               f"{int(a['maxTimeSeconds']) / QUEUE_TIME_SCALE:.0f} s here: time scaled "
+                               f"x{QUEUE_TIME_SCALE:.0f})" for a in actions)
+            self.progress.phase(f"no capacity for {track}: jobs on {name} stay RUNNABLE; "
+                                + (f"the queue cancels them on {limits}" if limits else
+                                   "the queue has no time-limit action, so they wait until cancelled"))
+        return names
+
     def _handler_environment(self, deployment: Any) -> dict[str, str]:
         # Every function reads the same settings names (table and bucket names, the state machine); the union is
         # set once so handlers invoked from any thread see the same configuration.

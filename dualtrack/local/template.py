@@ -60,6 +60,10 @@ class LocalDeployment:
     tables: dict[str, str] = field(default_factory=dict)  # logical id → table name
     job_queues: dict[str, str] = field(default_factory=dict)  # logical id → queue ARN
     job_definitions: dict[str, str] = field(default_factory=dict)  # logical id → ARN
+    # Job queue name → its JobStateTimeLimitActions (API casing) and its compute environments' instance types:
+    # moto's CreateJobQueue drops the actions and an unmanaged environment has no instance types.
+    job_state_time_limit_actions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    queue_instance_types: dict[str, list[str]] = field(default_factory=dict)
     rules: list[LocalRule] = field(default_factory=list)
     topics: dict[str, str] = field(default_factory=dict)
     queues: dict[str, str] = field(default_factory=dict)  # logical id → queue URL
@@ -312,26 +316,43 @@ def _queues_and_topics(resolver: TemplateResolver, sqs: Any, sns: Any, out: Loca
 
 
 def _batch(resolver: TemplateResolver, batch: Any, iam: Any, out: LocalDeployment) -> None:
-    # Unmanaged environments: no instances, no VPC; the local job runner decides what a job does.
+    """Batch environments, queues and job definitions, refusing what the Batch API refuses.
+
+    Unmanaged environments: no instances, no VPC; the local job runner decides what a job does.
+    """
+    from dualtrack.local.batch_runner import BatchClientError, time_limit_actions_problem, timeout_problem
+
     service_role = iam.create_role(RoleName="dualtrack-local-batch-service", AssumeRolePolicyDocument=json.dumps(
         {"Statement": [{"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"},
                         "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
-    for stack, logical_id, _ in resolver.resources("AWS::Batch::ComputeEnvironment"):
+    instance_types: dict[str, list[str]] = {}
+    for stack, logical_id, props in resolver.resources("AWS::Batch::ComputeEnvironment"):
         arn = resolver.refs[(stack, logical_id)]
         batch.create_compute_environment(computeEnvironmentName=arn.rsplit("/", 1)[1], type="UNMANAGED",
                                          state="ENABLED", serviceRole=service_role)
+        instance_types[arn] = [str(t) for t in (props.get("ComputeResources") or {}).get("InstanceTypes", [])]
     for stack, logical_id, props in resolver.resources("AWS::Batch::JobQueue"):
         arn = resolver.refs[(stack, logical_id)]
+        name = arn.rsplit("/", 1)[1]
         order = [{"order": int(item["Order"]),
                   "computeEnvironment": resolver.resolve(stack, item["ComputeEnvironment"])}
                  for item in props["ComputeEnvironmentOrder"]]
-        batch.create_job_queue(jobQueueName=arn.rsplit("/", 1)[1], state="ENABLED",
-                               priority=int(props.get("Priority", 1)), computeEnvironmentOrder=order)
+        request: dict[str, Any] = {"jobQueueName": name, "state": "ENABLED",
+                                   "priority": int(props.get("Priority", 1)), "computeEnvironmentOrder": order}
+        actions = _time_limit_actions(resolver.resolve(stack, props.get("JobStateTimeLimitActions") or []))
+        problem = time_limit_actions_problem(actions)
+        if problem:
+            raise BatchClientError(f"{stack}/{logical_id}: CreateJobQueue ClientException: {problem}")
+        if actions:
+            request["jobStateTimeLimitActions"] = actions  # moto ignores it; the local runner reads it from `out`
+            out.job_state_time_limit_actions[name] = actions
+        batch.create_job_queue(**request)
         out.job_queues[logical_id] = arn
+        out.queue_instance_types[name] = [t for item in sorted(order, key=lambda i: i["order"])
+                                          for t in instance_types.get(item["computeEnvironment"], [])]
     for stack, logical_id, props in resolver.resources("AWS::Batch::JobDefinition"):
         resolved = resolver.resolve(stack, props)
-        request: dict[str, Any] = {"jobDefinitionName": resolver.physical_name(stack, logical_id, 128),
-                                   "type": resolved["Type"]}
+        request = {"jobDefinitionName": resolver.physical_name(stack, logical_id, 128), "type": resolved["Type"]}
         for source, target in (("ContainerProperties", "containerProperties"), ("NodeProperties", "nodeProperties"),
                                ("RetryStrategy", "retryStrategy"), ("Timeout", "timeout")):
             if source in resolved:
@@ -340,9 +361,21 @@ def _batch(resolver: TemplateResolver, batch: Any, iam: Any, out: LocalDeploymen
                                ("Tags", "tags")):
             if source in resolved:
                 request[target] = resolved[source]
+        problem = timeout_problem(request.get("timeout"))
+        if problem:  # moto registers it; Batch refuses it
+            raise BatchClientError(f"{stack}/{logical_id}: RegisterJobDefinition ClientException: {problem}")
         arn = batch.register_job_definition(**request)["jobDefinitionArn"]
         resolver.refs[(stack, logical_id)] = arn
         out.job_definitions[logical_id] = arn
+
+
+def _time_limit_actions(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """CloudFormation's ``JobStateTimeLimitActions`` → the API's ``jobStateTimeLimitActions``."""
+    actions: list[dict[str, Any]] = _camel(items)
+    for action in actions:
+        if "maxTimeSeconds" in action:
+            action["maxTimeSeconds"] = int(action["maxTimeSeconds"])
+    return actions
 
 
 def _functions(resolver: TemplateResolver, lambda_client: Any, out: LocalDeployment) -> None:

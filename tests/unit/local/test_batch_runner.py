@@ -10,9 +10,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local.batch_runner import LocalBatch, evaluate_on_exit
+from dualtrack.local.batch_runner import ImageConfig, LocalBatch, evaluate_on_exit
 from dualtrack.local.moto_shims import moto_shims
 
+IMAGES = {"trainer": ImageConfig()}  # no ENTRYPOINT: the job's command is the whole argv
 RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*", "action": "RETRY"},
          {"onReason": "*", "action": "EXIT"}]
 
@@ -74,7 +75,7 @@ def test_attempts_follow_the_retry_strategy(codes: str, status: str, attempts: i
     events: list[dict[str, Any]] = []
     progress: list[dict[str, Any]] = []
     batch, queue, jd = _batch([sys.executable, "-c", SCRIPT])
-    runner = LocalBatch(events=events.append, progress=lambda job, rec: progress.append(rec))
+    runner = LocalBatch(events=events.append, progress=lambda job, rec: progress.append(rec), images=IMAGES)
     with runner.install(), moto_shims(batch=runner):
         job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd,
                                   containerOverrides={"environment": [{"name": "CODES", "value": codes}]})["jobId"]
@@ -98,7 +99,7 @@ def test_attempts_follow_the_retry_strategy(codes: str, status: str, attempts: i
 def test_terminate_stops_the_process() -> None:
     events: list[dict[str, Any]] = []
     batch, queue, jd = _batch([sys.executable, "-c", "import time; time.sleep(60)"])
-    runner = LocalBatch(events=events.append, terminate_grace_s=2)
+    runner = LocalBatch(events=events.append, terminate_grace_s=2, images=IMAGES)
     with runner.install(), moto_shims(batch=runner):
         job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd)["jobId"]
         deadline = time.monotonic() + 10
@@ -114,7 +115,7 @@ def test_terminate_stops_the_process() -> None:
 @mock_aws(config={"batch": {"use_docker": False}})
 def test_describing_a_job_does_not_grow_its_environment() -> None:
     batch, queue, jd = _batch([sys.executable, "-c", "pass"], attempts=1)
-    runner = LocalBatch(events=lambda e: None)
+    runner = LocalBatch(events=lambda e: None, images=IMAGES)
     with runner.install(), moto_shims(batch=runner):
         job_id = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=jd,
                                   containerOverrides={"environment": [{"name": "A", "value": "1"}]})["jobId"]
