@@ -20,7 +20,8 @@ from infra.stacks.stateful import StatefulStack
 
 
 def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
-    env = cdk.Environment(account=config.account, region=config.region) if config.account else None
+    env = (cdk.Environment(account=config.account, region=config.region)
+           if config.account or config.region else None)
     prefix = config.stack_prefix
     tags = {"dualtrack:stage": config.name, "dualtrack:component": ""}
     stateful = StatefulStack(app, f"{prefix}-Stateful", config=config, env=env,
@@ -28,7 +29,7 @@ def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
     compute = ComputeStack(app, f"{prefix}-Compute", config=config, storage=stateful.storage, env=env,
                            description=f"dualtrack {config.name}: network, Batch capacity and job definitions")
     control = ControlStack(app, f"{prefix}-Control", config=config, storage=stateful.storage,
-                           capacity=compute.capacity, jobs=compute.jobs, env=env,
+                           targets=compute.targets, env=env,
                            description=f"dualtrack {config.name}: workflow, API, events, monitoring")
     stacks: dict[str, cdk.Stack] = {"stateful": stateful, "compute": compute, "control": control}
     for component, stack in stacks.items():

@@ -18,6 +18,19 @@ STAGE_NAME = r"^[a-z][a-z0-9-]{0,15}$"
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653)
 
 
+Track = Literal["gpu", "trn2"]
+
+
+def batch_name(stage: str, track: Track, instance_type: str, kind: str = "") -> str:
+    """The fixed physical name of a Batch queue or job definition: ``dualtrack-<stage>-<track>-<type>[-<kind>]``.
+
+    Names, not revisioned ARNs, are what the control plane sends to SubmitJob (a job definition's name means its
+    latest ACTIVE revision), so a new image revision never changes a value another stack imports.
+    """
+    parts = ["dualtrack", stage, track, instance_type.replace(".", "-"), kind]
+    return "-".join(part for part in parts if part)
+
+
 class ConfigInvalid(ValueError):
     pass
 
@@ -27,29 +40,78 @@ class _Model(BaseModel):
 
 
 class ComputeFamily(_Model):
-    """One accelerator family's Batch capacity: one managed EC2 compute environment per instance type."""
+    """One accelerator family's Batch capacity: per instance type a compute environment, a queue and job
+    definitions sized for that type, so every environment a queue holds can run every job sent to it."""
 
     instance_types: Annotated[list[str], Field(min_length=1, max_length=8)]
     max_vcpus: Annotated[int, Field(ge=1, le=100_000)] = 768
-    spot: bool = Field(default=False, description="add Spot compute environments after the on-demand ones")
+    spot: bool = Field(default=False, description="add a Spot compute environment after the on-demand one")
     root_volume_gib: Annotated[int, Field(ge=100, le=16_384)] = 1024
-    ami_ssm_parameter: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_./-]+$")]
+    ami_id: Annotated[str, Field(pattern=r"^ami-[0-9a-f]{8,17}$")] | None = Field(
+        default=None, description="the AMI the hosts run, pinned: a deploy never replaces hosts on its own"
+    )
+    ami_ssm_parameter: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_./-]+$")] | None = Field(
+        default=None, description="SSM parameter holding the AMI id; CloudFormation reads it again at every "
+        "deploy, so prefer a release-named parameter or ami_id"
+    )
     image_uri: str | None = Field(
         default=None, description="pinned trainer image (ECR URI with digest); omit to build containers/<track>/"
     )
+    availability_zone: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")] | None = Field(
+        default=None, description="the one zone this track's hosts run in (one of the stage's "
+        "availability_zones); a cluster placement group and multi-node jobs need it"
+    )
+    capacity_reservation_id: Annotated[str, Field(pattern=r"^cr-[0-9a-f]{8,17}$")] | None = Field(
+        default=None, description="an On-Demand Capacity Reservation or Capacity Block the hosts launch into "
+        "(through the launch template)"
+    )
+    capacity_block: bool = Field(
+        default=False, description="capacity_reservation_id is a Capacity Block for ML (market type capacity-block)"
+    )
+    runnable_timeout_minutes: Annotated[int, Field(ge=10, le=1440)] = Field(
+        default=30, description="how long a job may wait RUNNABLE for capacity (or on a misconfiguration) before "
+        "the queue cancels it and the workflow moves on (Batch job state time limit: 10 min to 24 h)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ComputeFamily:
+        if (self.ami_id is None) == (self.ami_ssm_parameter is None):
+            raise ValueError("set exactly one of ami_id (pinned) or ami_ssm_parameter")
+        if self.capacity_block and self.capacity_reservation_id is None:
+            raise ValueError("capacity_block needs capacity_reservation_id (the block's cr-... id)")
+        if self.capacity_reservation_id is not None:
+            if self.spot:
+                raise ValueError("spot cannot be combined with capacity_reservation_id: reserved capacity is "
+                                 "on-demand; remove spot or the reservation")
+            if len(self.instance_types) != 1:
+                raise ValueError("capacity_reservation_id reserves one instance type: list exactly that type in "
+                                 "instance_types")
+            if self.availability_zone is None:
+                raise ValueError("capacity_reservation_id needs availability_zone: a reservation lives in one zone")
+        return self
 
 
 class StageConfig(_Model):
     name: Annotated[str, Field(pattern=STAGE_NAME)]
     account: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")] | None = None
-    gpu: ComputeFamily = ComputeFamily(
-        instance_types=["p5.48xlarge"],
-        ami_ssm_parameter="/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id",
+    gpu: ComputeFamily | None = Field(default=None, description="GPU capacity; omit where the stage offers none")
+    trn2: ComputeFamily | None = Field(
+        default=None, description="Trainium2 capacity; omit where the region does not offer trn2"
     )
-    trn2: ComputeFamily = ComputeFamily(
-        instance_types=["trn2.48xlarge"],
-        ami_ssm_parameter="/aws/service/ecs/optimized-ami/amazon-linux-2023/neuron/recommended/image_id",
+    availability_zones: Annotated[list[Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]],
+                                  Field(min_length=1, max_length=6)] | None = Field(
+        default=None, description="the zones the training subnets are in (needs region); default: two zones"
+    )
+    data_buckets: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]] = Field(
+        default_factory=list, description="buckets holding datasets and model weights the jobs read (read-only)"
+    )
+    data_kms_key_arns: list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/.+$")]] = Field(
+        default_factory=list, description="KMS keys encrypting data_buckets (the jobs get kms:Decrypt on them)"
+    )
+    api_gateway_cloudwatch_role: bool = Field(
+        default=True, description="set API Gateway's region-wide logging role (kept when the stage is deleted); "
+        "false where the account already has one"
     )
     max_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
         default=2, description="Batch attempts per run (attempt 2 resumes from the newest checkpoint)"
@@ -83,8 +145,10 @@ class StageConfig(_Model):
     @model_validator(mode="after")
     def _instance_families(self) -> StageConfig:
         catalogue = load_catalogue()
-        for family in ("gpu", "trn2"):
-            for index, instance_type in enumerate(getattr(self, family).instance_types):
+        if self.gpu is None and self.trn2 is None:
+            raise ValueError("a stage needs at least one track: set gpu, trn2 or both")
+        for family in self.tracks():
+            for index, instance_type in enumerate(self.family(family).instance_types):
                 info = catalogue.instances.get(instance_type)
                 if info is None or info.family != family:
                     valid = ", ".join(catalogue.types_for(family))
@@ -94,7 +158,33 @@ class StageConfig(_Model):
                     )
         if self.attempt_timeout_hours > self.workflow_timeout_hours:
             raise ValueError("attempt_timeout_hours must not exceed workflow_timeout_hours")
+        if self.attempt_timeout_hours * 3600 < 60:
+            raise ValueError("attempt_timeout_hours must be at least 60 seconds (0.0167 h): Batch's minimum attempt "
+                             "timeout")
+        if self.availability_zones is not None and self.region is None:
+            raise ValueError("availability_zones needs region: zone names belong to one region")
+        for name in self.tracks():
+            zone = self.family(name).availability_zone
+            if zone is None:
+                continue
+            if self.availability_zones is None or zone not in self.availability_zones:
+                raise ValueError(f"{name}.availability_zone {zone!r} must be one of the stage's availability_zones "
+                                 f"({self.availability_zones or 'not set'})")
         return self
+
+    def tracks(self) -> list[Track]:
+        """The tracks this stage offers, in a fixed order."""
+        return [name for name in ("gpu", "trn2") if getattr(self, name) is not None]  # type: ignore[misc]
+
+    def family(self, track: Track) -> ComputeFamily:
+        family = getattr(self, track)
+        if family is None:
+            raise KeyError(f"stage {self.name} offers no {track} track")
+        return family  # type: ignore[no-any-return]
+
+    @property
+    def attempt_timeout_s(self) -> int:
+        return int(self.attempt_timeout_hours * 3600)
 
     def instance(self, instance_type: str) -> InstanceInfo:
         return load_catalogue().get(instance_type)
@@ -124,5 +214,3 @@ def stage_config(context: dict[str, Any], stage: str) -> StageConfig:
         )
         raise ConfigInvalid(problems) from None
 
-
-Track = Literal["gpu", "trn2"]

@@ -39,7 +39,7 @@ class RehearsalOptions:
     fail_trn2: str | None = None  # compile | step | save: break the Trainium2 track to exercise the fallback
     quiet: bool = False
     timeout_s: float = 1800
-    stage: str = "dev"
+    stage: str = "local"  # cdk.json stage the rehearsal stands up (its data_buckets hold the staged data)
     no_capacity: str | None = None  # gpu | trn2: that track's job queue gets no instances (jobs stay RUNNABLE)
 
 
@@ -206,13 +206,21 @@ class Rehearsal:
 
     # ---- the trial ------------------------------------------------------------------------------------------
     def _stage_data(self) -> None:
-        """Upload local data files to a datasets bucket: the API, like production, takes only s3:// URIs."""
+        """Upload local data files to the stage's data bucket: the API, like production, takes only s3:// URIs in
+        buckets the job role may read (the stage's ``data_buckets``)."""
         import boto3
 
+        from dualtrack.local.synth import REPO_ROOT
+        from infra.config import stage_config
         from lambdas.domain.trial import parse_trial
 
+        context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+        buckets = stage_config(context, self.options.stage).data_buckets
+        if not buckets:
+            raise RuntimeError(f"stage {self.options.stage!r} lists no data_buckets in cdk.json: the rehearsal "
+                               "stages local data files into the first one")
         doc = self.spec.model_dump(mode="json", exclude_none=True)
-        s3, bucket = boto3.client("s3"), "rehearsal-datasets"
+        s3, bucket = boto3.client("s3"), buckets[0]
         s3.create_bucket(Bucket=bucket)
         for field_name in ("train_uri", "validation_uri"):
             uri = doc["data"][field_name]

@@ -34,6 +34,10 @@ CREATED_TYPES = (
 _NAMED_TYPES = (*CREATED_TYPES, "AWS::Logs::LogGroup", "AWS::KMS::Key", "AWS::Lambda::LayerVersion")
 
 
+_NAME_PROPERTY = {"AWS::Batch::JobQueue": "JobQueueName", "AWS::Batch::JobDefinition": "JobDefinitionName",
+                  "AWS::Batch::ComputeEnvironment": "ComputeEnvironmentName"}
+
+
 class UnresolvableToken(ValueError):
     pass
 
@@ -103,6 +107,11 @@ class TemplateResolver:
     def _name(self, stack: str, logical_id: str, kind: str) -> None:
         r, a, name = self.region, ACCOUNT, self.physical_name(stack, logical_id)
         key = (stack, logical_id)
+        # A name the template fixes is the name AWS uses (and what other stacks and functions refer to).
+        properties = self.templates[stack]["Resources"][logical_id].get("Properties") or {}
+        fixed = properties.get(_NAME_PROPERTY.get(kind, ""))
+        if isinstance(fixed, str):
+            name = fixed
         if kind == "AWS::S3::Bucket":
             name = re.sub(r"[^a-z0-9-]", "-", self.physical_name(stack, logical_id, 63).lower())
             self.refs[key] = name
@@ -352,7 +361,8 @@ def _batch(resolver: TemplateResolver, batch: Any, iam: Any, out: LocalDeploymen
                                           for t in instance_types.get(item["computeEnvironment"], [])]
     for stack, logical_id, props in resolver.resources("AWS::Batch::JobDefinition"):
         resolved = resolver.resolve(stack, props)
-        request = {"jobDefinitionName": resolver.physical_name(stack, logical_id, 128), "type": resolved["Type"]}
+        name = resolved.get("JobDefinitionName") or resolver.physical_name(stack, logical_id, 128)
+        request = {"jobDefinitionName": name, "type": resolved["Type"]}
         for source, target in (("ContainerProperties", "containerProperties"), ("NodeProperties", "nodeProperties"),
                                ("RetryStrategy", "retryStrategy"), ("Timeout", "timeout")):
             if source in resolved:

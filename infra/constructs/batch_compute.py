@@ -1,33 +1,82 @@
-"""Managed EC2 Batch capacity for one accelerator family: launch templates, compute environments, one job queue.
+"""Managed EC2 Batch capacity for one accelerator family: per instance type a launch template, compute environments
+and one job queue.
 
-Each instance type gets its own launch template and compute environment because EFA interface counts differ per
-type (p5.48xlarge carries 32 network cards, trn2.48xlarge 16) and a launch template fixes them. Multi-node jobs
-land in one cluster placement group. AMIs come from SSM public parameters as deploy-time tokens, never lookups.
+Each instance type gets its own queue because a job definition is sized for one type (vCPUs, memory, devices): a
+queue that also held a smaller type could be sent jobs that never fit there. Launch templates differ per type too:
+EFA interface counts do (p5.48xlarge carries 32 network cards, trn2.48xlarge 16), and Batch refuses a compute
+environment that sends security groups while its launch template declares network interfaces, so the group goes on
+the interfaces. Queues and their names are fixed per stage, track and type (:func:`infra.config.batch_name`); the
+control plane refers to them by name, never by a cross-stack export.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.config import ComputeFamily, Track
+from infra.config import ComputeFamily, Track, batch_name
 from infra.constructs.nag import acknowledge
-from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 
 _IMAGE_TYPE = {"gpu": batch.EcsMachineImageType.ECS_AL2023_NVIDIA, "trn2": batch.EcsMachineImageType.ECS_AL2023}
+# Batch's ceiling for UpdatePolicy.jobExecutionTimeoutMinutes (API_UpdatePolicy).
+MAX_UPDATE_TIMEOUT_MINUTES = 7200
+# What a job waiting RUNNABLE is cancelled for (the three reasons Batch supports for job state time limits).
+RUNNABLE_LIMIT_REASONS = (
+    batch.JobStateTimeLimitActionsReason.INSUFFICIENT_INSTANCE_CAPACITY,
+    batch.JobStateTimeLimitActionsReason.COMPUTE_ENVIRONMENT_MAX_RESOURCE,
+    batch.JobStateTimeLimitActionsReason.JOB_RESOURCE_REQUIREMENT,
+)
+
+
+@jsii.implements(ec2.IMachineImage)
+class PinnedImage:
+    """An AMI given by id: unlike an SSM parameter, CloudFormation never re-resolves it on a later deploy."""
+
+    def __init__(self, ami_id: str) -> None:
+        self.ami_id = ami_id
+
+    def get_image(self, scope: Construct) -> ec2.MachineImageConfig:
+        return ec2.MachineImageConfig(image_id=self.ami_id, os_type=ec2.OperatingSystemType.LINUX,
+                                      user_data=ec2.UserData.for_linux())
+
+
+@dataclass(frozen=True)
+class QueueTarget:
+    """Where jobs for one instance type go: the queue's fixed name and whether multi-node jobs can run there."""
+
+    instance_type: str
+    queue_name: str
+    multi_node: bool
 
 
 class AcceleratorCapacity(Construct):
-    """Compute environments (on-demand, then optional Spot) behind one job queue for ``track``."""
+    """Per instance type of ``family``: on-demand (then optional Spot) compute environments behind one job queue."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, track: Track, family: ComputeFamily,
-                 vpc: ec2.IVpc, subnets: ec2.SubnetSelection, security_group: ec2.SecurityGroup) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, stage: str, track: Track, family: ComputeFamily,
+                 vpc: ec2.IVpc, subnet_type: ec2.SubnetType, security_group: ec2.SecurityGroup,
+                 attempt_timeout: cdk.Duration) -> None:
         super().__init__(scope, construct_id)
         self.track = track
-        image = ec2.MachineImage.from_ssm_parameter(family.ami_ssm_parameter)
-        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        self.family = family
+        image = (PinnedImage(family.ami_id) if family.ami_id
+                 else ec2.MachineImage.from_ssm_parameter(str(family.ami_ssm_parameter)))
+        if family.ami_id is None:
+            cdk.Annotations.of(self).add_warning_v2(
+                f"dualtrack:{track}-ami-unpinned",
+                f"{track}.ami_ssm_parameter is read again at every deploy; when it moves, Batch replaces the hosts "
+                f"(running jobs get the update timeout to finish). Set {track}.ami_id to pin the AMI.")
+        zone = family.availability_zone
+        subnets = ec2.SubnetSelection(subnet_type=subnet_type, availability_zones=[zone] if zone else None)
+        # A cluster placement group lives in one zone; without a zone, hosts spread and multi-node jobs are off.
+        self.placement_group = (ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+                                if zone else None)
         self.instance_role = iam.Role(
             self, "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -38,18 +87,23 @@ class AcceleratorCapacity(Construct):
                     "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
                     "AmazonEC2ContainerServiceforEC2Role]",
                     "the AWS-maintained ECS container-instance policy is what the ECS agent on Batch hosts needs")
+        # Let running jobs finish when a deploy changes the hosts (Batch's default gives them 30 minutes).
+        update_timeout = cdk.Duration.minutes(min(MAX_UPDATE_TIMEOUT_MINUTES,
+                                                  max(1, -(-int(attempt_timeout.to_seconds()) // 60))))
 
-        ordered: list[batch.OrderedComputeEnvironment] = []
+        self.queues: dict[str, batch.JobQueue] = {}
+        self.targets: dict[str, QueueTarget] = {}
         catalogue = load_catalogue()
-        for spot in (False, True) if family.spot else (False,):
-            for instance_type in family.instance_types:
-                info = catalogue.get(instance_type)
-                suffix = f"{_camel(instance_type)}{'Spot' if spot else 'OnDemand'}"
-                template = self._launch_template(f"Template{suffix}", info.efa_interfaces, family.root_volume_gib,
-                                                 security_group)
+        for instance_type in family.instance_types:
+            info = catalogue.get(instance_type)
+            name = _camel(instance_type)
+            template = self._launch_template(f"Template{name}", info, family, security_group)
+            ordered: list[batch.OrderedComputeEnvironment] = []
+            for spot in (False, True) if family.spot else (False,):
                 environment = batch.ManagedEc2EcsComputeEnvironment(
-                    self, f"Env{suffix}",
-                    vpc=vpc, vpc_subnets=subnets, security_groups=[security_group],
+                    self, f"Env{name}{'Spot' if spot else 'OnDemand'}",
+                    vpc=vpc, vpc_subnets=subnets,
+                    security_groups=[security_group],
                     instance_types=[ec2.InstanceType(instance_type)],
                     use_optimal_instance_classes=False,
                     images=[batch.EcsMachineImage(image=image, image_type=_IMAGE_TYPE[track])],
@@ -62,36 +116,66 @@ class AcceleratorCapacity(Construct):
                                          else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE),
                     update_to_latest_image_version=False,
                     replace_compute_environment=False,
+                    terminate_on_update=False,
+                    update_timeout=update_timeout,
                 )
+                if info.efa_interfaces:
+                    # Batch: "Either compute environment Security Groups or Network Interfaces in Launch template
+                    # are exclusively allowed" — the group is on every EFA interface instead (aws-cdk #21577).
+                    cfn = environment.node.default_child
+                    assert isinstance(cfn, batch.CfnComputeEnvironment)
+                    cfn.add_property_deletion_override("ComputeResources.SecurityGroupIds")
                 ordered.append(batch.OrderedComputeEnvironment(compute_environment=environment,
                                                                order=len(ordered) + 1))
-        # On-demand environments come first; Spot only takes jobs once on-demand capacity is exhausted.
-        self.queue = batch.JobQueue(self, "Queue", compute_environments=ordered, priority=10)
+            queue_name = batch_name(stage, track, instance_type)
+            # On-demand first; Spot only takes jobs once on-demand capacity is exhausted. A job that waits RUNNABLE
+            # for capacity (or can never be placed) is cancelled after the stage's wait, so the workflow's Catch
+            # (the GPU fallback) takes over instead of waiting for the workflow timeout.
+            self.queues[instance_type] = batch.JobQueue(
+                self, f"Queue{name}", job_queue_name=queue_name, compute_environments=ordered, priority=10,
+                job_state_time_limit_actions=[
+                    batch.JobStateTimeLimitAction(
+                        max_time=cdk.Duration.minutes(family.runnable_timeout_minutes), reason=reason,
+                        action=batch.JobStateTimeLimitActionsAction.CANCEL,
+                        state=batch.JobStateTimeLimitActionsState.RUNNABLE)
+                    for reason in RUNNABLE_LIMIT_REASONS
+                ],
+            )
+            # Multi-node jobs need on-demand hosts in one zone's cluster placement group, with EFA between them.
+            multi_node = bool(zone) and not family.spot and info.efa_interfaces > 0
+            self.targets[instance_type] = QueueTarget(instance_type, queue_name, multi_node)
 
-    def _launch_template(self, construct_id: str, efa_interfaces: int, root_volume_gib: int,
+    def _launch_template(self, construct_id: str, info: InstanceInfo, family: ComputeFamily,
                          security_group: ec2.SecurityGroup) -> ec2.LaunchTemplate:
         template = ec2.LaunchTemplate(
             self, construct_id,
             require_imdsv2=True,
             block_devices=[ec2.BlockDevice(
                 device_name="/dev/xvda",
-                volume=ec2.BlockDeviceVolume.ebs(root_volume_gib, encrypted=True,
+                volume=ec2.BlockDeviceVolume.ebs(family.root_volume_gib, encrypted=True,
                                                  volume_type=ec2.EbsDeviceVolumeType.GP3,
                                                  delete_on_termination=True),
             )],
         )
-        if efa_interfaces:
-            cfn = template.node.default_child
-            assert isinstance(cfn, ec2.CfnLaunchTemplate)
+        cfn = template.node.default_child
+        assert isinstance(cfn, ec2.CfnLaunchTemplate)
+        if info.efa_interfaces:
             # One EFA interface per network card; only the first carries the primary (device index 0) address.
             cfn.add_property_override("LaunchTemplateData.NetworkInterfaces", [
                 {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa",
                  "Groups": [security_group.security_group_id], "DeleteOnTermination": True}
-                for card in range(efa_interfaces)
+                for card in range(info.efa_interfaces)
             ])
+        if family.capacity_reservation_id:
+            # Hosts launch into the reservation (an On-Demand Capacity Reservation, or a Capacity Block for ML
+            # with its own market type); Batch reads both from the launch template.
+            cfn.add_property_override("LaunchTemplateData.CapacityReservationSpecification", {
+                "CapacityReservationTarget": {"CapacityReservationId": family.capacity_reservation_id}})
+            if family.capacity_block:
+                cfn.add_property_override("LaunchTemplateData.InstanceMarketOptions",
+                                          {"MarketType": "capacity-block"})
         return template
 
 
 def _camel(instance_type: str) -> str:
     return "".join(part.capitalize() for part in instance_type.replace(".", "-").split("-"))
-

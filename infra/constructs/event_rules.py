@@ -5,9 +5,9 @@ could not take."""
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_batch as batch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -21,10 +21,10 @@ ARTIFACT_PREFIXES = ("trials/", "neuron/")
 class TrialEventRules(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, on_batch_job_state: lambda_.IFunction,
                  on_artifact_created: lambda_.IFunction, scheduled_cost_report: lambda_.IFunction,
-                 queues: list[batch.IJobQueue], buckets: list[s3.IBucket], cost_report_schedule: str,
-                 compile_cache: lambda_.IFunction, cache_gc_schedule: str) -> None:
+                 queue_arns: list[str], buckets: list[s3.IBucket], cost_report_schedule: str,
+                 compile_cache: lambda_.IFunction, cache_gc_schedule: str, queue_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
-        self.dead_letters = dead_letter_queue(self, "DeliveryFailures")
+        self.dead_letters = dead_letter_queue(self, "DeliveryFailures", queue_key)
 
         def target(fn: lambda_.IFunction, event: events.RuleTargetInput | None = None) -> targets.LambdaFunction:
             return targets.LambdaFunction(fn, event=event, dead_letter_queue=self.dead_letters, retry_attempts=8,
@@ -35,7 +35,7 @@ class TrialEventRules(Construct):
             description="Batch Job State Change for dualtrack queues → run ledger",
             event_pattern=events.EventPattern(
                 source=["aws.batch"], detail_type=["Batch Job State Change"],
-                detail={"jobQueue": [queue.job_queue_arn for queue in queues]},
+                detail={"jobQueue": list(queue_arns)},
             ),
             targets=[target(on_batch_job_state)],
         )

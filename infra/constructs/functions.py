@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import aws_cdk as cdk
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_destinations as lambda_destinations
 from aws_cdk import aws_logs as logs
@@ -24,9 +25,10 @@ RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
 
-def dead_letter_queue(scope: Construct, construct_id: str) -> sqs.Queue:
-    queue = sqs.Queue(scope, construct_id, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
-                      retention_period=cdk.Duration.days(14))
+def dead_letter_queue(scope: Construct, construct_id: str, key: kms.IKey) -> sqs.Queue:
+    # A customer managed key: its policy lets EventBridge send here (an SQS-managed key admits no such grant).
+    queue = sqs.Queue(scope, construct_id, encryption=sqs.QueueEncryption.KMS, encryption_master_key=key,
+                      enforce_ssl=True, retention_period=cdk.Duration.days(14))
     acknowledge(queue, "AwsSolutions-SQS3", "this queue is itself a dead-letter queue; alarms watch its depth")
     acknowledge(queue, "Serverless-SQSRedrivePolicy",
                 "this queue is itself a dead-letter queue; redriving it elsewhere would only move the failure")
@@ -35,22 +37,24 @@ def dead_letter_queue(scope: Construct, construct_id: str) -> sqs.Queue:
 
 class FunctionFactory(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Mapping[str, str],
-                 log_retention: logs.RetentionDays) -> None:
+                 log_retention: logs.RetentionDays, log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
         self._environment = dict(environment)
         self._log_retention = log_retention
+        self._log_key = log_key
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependency_layer_code(), compatible_runtimes=[RUNTIME],
             compatible_architectures=[ARCHITECTURE], description="dualtrack Lambda dependencies (pydantic, Powertools)",
         )
         self.code = lambda_code()
-        self.async_failures = dead_letter_queue(self, "AsyncFailures")
+        self.async_failures = dead_letter_queue(self, "AsyncFailures", log_key)
         self.functions: dict[str, lambda_.Function] = {}
 
     def function(self, module: str, *, timeout_s: int = 30, memory_mib: int = 512, asynchronous: bool = False,
                  environment: Mapping[str, str] | None = None, description: str = "") -> lambda_.Function:
         construct_id = "".join(part.capitalize() for part in module.split("_"))
-        log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention)
+        log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention,
+                                  encryption_key=self._log_key)
         fn = lambda_.Function(
             self, construct_id,
             runtime=RUNTIME,

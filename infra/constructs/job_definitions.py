@@ -1,4 +1,9 @@
-"""Trainer job definitions per track: single-node and multi-node parallel, one retry policy for all of them.
+"""Trainer job definitions per track and instance type: single-node and multi-node parallel, one retry policy.
+
+Each definition is sized for one instance type (the whole host: every GPU or Neuron device, its vCPUs and memory
+less the agent's share) and has a fixed name (:func:`infra.config.batch_name`), so the control plane submits by name
+(the latest ACTIVE revision) and a new image never changes anything another stack imports. The container runs the
+image's ENTRYPOINT (``python -m trainer``) with the definition's command replacing only the image's CMD.
 
 The retry policy encodes the trainer's exit-code contract: 75 is a planned, resumable fault and a Spot reclaim
 (`Host EC2*`) is the platform's fault, so both RETRY (the next attempt resumes from the newest checkpoint); every
@@ -7,20 +12,24 @@ other exit, including the permanent-fault code 76, EXITs so the workflow's GPU f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_batch as batch
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.config import ComputeFamily, Track
+from infra.config import ComputeFamily, Track, batch_name
+from infra.constructs.batch_compute import QueueTarget
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import telemetry
-from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULT_EXIT_CODE = 75
@@ -31,7 +40,10 @@ BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
 # those (an allow-list), so unrelated files never change the image hash or slow the upload.
 CONTEXT_EXCLUDES = ["*", "!lambdas", "!containers", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
                     "**/.pytest_cache"]
-TRAINER_COMMAND = ["python", "-m", "trainer", "run"]
+# The job's command replaces the image's CMD; the ENTRYPOINT (python -m trainer) stays. See containers/*/Dockerfile.
+TRAINER_COMMAND = ["run"]
+# Batch's EFA device for multi-node jobs (one uverbs device per EFA interface) and the permissions it requires.
+EFA_DEVICE = "/dev/infiniband/uverbs{index}"
 
 
 def retry_strategies() -> list[batch.RetryStrategy]:
@@ -54,15 +66,31 @@ def trainer_image(scope: Construct, track: Track, family: ComputeFamily) -> ecs.
             "before deploying; the job definition points at a placeholder image until then",
         )
         return ecs.ContainerImage.from_registry(f"dualtrack-trainer-{track}:dockerfile-missing")
-    return ecs.ContainerImage.from_asset(str(REPO_ROOT), file=dockerfile, exclude=CONTEXT_EXCLUDES)
+    # The hosts are x86_64; building on an arm64 laptop must still produce an amd64 image.
+    return ecs.ContainerImage.from_asset(str(REPO_ROOT), file=dockerfile, exclude=CONTEXT_EXCLUDES,
+                                         platform=ecr_assets.Platform.LINUX_AMD64)
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """What the workflow submits for one instance type: queue and job definition names (not ARNs)."""
+
+    instance_type: str
+    queue: str
+    single_node: str
+    multi_node: str | None
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"queue": self.queue, "single_node": self.single_node, "multi_node": self.multi_node}
 
 
 class TrainerJobDefinitions(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, track: Track, family: ComputeFamily,
-                 artifacts: s3.IBucket, compile_cache: s3.IBucket, retry_attempts: int,
-                 attempt_timeout: cdk.Duration, log_retention: logs.RetentionDays) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, stage: str, track: Track, family: ComputeFamily,
+                 queues: dict[str, QueueTarget], artifacts: s3.IBucket, compile_cache: s3.IBucket,
+                 data_buckets: list[str], data_keys: list[str], retry_attempts: int,
+                 attempt_timeout: cdk.Duration, log_retention: logs.RetentionDays, log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
-        info = load_catalogue().get(family.instance_types[0])
+        catalogue = load_catalogue()
         self.job_role = iam.Role(self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                                  description=f"dualtrack {track} trainer")
         # Read and write, never delete: checkpoints and cache entries are append-only (manifest written last).
@@ -74,8 +102,22 @@ class TrainerJobDefinitions(Construct):
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": telemetry.NAMESPACE}},
         ))
-        (GrantFindings(self.job_role).kms().s3_read(artifacts, "trials/*").s3_put(artifacts, "trials/*")
-         .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))
+        findings = (GrantFindings(self.job_role).kms().s3_read(artifacts, "trials/*").s3_put(artifacts, "trials/*")
+                    .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))
+        if data_buckets:
+            # Teams' datasets and weights: read-only, whole bucket (the API refuses URIs outside these buckets).
+            self.job_role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["s3:GetObject", "s3:GetObjectVersion"],
+                resources=[f"arn:{cdk.Aws.PARTITION}:s3:::{bucket}/*" for bucket in data_buckets]))
+            self.job_role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["s3:ListBucket", "s3:GetBucketLocation"],
+                resources=[f"arn:{cdk.Aws.PARTITION}:s3:::{bucket}" for bucket in data_buckets]))
+            for bucket in data_buckets:
+                findings.wildcard(f"Resource::arn:<AWS::Partition>:s3:::{bucket}/*",
+                                              "read-only access to a data bucket the stage lists in data_buckets")
+        if data_keys:
+            self.job_role.add_to_principal_policy(iam.PolicyStatement(
+                actions=["kms:Decrypt", "kms:DescribeKey"], resources=list(data_keys)))
         acknowledge(self.job_role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5[Resource::*]",
                     "cloudwatch:PutMetricData has no resource-level permissions; it is limited to the "
                     "Dualtrack namespace by condition")
@@ -83,12 +125,13 @@ class TrainerJobDefinitions(Construct):
         self.execution_role = iam.Role(self, "ExecutionRole",
                                        assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                                        description=f"dualtrack {track} trainer: image pull and logs")
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, encryption_key=log_key)
         image = trainer_image(self, track, family)
         environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": BACKENDS[track],
                        "PYTHONUNBUFFERED": "1"}
 
-        def container(construct_id: str) -> batch.EcsEc2ContainerDefinition:
+        def container(construct_id: str, instance_type: str, *, efa: bool) -> batch.EcsEc2ContainerDefinition:
+            info = catalogue.get(instance_type)
             linux = batch.LinuxParameters(self, f"{construct_id}Linux",
                                           shared_memory_size=cdk.Size.gibibytes(64))
             if track == "trn2":
@@ -97,46 +140,80 @@ class TrainerJobDefinitions(Construct):
                         host_path=f"/dev/neuron{index}", container_path=f"/dev/neuron{index}",
                         permissions=[batch.DevicePermission.READ, batch.DevicePermission.WRITE],
                     ))
+            if efa:
+                for index in range(info.efa_interfaces):
+                    path = EFA_DEVICE.format(index=index)
+                    linux.add_devices(batch.Device(
+                        host_path=path, container_path=path,
+                        permissions=[batch.DevicePermission.READ, batch.DevicePermission.WRITE,
+                                     batch.DevicePermission.MKNOD],
+                    ))
             return batch.EcsEc2ContainerDefinition(
                 self, construct_id,
                 image=image,
                 command=TRAINER_COMMAND,
-                cpu=max(1, info.vcpus - 4),
-                # Leave room for the ECS agent and the OS: Batch refuses jobs asking for all host memory.
-                memory=cdk.Size.mebibytes(int(info.memory_gib * 1024 * 0.9)),
+                cpu=job_vcpus(info),
+                memory=cdk.Size.mebibytes(job_memory_mib(info)),
                 gpu=info.accelerators if track == "gpu" else None,
                 linux_parameters=linux,
                 ulimits=[batch.Ulimit(name=batch.UlimitName.MEMLOCK, soft_limit=-1, hard_limit=-1)],
-                environment=environment,
+                environment={**environment, "DUALTRACK_INSTANCE_TYPE": instance_type},
                 job_role=self.job_role,
                 execution_role=self.execution_role,
                 logging=ecs.LogDriver.aws_logs(stream_prefix=f"trainer-{track}", log_group=self.log_group),
             )
 
-        self.single_node = batch.EcsJobDefinition(
-            self, "SingleNode",
-            container=container("SingleNodeContainer"),
-            propagate_tags=True,
-            retry_attempts=retry_attempts,
-            retry_strategies=retry_strategies(),
-            timeout=attempt_timeout,
-        )
-        self.multi_node = self._multi_node(container("NodeContainer"), family, retry_attempts, attempt_timeout)
+        self.targets: dict[str, JobTarget] = {}
+        self.single_node: dict[str, batch.EcsJobDefinition] = {}
+        self.multi_node: dict[str, batch.MultiNodeJobDefinition] = {}
+        for instance_type, queue in queues.items():
+            name = _camel(instance_type)
+            single_name = batch_name(stage, track, instance_type, "single")
+            self.single_node[instance_type] = batch.EcsJobDefinition(
+                self, f"SingleNode{name}",
+                job_definition_name=single_name,
+                container=container(f"SingleNode{name}Container", instance_type, efa=False),
+                propagate_tags=True,
+                retry_attempts=retry_attempts,
+                retry_strategies=retry_strategies(),
+                timeout=attempt_timeout,
+                # Jobs queued or retrying on the previous revision keep it; a deploy only adds a revision.
+                skip_deregister_on_update=True,
+            )
+            multi_name = None
+            if queue.multi_node:
+                multi_name = batch_name(stage, track, instance_type, "multi")
+                self.multi_node[instance_type] = batch.MultiNodeJobDefinition(
+                    self, f"MultiNode{name}",
+                    job_definition_name=multi_name,
+                    instance_type=cdk.aws_ec2.InstanceType(instance_type),
+                    containers=[batch.MultiNodeContainer(
+                        start_node=0, end_node=1,
+                        container=container(f"MultiNode{name}Container", instance_type, efa=True))],
+                    main_node=0,
+                    propagate_tags=True,
+                    retry_attempts=retry_attempts,
+                    retry_strategies=retry_strategies(),
+                    timeout=attempt_timeout,
+                )
+            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_name)
         policy = self.execution_role.node.try_find_child("DefaultPolicy")
         if policy is not None:  # only an image built from containers/ needs ECR pull rights
             acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
                         "ecr:GetAuthorizationToken has no resource-level permissions; image pulls themselves are "
                         "limited to the asset repository")
 
-    def _multi_node(self, node: batch.EcsEc2ContainerDefinition, family: ComputeFamily, retry_attempts: int,
-                    attempt_timeout: cdk.Duration) -> batch.MultiNodeJobDefinition:
-        return batch.MultiNodeJobDefinition(
-            self, "MultiNode",
-            instance_type=cdk.aws_ec2.InstanceType(family.instance_types[0]),
-            containers=[batch.MultiNodeContainer(start_node=0, end_node=1, container=node)],
-            main_node=0,
-            propagate_tags=True,
-            retry_attempts=retry_attempts,
-            retry_strategies=retry_strategies(),
-            timeout=attempt_timeout,
-        )
+
+def job_vcpus(info: InstanceInfo) -> int:
+    """All of the host's vCPUs but four, left to the ECS agent, Docker and the OS."""
+    return max(1, info.vcpus - 4)
+
+
+def job_memory_mib(info: InstanceInfo) -> int:
+    """90 % of the nominal memory: a host registers less than it is sold with (the agent and OS keep some), and
+    Batch never places a job asking for more than a host registers."""
+    return int(info.memory_gib * 1024 * 0.9)
+
+
+def _camel(instance_type: str) -> str:
+    return "".join(part.capitalize() for part in instance_type.replace(".", "-").split("-"))

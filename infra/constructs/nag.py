@@ -26,6 +26,18 @@ def acknowledge(construct: IConstruct, rule: str, reason: str) -> None:
     cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
 
 
+def arn_prefix(scope: IConstruct, service: str) -> str:
+    """``arn:<partition>:<service>:<region>:<account>`` as cdk-nag prints it for ``scope``'s stack: pseudo
+    parameters as ``<AWS::Name>`` where the stack is environment-agnostic, literals where it is not."""
+    stack = cdk.Stack.of(scope)
+
+    def shown(value: str, name: str) -> str:
+        return f"<AWS::{name}>" if cdk.Token.is_unresolved(value) else value
+
+    return (f"arn:{shown(stack.partition, 'Partition')}:{service}:{shown(stack.region, 'Region')}:"
+            f"{shown(stack.account, 'AccountId')}")
+
+
 def _export_ref(producer: cdk.Stack, logical_id: str, attribute: str) -> str:
     """How cdk-nag prints a cross-stack reference: the export name CDK generates for it (``Fn::ImportValue``)."""
     ident = "Output" + json.dumps({"Fn::GetAtt": [logical_id, attribute]}, separators=(",", ":"))
@@ -57,6 +69,10 @@ class GrantFindings:
     def _ack(self, finding: str, reason: str) -> GrantFindings:
         acknowledge(self._policy, f"AwsSolutions-IAM5[{finding}]", reason)
         return self
+
+    def wildcard(self, finding: str, reason: str) -> GrantFindings:
+        """One more wildcard finding (``Resource::...`` or ``Action::...``) with its reason."""
+        return self._ack(finding, reason)
 
     def s3_read(self, bucket: IConstruct, prefix: str) -> GrantFindings:
         self._ack("Action::s3:GetObject*", "CDK grant_read: object reads only, under one key prefix")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -22,20 +23,24 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
 
 
 class TrainingNetwork(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, log_retention: logs.RetentionDays) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cidr: str, log_retention: logs.RetentionDays,
+                 log_key: kms.IKey, availability_zones: list[str] | None = None) -> None:
         super().__init__(scope, construct_id)
+        # Trainium2 is offered in few zones: a stage names its zones, and each track may pin one of them.
+        zones = {"availability_zones": availability_zones} if availability_zones else {"max_azs": 2}
         self.vpc = ec2.Vpc(
             self, "Vpc",
             ip_addresses=ec2.IpAddresses.cidr(cidr),
-            max_azs=2,
+            **zones,  # type: ignore[arg-type]
             nat_gateways=0,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="jobs", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=20),
             ],
         )
-        flow_logs = logs.LogGroup(self, "FlowLogs", retention=log_retention)
+        flow_logs = logs.LogGroup(self, "FlowLogs", retention=log_retention, encryption_key=log_key)
         self.vpc.add_flow_log("FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs))
-        self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)
+        self.subnet_type = ec2.SubnetType.PRIVATE_ISOLATED
+        self.subnets = ec2.SubnetSelection(subnet_type=self.subnet_type)
         self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnets])
 
         endpoint_sg = ec2.SecurityGroup(self, "EndpointSg", vpc=self.vpc, allow_all_outbound=False,

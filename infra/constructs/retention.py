@@ -1,8 +1,12 @@
-"""CloudWatch Logs retention from the stage's day count."""
+"""CloudWatch Logs retention from the stage's day count, and the key that encrypts a stack's logs and queues."""
 
 from __future__ import annotations
 
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from constructs import Construct
 
 _BY_DAYS = {
     1: logs.RetentionDays.ONE_DAY, 3: logs.RetentionDays.THREE_DAYS, 5: logs.RetentionDays.FIVE_DAYS,
@@ -20,3 +24,31 @@ def retention_days(days: int) -> logs.RetentionDays:
     except KeyError:
         raise ValueError(f"log retention of {days} days is not a CloudWatch Logs period; use one of "
                          f"{sorted(_BY_DAYS)}") from None
+
+
+def log_key(scope: Construct, construct_id: str, description: str) -> kms.Key:
+    """A customer managed key for the stack's log groups and queues.
+
+    CloudWatch Logs encrypts with it only if the key policy lets the regional Logs service use it for log groups
+    of this account and region (the ``aws:logs:arn`` encryption context); EventBridge sends to a KMS-encrypted
+    dead-letter queue only if it may generate data keys with it.
+    """
+    key = kms.Key(scope, construct_id, enable_key_rotation=True, description=description)
+    stack = cdk.Stack.of(scope)
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="CloudWatchLogsEncryptsThisAccountsLogGroups",
+        principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+        actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+        resources=["*"],
+        conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": stack.format_arn(
+            service="logs", resource="log-group", resource_name="*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)}},
+    ))
+    key.add_to_resource_policy(iam.PolicyStatement(
+        sid="EventBridgeSendsToEncryptedDeadLetterQueues",
+        principals=[iam.ServicePrincipal("events.amazonaws.com")],
+        actions=["kms:Decrypt", "kms:GenerateDataKey"],
+        resources=["*"],
+        conditions={"StringEquals": {"aws:SourceAccount": stack.account}},
+    ))
+    return key

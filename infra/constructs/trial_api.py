@@ -7,6 +7,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -27,18 +28,20 @@ ROUTES: tuple[tuple[str, str], ...] = (
 class TrialApi(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, handler: lambda_.IFunction,
                  principals: list[str], rate_limit: float, burst_limit: int,
-                 log_retention: logs.RetentionDays) -> None:
+                 log_retention: logs.RetentionDays, log_key: kms.IKey, cloudwatch_role: bool) -> None:
         super().__init__(scope, construct_id)
         allowed: list[iam.IPrincipal] = (
             [iam.ArnPrincipal(arn) for arn in principals] if principals else [iam.AccountRootPrincipal()]
         )
-        self.access_logs = logs.LogGroup(self, "AccessLogs", retention=log_retention)
+        self.access_logs = logs.LogGroup(self, "AccessLogs", retention=log_retention, encryption_key=log_key)
         self.api = apigw.RestApi(
             self, "Api",
             description="dualtrack trials: submit, status, report, cancel",
             endpoint_types=[apigw.EndpointType.REGIONAL],
-            cloud_watch_role=True,
-            cloud_watch_role_removal_policy=cdk.RemovalPolicy.DESTROY,
+            # API Gateway's logging role is one setting per account and region, shared by every API there: a stage
+            # sets it (or leaves it to whoever already did) and never takes it away when the stage is deleted.
+            cloud_watch_role=cloudwatch_role,
+            cloud_watch_role_removal_policy=cdk.RemovalPolicy.RETAIN,
             policy=iam.PolicyDocument(statements=[iam.PolicyStatement(
                 actions=["execute-api:Invoke"], principals=allowed, resources=["execute-api:/*"],
             )]),

@@ -4,18 +4,26 @@
 PlanTracks → HasTrn2Track? ─yes→ ResolveCompileCache ─┐
                            └no──→ NoCompileCache ─────┴→ RunTracks (Parallel)
    GPU branch : GpuTrack?  → SubmitGpuJob (.sync)                        → {run: gpu, ...}
-   Trn2 branch: Trn2Track? → SubmitTrn2Job (.sync) ─Catch→ SubmitGpuFallbackJob (.sync, resumes trn2's run dir)
+   Trn2 branch: Trn2Track? → SubmitTrn2Job (.sync) ─Catch→ HasGpuFallback? → SubmitGpuFallbackJob (.sync, resumes
+                                                                           trn2's run dir) | Trn2RunFailed
 → CloseTrialCosts → BuildTrialReport → SetTrialStatus (SUCCEEDED)     any settle failure → SetTrialStatus (FAILED)
 ```
 Each branch outputs ``{"run", "status": SUCCEEDED|FAILED|SKIPPED, "job_id", "fallback"}``. A track the trial does
-not have is SKIPPED (the Choice reads the execution input's ``tracks``).
+not have is SKIPPED (the Choice reads the execution input's ``tracks``); a trial without a GPU track has no
+``jobs.fallback`` and its Trainium2 failure ends the branch (a path the input lacks would be a ``States.Runtime``
+error, which no ``States.ALL`` catcher catches).
+
+Jobs are submitted by queue and job-definition *name* from the execution input's ``jobs`` (the API picks them for
+the trial's instance types from the stage's targets): the job definition's retry strategy (exit 75 and Spot reclaim
+retry, everything else exits) stays in force because the submission sends no ``RetryStrategy`` (SubmitJob's would
+replace it), and the attempt timeout the input carries is the stage's, or the trial's when that is shorter.
 """
 
 from __future__ import annotations
 
 import aws_cdk as cdk
-from aws_cdk import aws_batch as batch
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
@@ -23,21 +31,23 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.config import Track
-from infra.constructs.nag import acknowledge
+from infra.constructs.nag import acknowledge, arn_prefix
 
 BATCH_RETRY_ERRORS = ["Batch.AWSBatchException", "Batch.ServerException"]
 JsonPath = sfn.JsonPath
+# The rule Step Functions manages to learn when a .sync Batch job ends (Step Functions' Batch IAM page).
+SYNC_EVENTS_RULE = "StepFunctionsGetEventsForBatchJobsRule"
 
 
 class TrialWorkflow(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, resolve_compile_cache: lambda_.IFunction,
                  close_trial_costs: lambda_.IFunction, build_trial_report: lambda_.IFunction,
-                 set_trial_status: lambda_.IFunction, queues: dict[Track, batch.IJobQueue],
-                 job_definitions: dict[Track, batch.IJobDefinition], timeout: cdk.Duration,
-                 log_retention: logs.RetentionDays) -> None:
+                 set_trial_status: lambda_.IFunction, queue_names: list[str], job_definition_names: list[str],
+                 tracks: list[Track], timeout: cdk.Duration, log_retention: logs.RetentionDays,
+                 log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
-        self._queues = queues
-        self._job_definitions = job_definitions
+        self._tracks = tracks
+        self._job_definition_names = job_definition_names
         self._functions = [resolve_compile_cache, close_trial_costs, build_trial_report, set_trial_status]
 
         plan = sfn.Pass(self, "PlanTracks", result_path="$.plan", parameters={
@@ -54,6 +64,8 @@ class TrialWorkflow(Construct):
         run_tracks = sfn.Parallel(self, "RunTracks", result_path="$.runs")
         run_tracks.branch(self._gpu_branch())
         run_tracks.branch(self._trn2_branch())
+        # Both branches always exist so the output keeps its shape; a track the stage lacks is never planned (the API
+        # refuses such trials), and its submit state is replaced by a skip.
 
         close = self._invoke("CloseTrialCosts", close_trial_costs, "$.costs", {
             "trial_id": JsonPath.string_at("$.trial_id"), "runs": JsonPath.list_at("$.runs"),
@@ -77,7 +89,7 @@ class TrialWorkflow(Construct):
             .when(sfn.Condition.boolean_equals("$.plan.trn2", True), resolve.next(after_cache))
             .otherwise(no_cache.next(after_cache))
         )
-        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention)
+        self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, encryption_key=log_key)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine",
             definition_body=sfn.DefinitionBody.from_chainable(definition),
@@ -86,11 +98,32 @@ class TrialWorkflow(Construct):
             tracing_enabled=True,
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
         )
-        # .sync stops the job when the execution is stopped or times out, which needs batch:TerminateJob;
-        # BatchSubmitJob grants only SubmitJob and the events rule, so a cancelled trial would keep its instances.
-        self.state_machine.add_to_role_policy(iam.PolicyStatement(
-            actions=["batch:TerminateJob"],
-            resources=[cdk.Stack.of(self).format_arn(service="batch", resource="job", resource_name="*")],
+        self._grant_batch(queue_names, job_definition_names)
+
+    def _grant_batch(self, queue_names: list[str], job_definition_names: list[str]) -> None:
+        """What ``batch:submitJob.sync`` needs (Step Functions' Batch IAM page), plus TagResource for the tags the
+        submission sends; SubmitJob is limited to this stage's queues and job definitions (by name, any revision)."""
+        stack = cdk.Stack.of(self)
+
+        def arn(resource: str, name: str) -> str:
+            return stack.format_arn(service="batch", resource=resource, resource_name=name)
+
+        machine = self.state_machine
+        machine.add_to_role_policy(iam.PolicyStatement(
+            actions=["batch:SubmitJob"],
+            resources=[arn("job-queue", name) for name in queue_names]
+            + [arn("job-definition", f"{name}{revision}") for name in job_definition_names
+               for revision in ("", ":*")],
+        ))
+        # Tags on SubmitJob are applied by tag-on-create, which Batch authorizes as batch:TagResource on the job.
+        machine.add_to_role_policy(iam.PolicyStatement(actions=["batch:TagResource"], resources=[arn("job", "*")]))
+        # .sync polls the job and stops it when the execution is stopped or times out (else a cancelled trial would
+        # keep its instances); Describe has no resource-level permissions, TerminateJob targets run-time job ids.
+        machine.add_to_role_policy(iam.PolicyStatement(actions=["batch:DescribeJobs"], resources=["*"]))
+        machine.add_to_role_policy(iam.PolicyStatement(actions=["batch:TerminateJob"], resources=[arn("job", "*")]))
+        machine.add_to_role_policy(iam.PolicyStatement(
+            actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+            resources=[stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)],
         ))
 
     def acknowledge_role_findings(self) -> None:
@@ -98,14 +131,13 @@ class TrialWorkflow(Construct):
         stack = cdk.Stack.of(self)
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
                     "log delivery (logging ALL) and X-Ray tracing actions have no resource-level permissions")
-        acknowledge(policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:"
-                            "<AWS::AccountId>:job-definition/*]",
-                    "BatchSubmitJob grants SubmitJob on job-definition/* because every update adds a revision; "
-                    "where jobs run is fixed by the two queue ARNs in the same statement")
-        acknowledge(policy, "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:batch:<AWS::Region>:"
-                            "<AWS::AccountId>:job/*]",
-                    "TerminateJob targets job ids that exist only at run time; it is what stops a cancelled "
-                    "trial's instances")
+        batch_arn = arn_prefix(self, "batch")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{batch_arn}:job/*]",
+                    "TerminateJob and TagResource target job ids that exist only at run time; they stop a "
+                    "cancelled trial's instances and tag its jobs")
+        for name in self._job_definition_names:
+            acknowledge(policy, f"AwsSolutions-IAM5[Resource::{batch_arn}:job-definition/{name}:*]",
+                        "SubmitJob by job-definition name runs its latest revision; every deploy may add one")
         for fn in self._functions:
             logical_id = stack.resolve(fn.node.default_child.logical_id)  # type: ignore[union-attr]
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::<{logical_id}.Arn>:*]",
@@ -118,29 +150,37 @@ class TrialWorkflow(Construct):
                                   payload=sfn.TaskInput.from_object(payload),
                                   payload_response_only=True, result_path=result_path)
 
-    def _submit(self, construct_id: str, *, run: str, track: Track, queue: Track, run_dir: str,
-                fallback: bool, extra_env: dict[str, str] | None = None) -> tasks.BatchSubmitJob:
+    def _submit(self, construct_id: str, *, run: str, track: Track, target: str, run_dir: str,
+                fallback: bool, extra_env: dict[str, str] | None = None) -> sfn.CustomState:
+        """``batch:submitJob.sync`` to the queue and job definition the input names for ``target``.
+
+        Written as the state's JSON because queue and definition come from the input (CDK's BatchSubmitJob takes
+        fixed ARNs); deliberately no ``RetryStrategy`` (it would replace the job definition's exit-code rules).
+        """
         environment = {
-            "DUALTRACK_TRIAL_ID": JsonPath.string_at("$.trial_id"),
+            "DUALTRACK_TRIAL_ID": "$.trial_id",
             "DUALTRACK_RUN": run,
             "DUALTRACK_TRACK": track,
-            "DUALTRACK_SPEC_URI": JsonPath.string_at("$.spec_uri"),
-            "DUALTRACK_RUN_DIR": JsonPath.string_at(run_dir),
+            "DUALTRACK_SPEC_URI": "$.spec_uri",
+            "DUALTRACK_RUN_DIR": run_dir,
             **(extra_env or {}),
         }
-        submit = tasks.BatchSubmitJob(
-            self, construct_id,
-            job_name=JsonPath.format(f"{{}}-{run}", JsonPath.string_at("$.trial_id")),
-            job_queue_arn=self._queues[queue].job_queue_arn,
-            job_definition_arn=self._job_definitions[track].job_definition_arn,
-            container_overrides=tasks.BatchContainerOverrides(environment=environment),
-            attempts=JsonPath.number_at("$.max_attempts"),
-            timeout=cdk.Duration.seconds(JsonPath.number_at("$.attempt_timeout_s")),
-            tags={"dualtrack:trial": JsonPath.string_at("$.trial_id"), "dualtrack:run": run},
-            integration_pattern=sfn.IntegrationPattern.RUN_JOB,
-            result_selector={"run": run, "status": "SUCCEEDED", "job_id": JsonPath.string_at("$.JobId"),
-                             "fallback": fallback},
-        )
+        submit = sfn.CustomState(self, construct_id, state_json={
+            "Type": "Task",
+            "Resource": f"arn:{cdk.Aws.PARTITION}:states:::batch:submitJob.sync",
+            "Parameters": {
+                "JobName.$": f"States.Format('{{}}-{run}', $.trial_id)",
+                "JobQueue.$": f"$.jobs.{target}.queue",
+                "JobDefinition.$": f"$.jobs.{target}.definition",
+                "ContainerOverrides": {"Environment": [
+                    {"Name": name, "Value.$": value} if value.startswith("$") else {"Name": name, "Value": value}
+                    for name, value in environment.items()
+                ]},
+                "Timeout": {"AttemptDurationSeconds.$": "$.attempt_timeout_s"},
+                "Tags": {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": run},
+            },
+            "ResultSelector": {"run": run, "status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": fallback},
+        })
         submit.add_retry(errors=BATCH_RETRY_ERRORS, interval=cdk.Duration.seconds(5), max_attempts=6,
                          backoff_rate=2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
         return submit
@@ -151,25 +191,38 @@ class TrialWorkflow(Construct):
                                                         "fallback": fallback})
 
     def _gpu_branch(self) -> sfn.IChainable:
-        submit = self._submit("SubmitGpuJob", run="gpu", track="gpu", queue="gpu", run_dir="$.run_dirs.gpu",
+        skipped = self._outcome("GpuSkipped", "gpu", "SKIPPED", False)
+        if "gpu" not in self._tracks:
+            return skipped
+        submit = self._submit("SubmitGpuJob", run="gpu", track="gpu", target="gpu", run_dir="$.run_dirs.gpu",
                               fallback=False)
         submit.add_catch(self._outcome("GpuRunFailed", "gpu", "FAILED", False), errors=["States.ALL"],
                          result_path="$.error")
         return (sfn.Choice(self, "GpuTrack")
                 .when(sfn.Condition.boolean_equals("$.plan.gpu", True), submit)
-                .otherwise(self._outcome("GpuSkipped", "gpu", "SKIPPED", False)))
+                .otherwise(skipped))
 
     def _trn2_branch(self) -> sfn.IChainable:
-        trn2 = self._submit("SubmitTrn2Job", run="trn2", track="trn2", queue="trn2", run_dir="$.run_dirs.trn2",
-                            fallback=False,
-                            extra_env={"NEURON_COMPILE_CACHE_URL": JsonPath.string_at("$.cache.cache_url")})
-        # Same spec on the GPU queue, resuming from the newest verified checkpoint the Trn2 run left behind.
-        fallback = self._submit("SubmitGpuFallbackJob", run="gpu-fallback", track="gpu", queue="gpu",
-                                run_dir="$.run_dirs['gpu-fallback']", fallback=True,
-                                extra_env={"DUALTRACK_RESUME_FROM": JsonPath.string_at("$.run_dirs.trn2")})
-        fallback.add_catch(self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True),
-                           errors=["States.ALL"], result_path="$.error")
-        trn2.add_catch(fallback, errors=["States.ALL"], result_path="$.trn2_error")
+        skipped = self._outcome("Trn2Skipped", "trn2", "SKIPPED", False)
+        if "trn2" not in self._tracks:
+            return skipped
+        trn2 = self._submit("SubmitTrn2Job", run="trn2", track="trn2", target="trn2", run_dir="$.run_dirs.trn2",
+                            fallback=False, extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"})
+        failed = self._outcome("Trn2RunFailed", "trn2", "FAILED", False)
+        if "gpu" in self._tracks:
+            # Same spec on the GPU queue, resuming from the newest verified checkpoint the Trn2 run left behind.
+            fallback = self._submit("SubmitGpuFallbackJob", run="gpu-fallback", track="gpu", target="fallback",
+                                    run_dir="$.run_dirs['gpu-fallback']", fallback=True,
+                                    extra_env={"DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"})
+            fallback.add_catch(self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True),
+                               errors=["States.ALL"], result_path="$.error")
+            after_failure: sfn.IChainable = (
+                sfn.Choice(self, "HasGpuFallback")
+                .when(sfn.Condition.is_present("$.jobs.fallback"), fallback)
+                .otherwise(failed))
+        else:
+            after_failure = failed
+        trn2.add_catch(after_failure, errors=["States.ALL"], result_path="$.trn2_error")
         return (sfn.Choice(self, "Trn2Track")
                 .when(sfn.Condition.boolean_equals("$.plan.trn2", True), trn2)
-                .otherwise(self._outcome("Trn2Skipped", "trn2", "SKIPPED", False)))
+                .otherwise(skipped))

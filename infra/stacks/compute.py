@@ -1,4 +1,8 @@
-"""Training capacity: the private network, a Batch queue per accelerator family, the trainer job definitions."""
+"""Training capacity: the private network, per instance type a Batch queue and job definitions, per track.
+
+Only the tracks the stage offers exist (a region without Trainium2 has no trn2 capacity). The control stack refers
+to queues and job definitions by their fixed names (:attr:`ComputeStack.targets`), so nothing here is exported.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from infra.config import StageConfig
+from infra.config import StageConfig, Track
 from infra.constructs.batch_compute import AcceleratorCapacity
-from infra.constructs.job_definitions import TrainerJobDefinitions
+from infra.constructs.job_definitions import JobTarget, TrainerJobDefinitions
 from infra.constructs.network import TrainingNetwork
-from infra.constructs.retention import retention_days
+from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
 
 
@@ -20,20 +24,29 @@ class ComputeStack(cdk.Stack):
                  **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         retention = retention_days(config.log_retention_days)
-        self.network = TrainingNetwork(self, "Network", cidr=config.vpc_cidr, log_retention=retention)
-        self.capacity: dict[str, AcceleratorCapacity] = {}
-        self.jobs: dict[str, TrainerJobDefinitions] = {}
-        for track in ("gpu", "trn2"):
-            family = getattr(config, track)
+        self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: training job and flow logs")
+        self.network = TrainingNetwork(self, "Network", cidr=config.vpc_cidr, log_retention=retention,
+                                       log_key=self.log_key, availability_zones=config.availability_zones)
+        attempt_timeout = cdk.Duration.seconds(config.attempt_timeout_s)
+        self.capacity: dict[Track, AcceleratorCapacity] = {}
+        self.jobs: dict[Track, TrainerJobDefinitions] = {}
+        for track in config.tracks():
+            family = config.family(track)
             self.capacity[track] = AcceleratorCapacity(
-                self, f"{track.capitalize()}Capacity", track=track, family=family, vpc=self.network.vpc,
-                subnets=self.network.subnets, security_group=self.network.jobs_sg,
+                self, f"{track.capitalize()}Capacity", stage=config.name, track=track, family=family,
+                vpc=self.network.vpc, subnet_type=self.network.subnet_type, security_group=self.network.jobs_sg,
+                attempt_timeout=attempt_timeout,
             )
             self.jobs[track] = TrainerJobDefinitions(
-                self, f"{track.capitalize()}Jobs", track=track, family=family,
+                self, f"{track.capitalize()}Jobs", stage=config.name, track=track, family=family,
+                queues=self.capacity[track].targets,
                 artifacts=storage.artifacts, compile_cache=storage.compile_cache,
-                retry_attempts=config.max_attempts,
-                attempt_timeout=cdk.Duration.seconds(int(config.attempt_timeout_hours * 3600)),
-                log_retention=retention,
+                data_buckets=config.data_buckets, data_keys=config.data_kms_key_arns,
+                retry_attempts=config.max_attempts, attempt_timeout=attempt_timeout,
+                log_retention=retention, log_key=self.log_key,
             )
 
+    @property
+    def targets(self) -> dict[Track, dict[str, JobTarget]]:
+        """Per track and instance type, the queue and job definition names the workflow submits to."""
+        return {track: jobs.targets for track, jobs in self.jobs.items()}

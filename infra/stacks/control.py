@@ -13,14 +13,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from infra.config import StageConfig
-from infra.constructs.batch_compute import AcceleratorCapacity
+from infra.config import StageConfig, Track
 from infra.constructs.event_rules import TrialEventRules
 from infra.constructs.functions import FunctionFactory
-from infra.constructs.job_definitions import TrainerJobDefinitions
+from infra.constructs.job_definitions import JobTarget
 from infra.constructs.monitoring import TrialMonitoring
-from infra.constructs.nag import GrantFindings, acknowledge
-from infra.constructs.retention import retention_days
+from infra.constructs.nag import GrantFindings, acknowledge, arn_prefix
+from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
 from infra.constructs.trial_api import TrialApi
 from infra.constructs.trial_workflow import TrialWorkflow
@@ -28,10 +27,13 @@ from infra.constructs.trial_workflow import TrialWorkflow
 
 class ControlStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
-                 capacity: dict[str, AcceleratorCapacity], jobs: dict[str, TrainerJobDefinitions],
-                 **kwargs: Any) -> None:
+                 targets: dict[Track, dict[str, JobTarget]], **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         retention = retention_days(config.log_retention_days)
+        self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: control-plane logs and queues")
+        queue_names = sorted({t.queue for by_type in targets.values() for t in by_type.values()})
+        definition_names = sorted({name for by_type in targets.values() for t in by_type.values()
+                                   for name in (t.single_node, t.multi_node) if name})
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="dualtrack report topic")
         # CloudWatch alarms publish to the encrypted topic, so the service must be able to use its key.
         key.add_to_resource_policy(iam.PolicyStatement(
@@ -54,9 +56,17 @@ class ControlStack(cdk.Stack):
             "PRICE_REGION": config.price_region,
             "CACHE_RETENTION_DAYS": str(config.cache_retention_days),
         }
+        # Where the API sends each run: per track and instance type, the queue and job definitions (by name).
+        api_environment = {
+            "JOB_TARGETS": json.dumps({track: {t: target.as_json() for t, target in sorted(by_type.items())}
+                                       for track, by_type in sorted(targets.items())}, sort_keys=True),
+            "ATTEMPT_TIMEOUT_S": str(config.attempt_timeout_s),
+            "DATA_BUCKETS": ",".join(config.data_buckets),
+        }
         if config.price_overrides:
             environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
-        self.functions = FunctionFactory(self, "Functions", environment=environment, log_retention=retention)
+        self.functions = FunctionFactory(self, "Functions", environment=environment, log_retention=retention,
+                                         log_key=self.log_key)
         make = self.functions.function
         resolve = make("resolve_compile_cache", description="workflow: compile-cache URL and warm/cold state")
         close = make("close_trial_costs", timeout_s=120, memory_mib=1024, description="workflow: per-run costs")
@@ -68,7 +78,7 @@ class ControlStack(cdk.Stack):
                            description="S3 Object Created → ledger and compile-cache registry")
         cost_report = make("scheduled_cost_report", asynchronous=True, timeout_s=300, memory_mib=1024,
                            description="scheduled cost report → S3 and SNS")
-        api_fn = make("on_trial_api", timeout_s=29, description="trial API")
+        api_fn = make("on_trial_api", timeout_s=29, description="trial API", environment=api_environment)
 
         self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,
                                 on_job=on_job, on_artifact=on_artifact, cost_report=cost_report, api_fn=api_fn)
@@ -77,10 +87,9 @@ class ControlStack(cdk.Stack):
             self, "Workflow",
             resolve_compile_cache=resolve, close_trial_costs=close, build_trial_report=report,
             set_trial_status=status,
-            queues={track: c.queue for track, c in capacity.items()},  # type: ignore[misc]
-            job_definitions={track: j.single_node for track, j in jobs.items()},  # type: ignore[misc]
+            queue_names=queue_names, job_definition_names=definition_names, tracks=config.tracks(),
             timeout=cdk.Duration.seconds(int(config.workflow_timeout_hours * 3600)),
-            log_retention=retention,
+            log_retention=retention, log_key=self.log_key,
         )
         machine = self.workflow.state_machine
         self.workflow.acknowledge_role_findings()
@@ -90,17 +99,21 @@ class ControlStack(cdk.Stack):
         machine.grant_execution(api_fn, "states:StopExecution")
         assert api_fn.role is not None
         acknowledge(api_fn.role.node.find_child("DefaultPolicy"),
-                    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:"
+                    f"AwsSolutions-IAM5[Resource::{arn_prefix(self, 'states')}:"
                     'execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + self.resolve(
                         (machine.node.default_child).logical_id) + '"}]}]}:*]',  # type: ignore[union-attr]
                     "CDK grant_execution: describe/stop executions of this one state machine (ids are trial ids)")
 
         self.api = TrialApi(self, "TrialApi", handler=api_fn, principals=config.api_principals,
                             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit,
-                            log_retention=retention)
+                            log_retention=retention, log_key=self.log_key,
+                            cloudwatch_role=config.api_gateway_cloudwatch_role)
         self.events = TrialEventRules(
             self, "Events", on_batch_job_state=on_job, on_artifact_created=on_artifact,
-            scheduled_cost_report=cost_report, queues=[c.queue for c in capacity.values()],
+            scheduled_cost_report=cost_report,
+            queue_arns=[self.format_arn(service="batch", resource="job-queue", resource_name=name)
+                        for name in queue_names],
+            queue_key=self.log_key,
             buckets=[storage.artifacts, storage.compile_cache], cost_report_schedule=config.cost_report_schedule,
             compile_cache=resolve, cache_gc_schedule=config.cache_gc_schedule,
         )

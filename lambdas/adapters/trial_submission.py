@@ -12,7 +12,7 @@ execution.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -41,7 +41,44 @@ class Submitted:
     created: bool
 
 
-def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int) -> dict[str, Any]:
+def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, str]]:
+    """Queue and job definition (by name) for every run of ``spec``, from the stage's targets
+    (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
+
+    Refuses a trial the stage cannot place: a track it does not offer, an instance type it has no queue for (a job
+    sent there would wait RUNNABLE until cancelled), or more than one node (submitted single-node, it would be
+    billed for nodes that never train).
+    """
+    problems: list[dict[str, str]] = []
+    jobs: dict[str, dict[str, str]] = {}
+    for track in spec.track_names():
+        config = spec.track(track)
+        offered = targets.get(track) or {}
+        if not offered:
+            problems.append({"path": f"tracks.{track}", "message": f"this stage has no {track} capacity; remove "
+                             f"the track or deploy a stage with dualtrack:stages.<stage>.{track} set"})
+            continue
+        target = offered.get(config.instance_type)
+        if target is None:
+            problems.append({"path": f"tracks.{track}.instance_type", "message": (
+                f"this stage runs {track} jobs on {', '.join(sorted(offered))}, not {config.instance_type}; use one "
+                f"of those or add it to dualtrack:stages.<stage>.{track}.instance_types")})
+            continue
+        if config.nodes > 1:
+            problems.append({"path": f"tracks.{track}.nodes", "message": (
+                f"{config.nodes} nodes: this control plane submits single-node jobs, and a multi-node trial would "
+                "be billed for nodes that do not train; use nodes 1")})
+            continue
+        jobs[track] = {"queue": str(target["queue"]), "definition": str(target["single_node"])}
+    if problems:
+        raise SubmissionRefused("placement", {"errors": problems})
+    if "gpu" in jobs and "trn2" in jobs:
+        jobs["fallback"] = dict(jobs["gpu"])  # the GPU fallback runs the trial's GPU track configuration
+    return jobs
+
+
+def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int,
+                    jobs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
     """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
     ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. Retries are the job
     definitions' own (their retry strategy), so the input carries no attempt count. ``run_dirs`` has a
@@ -59,6 +96,7 @@ def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int) ->
         "spec_uri": artifacts.uri(f"{base}/spec.json"),
         "tracks": tracks,
         "run_dirs": run_dirs,
+        "jobs": {run: dict(target) for run, target in (jobs or {}).items()},
         "attempt_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, timeout),
     }
 
@@ -120,15 +158,17 @@ def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]
 def submit(
     spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str, now: str,
     attempt_timeout_s: int, data_buckets: Sequence[str], artifacts_bucket: str,
+    targets: Mapping[str, Mapping[str, Mapping[str, Any]]],
 ) -> Submitted:
     """``attempt_timeout_s``, ``data_buckets`` and ``artifacts_bucket`` are the stage's (ApiSettings)."""
     check_readable(spec, data_buckets, artifacts_bucket)
+    jobs = job_targets(spec, targets)
     triage_result, worst = preflight(spec, prices, region)
     trial_id = spec.trial_id
     existing = trials.get(trial_id)
     if existing is not None and existing.get("execution_arn"):
         return Submitted(_view(existing, already_submitted=True), created=False)
-    payload = execution_input(spec, artifacts, attempt_timeout_s=attempt_timeout_s)
+    payload = execution_input(spec, artifacts, attempt_timeout_s=attempt_timeout_s, jobs=jobs)
     artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
     item = {
         "trial_id": trial_id,

@@ -109,6 +109,7 @@ class FinalSample(_Model):
 
 
 class EnvironmentRecord(_Model):
+    image: str | None = None  # the image reference ECS started (task metadata v4)
     image_digest: str | None = None
     python: str
     torch: str

@@ -204,6 +204,7 @@ def build_app() -> APIGatewayRestResolver:
             attempt_timeout_s=settings.ATTEMPT_TIMEOUT_S,
             data_buckets=settings.DATA_BUCKETS,
             artifacts_bucket=settings.ARTIFACTS_BUCKET,
+            targets=settings.JOB_TARGETS,
         )
         return _json(201 if done.created else 200, done.body, {"Location": done.body["status_url"]})
 

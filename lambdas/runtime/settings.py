@@ -86,11 +86,25 @@ class ApiSettings(ArtifactEventSettings):
         description="the stage's Batch attempt timeout in seconds (at least 60, the Batch minimum); a trial's "
         "limits.max_hours can only shorten it",
     )
+    JOB_TARGETS: dict[str, dict[str, dict[str, str | None]]] = Field(
+        description="JSON: per track and instance type the stage offers, its Batch queue and job definition names "
+        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": ... | null}}})',
+    )
     DATA_BUCKETS: tuple[str, ...] = Field(
         default=(),
         description="comma-separated names of the buckets the job role can read trial inputs from (the stage "
         "setting data_buckets); may be empty, the artifacts bucket's trials/ prefix is always readable",
     )
+
+    @field_validator("JOB_TARGETS", mode="before")
+    @classmethod
+    def _job_targets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"must be a JSON object: {exc.msg} at char {exc.pos}") from None
+        return value
 
     @field_validator("DATA_BUCKETS", mode="before")
     @classmethod

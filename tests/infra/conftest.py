@@ -37,6 +37,22 @@ def control(assembly: Assembly) -> dict[str, Any]:
     return assembly.template(assembly.stack("Control"))
 
 
+@pytest.fixture(scope="session")
+def prod_assembly() -> Assembly:
+    """The prod stage of cdk.json: zones, Spot, two GPU types, multi-node Trainium2."""
+    return synthesize("prod")
+
+
+@pytest.fixture(scope="session")
+def prod_compute(prod_assembly: Assembly) -> dict[str, Any]:
+    return prod_assembly.template(prod_assembly.stack("Compute"))
+
+
+@pytest.fixture(scope="session")
+def prod_control(prod_assembly: Assembly) -> dict[str, Any]:
+    return prod_assembly.template(prod_assembly.stack("Control"))
+
+
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
 

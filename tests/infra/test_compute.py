@@ -34,7 +34,7 @@ def test_network_is_private_with_the_job_endpoints(compute: dict[str, Any]) -> N
 def test_compute_environments_use_configured_instances_and_ssm_amis(compute: dict[str, Any]) -> None:
     gpu = _by_prefix(compute, "AWS::Batch::ComputeEnvironment", "GpuCapacity")
     trn2 = _by_prefix(compute, "AWS::Batch::ComputeEnvironment", "Trn2Capacity")
-    # cdk.json's dev stage runs GPU trials on g6e.48xlarge; trn2 keeps the default trn2.48xlarge.
+    # cdk.json's dev stage runs GPU trials on g6e.48xlarge and Trainium2 trials on trn2.48xlarge.
     assert [e["ComputeResources"]["InstanceTypes"] for e in gpu] == [["g6e.48xlarge"]]
     assert [e["ComputeResources"]["InstanceTypes"] for e in trn2] == [["trn2.48xlarge"]]
     parameters = compute["Parameters"]
@@ -46,9 +46,10 @@ def test_compute_environments_use_configured_instances_and_ssm_amis(compute: dic
         parameter = parameters[ec2["ImageIdOverride"]["Ref"]]
         assert parameter["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
         assert parameter["Default"] == f"/aws/service/ecs/optimized-ami/amazon-linux-2023/{path}/recommended/image_id"
-        assert "PlacementGroup" in resources_ and "LaunchTemplate" in resources_
-    for group in props(compute, "AWS::EC2::PlacementGroup"):
-        assert group["Strategy"] == "cluster"
+        assert "LaunchTemplate" in resources_
+        # dev pins no zone: hosts may spread, so there is no cluster placement group (it lives in one zone).
+        assert "PlacementGroup" not in resources_
+    assert props(compute, "AWS::EC2::PlacementGroup") == []
 
 
 def test_launch_templates_have_efa_per_network_card_and_encrypted_roots(compute: dict[str, Any]) -> None:
@@ -68,17 +69,17 @@ def test_launch_templates_have_efa_per_network_card_and_encrypted_roots(compute:
         assert [i["DeviceIndex"] for i in interfaces] == [0] + [1] * (len(interfaces) - 1)
 
 
-def test_queues_order_on_demand_first(compute: dict[str, Any]) -> None:
+def test_one_named_queue_per_instance_type_on_demand_first(compute: dict[str, Any]) -> None:
     queues = props(compute, "AWS::Batch::JobQueue")
-    assert len(queues) == 2
+    assert sorted(q["JobQueueName"] for q in queues) == ["dualtrack-dev-gpu-g6e-48xlarge",
+                                                         "dualtrack-dev-trn2-trn2-48xlarge"]
     for queue in queues:
         assert [o["Order"] for o in queue["ComputeEnvironmentOrder"]] == [1]
-        assert "JobQueueName" not in queue
 
 
 def test_retry_strategy_encodes_the_exit_code_contract(compute: dict[str, Any]) -> None:
     definitions = props(compute, "AWS::Batch::JobDefinition")
-    assert len(definitions) == 4  # single-node and multi-node, per track
+    assert len(definitions) == 2  # single-node per track and type; dev pins no zone, so no multi-node
     for definition in definitions:
         assert definition["RetryStrategy"] == {"Attempts": 2, "EvaluateOnExit": [
             {"Action": "RETRY", "OnExitCode": "75"},
@@ -87,6 +88,7 @@ def test_retry_strategy_encodes_the_exit_code_contract(compute: dict[str, Any]) 
         ]}
         assert definition["Timeout"] == {"AttemptDurationSeconds": 24 * 3600}
         assert definition["PropagateTags"] is True
+        assert definition["ContainerProperties"]["Command"] == ["run"]
 
 
 def test_gpus_are_resource_requirements_and_neuron_devices_are_mapped(compute: dict[str, Any]) -> None:
@@ -105,13 +107,15 @@ def test_gpus_are_resource_requirements_and_neuron_devices_are_mapped(compute: d
     assert {"HardLimit": -1, "Name": "memlock", "SoftLimit": -1} in trn2["Ulimits"]
 
 
-def test_multi_node_definitions_target_one_instance_type(compute: dict[str, Any]) -> None:
-    for prefix, instance in (("GpuJobsMultiNode", "g6e.48xlarge"), ("Trn2JobsMultiNode", "trn2.48xlarge")):
-        definition = _by_prefix(compute, "AWS::Batch::JobDefinition", prefix)[0]
-        assert definition["Type"] == "multinode"
-        nodes = definition["NodeProperties"]
-        assert nodes["MainNode"] == 0
-        assert nodes["NodeRangeProperties"][0]["Container"]["InstanceType"] == instance
+def test_multi_node_definitions_target_one_instance_type(prod_compute: dict[str, Any]) -> None:
+    """prod pins each track to one zone: Trainium2 gets a multi-node definition (on-demand, EFA); the GPU track is
+    Spot-backed, and multi-node jobs do not run on Spot (https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html)."""
+    multi = {p["JobDefinitionName"]: p for p in props(prod_compute, "AWS::Batch::JobDefinition")
+             if p["Type"] == "multinode"}
+    assert list(multi) == ["dualtrack-prod-trn2-trn2-48xlarge-multi"]
+    nodes = multi["dualtrack-prod-trn2-trn2-48xlarge-multi"]["NodeProperties"]
+    assert nodes["MainNode"] == 0
+    assert nodes["NodeRangeProperties"][0]["Container"]["InstanceType"] == "trn2.48xlarge"
 
 
 def test_job_role_reads_and_writes_but_never_deletes(compute: dict[str, Any]) -> None:

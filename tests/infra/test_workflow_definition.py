@@ -74,10 +74,11 @@ def test_gpu_branch(control: dict[str, Any]) -> None:
                                         "fallback": False}
     params = submit["Parameters"]
     assert params["JobName.$"] == "States.Format('{}-gpu', $.trial_id)"
-    assert params["RetryStrategy"] == {"Attempts.$": "$.max_attempts"}
+    # No RetryStrategy: SubmitJob's would replace the job definition's exit-code rules.
+    assert "RetryStrategy" not in params
     assert params["Timeout"] == {"AttemptDurationSeconds.$": "$.attempt_timeout_s"}
     assert params["Tags"] == {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": "gpu"}
-    assert "GpuCapacityQueue" in params["JobQueue"] and "GpuJobsSingleNode" in params["JobDefinition"]
+    assert params["JobQueue.$"] == "$.jobs.gpu.queue" and params["JobDefinition.$"] == "$.jobs.gpu.definition"
     assert params["ContainerOverrides"]["Environment"] == [
         {"Name": "DUALTRACK_TRIAL_ID", "Value.$": "$.trial_id"},
         {"Name": "DUALTRACK_RUN", "Value": "gpu"},
@@ -93,16 +94,20 @@ def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
     submit = trn2["SubmitTrn2Job"]
     env = _environment(submit)
     assert env["NEURON_COMPILE_CACHE_URL"] == "$.cache.cache_url" and env["DUALTRACK_TRACK"] == "trn2"
-    assert "Trn2CapacityQueue" in submit["Parameters"]["JobQueue"]
+    assert submit["Parameters"]["JobQueue.$"] == "$.jobs.trn2.queue"
     assert submit["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.trn2_error",
-                                "Next": "SubmitGpuFallbackJob"}]
+                                "Next": "HasGpuFallback"}]
+    # A trial without a GPU track has no jobs.fallback: reading it would be an uncatchable States.Runtime.
+    assert trn2["HasGpuFallback"]["Choices"] == [{"Variable": "$.jobs.fallback", "IsPresent": True,
+                                                  "Next": "SubmitGpuFallbackJob"}]
+    assert trn2["HasGpuFallback"]["Default"] == "Trn2RunFailed"
     fallback = trn2["SubmitGpuFallbackJob"]
     env = _environment(fallback)
     assert env == {"DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "gpu-fallback", "DUALTRACK_TRACK": "gpu",
                    "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.run_dirs['gpu-fallback']",
                    "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
-    assert "GpuCapacityQueue" in fallback["Parameters"]["JobQueue"]
-    assert "GpuJobsSingleNode" in fallback["Parameters"]["JobDefinition"]
+    assert fallback["Parameters"]["JobQueue.$"] == "$.jobs.fallback.queue"
+    assert fallback["Parameters"]["JobDefinition.$"] == "$.jobs.fallback.definition"
     assert fallback["ResultSelector"]["fallback"] is True and fallback["Retry"] == [BATCH_RETRY]
     assert trn2["GpuFallbackFailed"]["Parameters"] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "",
                                                        "fallback": True}

@@ -14,6 +14,7 @@ from moto import mock_aws
 from dualtrack.local.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, job_environment, moto_shims
 from dualtrack.local.synth import Assembly
 from dualtrack.local.template import LocalDeployment, deploy_locally
+from infra.config import batch_name
 
 pytestmark = pytest.mark.slow
 # moto's task-token listener thread of a .sync state raises when its execution is stopped; the stop itself works.
@@ -22,10 +23,22 @@ TRIAL = "llama-lora-0123456789"
 RUN_DIRS = {run: f"s3://artifacts/trials/{TRIAL}/{run}" for run in ("gpu", "trn2", "gpu-fallback")}
 
 
+# The dev stage's queues and job definitions, by the names the API puts in the input (JOB_TARGETS).
+JOBS = {"gpu": {"queue": batch_name("dev", "gpu", "g6e.48xlarge"),
+                "definition": batch_name("dev", "gpu", "g6e.48xlarge", "single")},
+        "trn2": {"queue": batch_name("dev", "trn2", "trn2.48xlarge"),
+                 "definition": batch_name("dev", "trn2", "trn2.48xlarge", "single")}}
+
+
 def workflow_input(tracks: list[str] | None = None) -> dict[str, Any]:
-    return {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json",
-            "tracks": tracks or ["gpu", "trn2"], "run_dirs": RUN_DIRS, "max_attempts": 2,
-            "attempt_timeout_s": 3600}
+    tracks = tracks or ["gpu", "trn2"]
+    jobs = {track: JOBS[track] for track in tracks}
+    run_dirs = {run: RUN_DIRS[run] for run in tracks}
+    if "gpu" in tracks and "trn2" in tracks:
+        jobs["fallback"] = JOBS["gpu"]
+        run_dirs["gpu-fallback"] = RUN_DIRS["gpu-fallback"]
+    return {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json", "tracks": tracks,
+            "run_dirs": run_dirs, "jobs": jobs, "attempt_timeout_s": 3600}
 
 
 def fake_handlers() -> InProcessLambdas:
@@ -101,7 +114,8 @@ def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
     assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["trn2"] and env["DUALTRACK_TRIAL_ID"] == TRIAL
     assert env["DUALTRACK_BACKEND"] == "neuron"  # from the job definition, under the overrides
     assert trn2.job_name == f"{TRIAL}-trn2"
-    assert "Trn2CapacityQueue" in trn2.job_queue.arn
+    assert trn2.job_queue.arn.endswith("/" + JOBS["trn2"]["queue"])
+    assert trn2.job_definition.name == JOBS["trn2"]["definition"]
     tags = boto3.client("batch", region_name="us-east-1").list_tags_for_resource(resourceArn=trn2.arn)["tags"]
     assert tags == {"dualtrack:trial": TRIAL, "dualtrack:run": "trn2"}
     assert harness.calls("resolve_compile_cache") == [{"trial_id": TRIAL, "spec_uri": workflow_input()["spec_uri"]}]
@@ -122,7 +136,7 @@ def test_failing_trn2_job_falls_back_to_gpu(harness: Harness) -> None:
     env = job_environment(fallback)
     assert env["DUALTRACK_RESUME_FROM"] == RUN_DIRS["trn2"]
     assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["gpu-fallback"] and env["DUALTRACK_TRACK"] == "gpu"
-    assert "GpuCapacityQueue" in fallback.job_queue.arn
+    assert fallback.job_queue.arn.endswith("/" + JOBS["gpu"]["queue"])
     assert harness.calls("close_trial_costs")[0]["runs"] == runs
 
 
@@ -141,6 +155,21 @@ def test_gpu_only_trial_skips_trn2_and_the_cache(harness: Harness) -> None:
     assert runs[1] == {"run": "trn2", "status": "SKIPPED", "job_id": "", "fallback": False}
     assert harness.jobs.runs() == ["gpu"]
     assert harness.calls("resolve_compile_cache") == []
+
+
+@pytest.mark.parametrize("harness", [{"trn2": 1}], indirect=True)
+def test_trn2_only_trial_fails_without_a_fallback(harness: Harness) -> None:
+    """A trial without a GPU track has no ``jobs.fallback`` in its input: the branch records the Trainium2 failure
+    and the trial still settles. Reading a missing path would raise ``States.Runtime``, which a ``States.ALL``
+    catcher does not catch (https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html),
+    so the definition checks the path is present first."""
+    done = harness.wait(harness.start(workflow_input(["trn2"])))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert runs == [{"run": "gpu", "status": "SKIPPED", "job_id": "", "fallback": False},
+                    {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}]
+    assert harness.jobs.runs() == ["trn2"]
+    assert harness.calls("close_trial_costs")[0]["runs"] == runs
 
 
 @STOPPED_THREAD_NOISE

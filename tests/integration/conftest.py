@@ -12,8 +12,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.stage import API_STAGE_ENV
+
 EVENTS = Path(__file__).resolve().parents[1] / "events"
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
+
 REGION = "us-east-1"
 ENV = {
     "TRIALS_TABLE": "trials",
@@ -28,6 +32,7 @@ ENV = {
     "AWS_DEFAULT_REGION": REGION,
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
+    **API_STAGE_ENV,
 }
 
 

@@ -159,7 +159,11 @@ def test_workflow_role_has_exactly_what_batch_sync_needs_plus_terminate(template
                 actions.setdefault(action, []).extend(_listify(statement["Resource"]))
     batch = {a for a in actions if a.startswith("batch:")}
     events = {a for a in actions if a.startswith("events:")}
-    assert batch == {"batch:SubmitJob", "batch:TerminateJob"}
+    # The .sync integration's own list (https://docs.aws.amazon.com/step-functions/latest/dg/batch-iam.html), plus
+    # TagResource for the tags SubmitJob sends (https://docs.aws.amazon.com/batch/latest/userguide/tag-resources.html).
+    assert batch == {"batch:SubmitJob", "batch:TerminateJob", "batch:DescribeJobs", "batch:TagResource"}
+    assert all(json.dumps(r) == '"*"' for r in actions["batch:DescribeJobs"])
+    assert all(":job/*" in json.dumps(r) for r in actions["batch:TagResource"] + actions["batch:TerminateJob"])
     assert events == {"events:PutTargets", "events:PutRule", "events:DescribeRule"}
     for action in events:
         assert all("rule/StepFunctionsGetEventsForBatchJobsRule" in json.dumps(r) for r in actions[action])

@@ -24,10 +24,13 @@ from tests.security.jsonschema_strategies import from_schema
 
 SCHEMA = json_schema()
 FIGURES = "bad_input.trial_model"
-URI_FIELDS = {"data.train_uri", "data.validation_uri", "model.uri", "baseline_logs_uri"}
+URI_FIELDS = {"data.train_uri", "data.validation_uri", "model.uri", "model.tokenizer", "baseline_logs_uri"}
 # Paths check_rules may name: the cross-field rules a schema cannot express.
 CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_interval_steps",
-               "evaluation.interval_steps", "fault_injection.track", "fault_injection.at_step"}
+               "evaluation.interval_steps", "fault_injection.track", "fault_injection.at_step",
+               # what the trainer would refuse: the tiny model's shape, LoRA targets, Batch's 60 s attempt minimum
+               "model.config.hidden_size", "model.config.num_key_value_heads", "model.config.vocab_size",
+               "lora.target_modules", "limits.max_hours"}
 CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
@@ -50,7 +53,7 @@ def _rejection(doc: Any) -> list[dict[str, str]] | None:
 
 
 def _is_cross_field(path: str) -> bool:
-    if path in CROSS_FIELD:
+    if path in CROSS_FIELD or path.split("[")[0] in CROSS_FIELD:
         return True
     parts = path.split(".")
     return (len(parts) == 3 and parts[0] == "tracks" and parts[1] in ("gpu", "trn2")
@@ -124,7 +127,8 @@ def valid_trials(draw: st.DrawFn) -> dict[str, Any]:
         "schema_version": 1,
         "name": draw(st.from_regex(BATCH_SAFE_NAME, fullmatch=True)),
         "owner": draw(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,20}\Z")),
-        "model": {"id": "meta-llama/Llama-3.1-8B", "revision": draw(st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z"))},
+        "model": {"id": "meta-llama/Llama-3.1-8B", "revision": draw(st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z")),
+                  "uri": draw(S3_URI)},
         "method": method,
         "data": {"train_uri": draw(S3_URI), "validation_uri": draw(S3_URI), "version": "v1",
                  "samples": draw(st.integers(1, 10**6)), "shuffle_seed": draw(st.integers(0, 2**32 - 1))},
