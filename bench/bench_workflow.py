@@ -68,9 +68,17 @@ def run_scenario(assembly: Any, tracks: list[str], codes: dict[str, int | None])
     with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
         deployment = deploy_locally(assembly)
         sfn = boto3.client("stepfunctions", region_name=deployment.region)
+        from infra.config import batch_name
+
         run_dirs = {r: f"s3://artifacts/trials/{TRIAL}/{r}" for r in ("gpu", "trn2", "gpu-fallback")}
+        # The dev stage's queues and job definitions, by name, as the API puts them in the input.
+        types = {"gpu": "g6e.48xlarge", "trn2": "trn2.48xlarge"}
+        targets = {t: {"queue": batch_name("dev", t, types[t]),  # type: ignore[arg-type]
+                       "definition": batch_name("dev", t, types[t], "single")} for t in tracks}  # type: ignore[arg-type]
+        if "gpu" in targets and "trn2" in targets:
+            targets["fallback"] = targets["gpu"]
         payload = {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json", "tracks": tracks,
-                   "run_dirs": run_dirs, "max_attempts": 2, "attempt_timeout_s": 3600}
+                   "run_dirs": run_dirs, "jobs": targets, "attempt_timeout_s": 3600}
         started = time.perf_counter()
         arn = sfn.start_execution(stateMachineArn=deployment.state_machine_arn, name=TRIAL,
                                   input=json.dumps(payload))["executionArn"]

@@ -7,6 +7,7 @@ rehearsal and the workflow's report step produce the same document from the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -269,6 +270,9 @@ def _verdict(
     reasons = [f"{c['check']}: {c['status']} ({c['detail']})" for c in checks if c["status"] != "pass"]
     if "trn2" not in tracks or "gpu" not in tracks:
         return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
+    if tracks["trn2"].get("outcome") in OUTCOME_TEXT:
+        # The Trainium2 job never ran: that says nothing about Trainium2 for this workload.
+        return "inconclusive", [f"the trn2 run had {tracks['trn2']['detail']}", *reasons]
     if tracks["trn2"]["status"] != "succeeded":
         fallback = tracks.get("gpu-fallback")
         note = (
@@ -289,6 +293,40 @@ def _verdict(
     if cost_ratio < 1:
         return "trn2_viable_cheaper", [f"all acceptance checks pass; trn2 costs {cost_ratio:.3f}x the gpu track"]
     return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but trn2 costs {cost_ratio:.3f}x the gpu track"]
+
+
+# What Batch writes when a queue's job state time limit cancels a job that waited RUNNABLE
+# (https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_time_limit_actions.html).
+_TIME_LIMIT = re.compile(r"JobStateTimeLimit action due to reason: (?P<reason>(?P<kind>CAPACITY|MISCONFIGURATION):\S+)")
+OUTCOME_TEXT = {
+    "no_capacity": "no capacity: Batch found no instance for the job while it waited RUNNABLE, and the queue "
+                   "cancelled it; nothing trained, this is not a training failure",
+    "not_placed": "not placed: the queue's capacity can never run the job (misconfiguration), and the queue "
+                  "cancelled it; nothing trained",
+}
+
+
+def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
+    """Per run, how its Batch job ended: ``succeeded``, ``failed`` (it ran and failed), ``no_capacity`` or
+    ``not_placed`` (cancelled while RUNNABLE by the queue's time limit: it never ran), with Batch's reason."""
+    last: dict[str, LedgerEntry] = {}
+    for entry in entries:
+        terminal = entry.kind == "transition" and entry.body["status"] in ("SUCCEEDED", "FAILED")
+        if terminal and (entry.run not in last or entry.body["at"] >= last[entry.run].body["at"]):
+            last[entry.run] = entry
+    outcomes: dict[str, dict[str, Any]] = {}
+    for run, entry in last.items():
+        reason = entry.body.get("status_reason") or ""
+        limit = _TIME_LIMIT.search(reason)
+        if entry.body["status"] == "SUCCEEDED":
+            outcome = "succeeded"
+        elif limit:
+            outcome = "no_capacity" if limit.group("kind") == "CAPACITY" else "not_placed"
+        else:
+            outcome = "failed"
+        outcomes[run] = {"outcome": outcome, "status_reason": reason or None,
+                         "detail": OUTCOME_TEXT.get(outcome)}
+    return outcomes
 
 
 def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
@@ -318,13 +356,19 @@ def build_trial_report(
 ) -> dict[str, Any]:
     """The trial report as a JSON-ready dict. `summaries` maps run -> its attempts' RunSummary (in attempt order),
     `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline."""
-    runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs]
+    ledger = list(ledger)
+    outcomes = run_outcomes(ledger)
+    runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs or r in outcomes]
     tracks = {
         run: _track(
             run, [_plain(s) for s in summaries.get(run, [])], _plain(costs[run]) if run in costs else None, spec
         )
         for run in runs
     }
+    for run, track in tracks.items():
+        track.update(outcomes.get(run) or {"outcome": "unknown", "status_reason": None, "detail": None})
+        if track["outcome"] in OUTCOME_TEXT and track["status"] in ("", "unknown"):
+            track["status"] = track["outcome"]
     checks, delta = _acceptance(spec, tracks)
     totals = {run: Decimal(t["cost"]["total_usd"]) for run, t in tracks.items()}
     trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))

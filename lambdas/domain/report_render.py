@@ -35,6 +35,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ]
     comparison = report["comparison"]
     out += [f"**Verdict: {comparison['verdict']}**", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
+    out += ["## How each job ended", "", "| run | outcome | Batch status reason |", "|---|---|---|"]
+    out += [f"| {run} | {tracks[run].get('outcome', 'unknown')} | {_cell(tracks[run].get('status_reason'))} |"
+            for run in runs] + [""]
     out += ["## Record table", "", "| item | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     for row in report["record_table"]:
         cells = [", ".join(f"{k} {_cell(v)}" for k, v in row[run].items()) for run in runs]
@@ -167,6 +170,10 @@ def render_html(report: Mapping[str, Any]) -> str:
         + "</tr>"
         for r in report["record_table"]
     )
+    outcomes = "".join(
+        f"<tr><td>{escape(run)}</td><td>{escape(str(tracks[run].get('outcome', 'unknown')))}</td>"
+        f"<td>{escape(_cell(tracks[run].get('status_reason')))}</td></tr>" for run in runs
+    )
     checks = "".join(
         f"<tr><td>{escape(c['check'])}</td><td>{c['status']}</td><td>{escape(c['detail'])}</td></tr>"
         for c in report["acceptance"]
@@ -187,6 +194,7 @@ table{{border-collapse:collapse}}</style></head><body>
 <h2>Cost by component</h2>{_cost_chart(tracks)}
 <h2>Attempt timeline</h2>{_timeline_chart(report.get("timeline") or [])}
 <h2>Record table</h2><table><tr><th>item</th>{"".join(f"<th>{escape(r)}</th>" for r in runs)}</tr>{rows}</table>
+<h2>How each job ended</h2><table><tr><th>run</th><th>outcome</th><th>Batch status reason</th></tr>{outcomes}</table>
 <h2>Acceptance checks</h2><table><tr><th>check</th><th>status</th><th>detail</th></tr>{checks}</table>
 </body></html>
 """

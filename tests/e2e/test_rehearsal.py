@@ -3,7 +3,8 @@
 Three rehearsals of a small variant of examples/trial-rehearsal.json share one state directory:
 1. fresh: both tracks succeed; the faulted Trainium2 track retries, resumes and pays rerun cost; cache miss;
 2. the same trial again: the compile cache is warm (hit) and compiles for less time;
-3. the Trainium2 track broken on purpose: the workflow runs the GPU fallback from its checkpoints.
+3. the Trainium2 track broken on purpose: the workflow runs the GPU fallback from its checkpoints;
+4. the Trainium2 queue without capacity: its time limit cancels the waiting job and the fallback runs.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Rehe
     runs = {"first": rehearse(out, fresh=True)}
     runs["second"] = rehearse(out)
     runs["fallback"] = rehearse(out, fail_trn2="step")
+    runs["no_capacity"] = rehearse(out, no_capacity="trn2")
     return runs
 
 
@@ -115,4 +117,21 @@ def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[Rehears
     assert "gpu-fallback" in tracks, printed
     assert tracks["gpu-fallback"]["status"] == "succeeded"
     assert tracks["gpu-fallback"]["steps_completed"] == 12
+    assert "-> SubmitGpuFallbackJob" in printed
+
+
+def test_trn2_without_capacity_is_cancelled_and_falls_back(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    """A job waiting RUNNABLE is cancelled by the queue's job state time limit
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_time_limit_actions.html), so the
+    workflow's Catch runs the GPU fallback instead of waiting for the workflow timeout; the report keeps "no
+    capacity" apart from a training failure."""
+    result, printed = rehearsals["no_capacity"]
+    assert result.succeeded, printed[-3000:]
+    report = _report(result)
+    trn2 = report["tracks"]["trn2"]
+    assert trn2["outcome"] == "no_capacity", trn2
+    assert "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY" in trn2["status_reason"]
+    assert report["tracks"]["gpu-fallback"]["outcome"] == "succeeded"
+    assert report["tracks"]["gpu-fallback"]["steps_completed"] == 12
+    assert report["comparison"]["verdict"] == "inconclusive"
     assert "-> SubmitGpuFallbackJob" in printed

@@ -145,6 +145,45 @@ def test_unreadable_bucket_is_refused_naming_field_and_stage_setting(
     assert status == 201, body
 
 
+def test_runs_go_to_the_queue_and_job_definition_of_their_instance_type(
+    aws: dict[str, Any], example: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SubmitJob takes queue and job definition names (https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html);
+    a job sent to a queue without its instance type waits RUNNABLE until the queue cancels it, so the API refuses
+    a trial the stage cannot place."""
+    import json
+
+    from lambdas.runtime.settings import reset_settings
+    from tests.stage import job_targets
+
+    status, body = call(api_event("POST", "/trials", example))
+    assert status == 201, body
+    jobs = _execution_input(aws, body["trial_id"])["jobs"]
+    targets = job_targets()
+    assert jobs["gpu"] == {"queue": targets["gpu"]["p5.48xlarge"]["queue"],
+                           "definition": targets["gpu"]["p5.48xlarge"]["single_node"]}
+    assert jobs["trn2"]["definition"] == targets["trn2"]["trn2.48xlarge"]["single_node"]
+    assert jobs["fallback"] == jobs["gpu"]  # the fallback runs the trial's GPU track configuration
+
+    monkeypatch.setenv("JOB_TARGETS", json.dumps({"gpu": {"g6e.48xlarge": targets["gpu"]["g6e.48xlarge"]}}))
+    reset_settings()
+    status, body = call(api_event("POST", "/trials", dict(example, name="elsewhere")))
+    assert status == 422, body
+    errors = {e["path"]: e["message"] for e in body["errors"]}
+    assert set(errors) == {"tracks.gpu.instance_type", "tracks.trn2"}
+    placement = errors["tracks.gpu.instance_type"]
+    assert "g6e.48xlarge" in placement and "instance_types" in placement
+    assert "no trn2 capacity" in errors["tracks.trn2"]
+
+    monkeypatch.setenv("JOB_TARGETS", json.dumps(targets))
+    reset_settings()
+    multi = json.loads(json.dumps(example))
+    multi.update(name="two-nodes")
+    multi["tracks"]["gpu"]["nodes"] = 2
+    status, body = call(api_event("POST", "/trials", multi))
+    assert status == 422 and {e["path"] for e in body["errors"]} >= {"tracks.gpu.nodes"}, body
+
+
 def test_unknown_routes_and_wrong_methods(aws: dict[str, Any]) -> None:
     status, body = call(api_event("GET", "/nowhere"))
     assert status == 404 and "no route" in body["message"]

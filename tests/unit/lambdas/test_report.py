@@ -84,3 +84,38 @@ def test_diverging_loss_keeps_gpu() -> None:
     )
     assert report["comparison"]["verdict"] == "stay_on_gpu"
     assert any("consistent with GPU" in r for r in report["comparison"]["reasons"])
+
+
+def test_a_trn2_job_that_found_no_capacity_is_its_own_outcome_not_a_training_failure() -> None:
+    """A queue's job state time limit cancels a job that waited RUNNABLE with "Canceled by JobStateTimeLimit action
+    due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_time_limit_actions.html): nothing
+    trained, so the verdict cannot be "stay on GPU" on Trainium2's account."""
+    from datetime import UTC, datetime
+
+    from lambdas.domain.ledger import transition_entry
+
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    at = datetime(2026, 12, 3, 12, tzinfo=UTC)
+    reason = "Canceled by JobStateTimeLimit action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
+    ledger = [
+        transition_entry(spec.trial_id, "trn2", job_id="j1", attempt=0, status="RUNNABLE", at=at),
+        transition_entry(spec.trial_id, "trn2", job_id="j1", attempt=0, status="FAILED", at=at, status_reason=reason),
+        transition_entry(spec.trial_id, "gpu", job_id="j2", attempt=1, status="SUCCEEDED", at=at),
+        transition_entry(spec.trial_id, "gpu-fallback", job_id="j3", attempt=1, status="FAILED", at=at,
+                         status_reason="Essential container in task exited", exit_code=1),
+    ]
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger)
+    trn2 = report["tracks"]["trn2"]
+    assert (trn2["outcome"], trn2["status"], trn2["status_reason"]) == ("no_capacity", "no_capacity", reason)
+    assert report["tracks"]["gpu"]["outcome"] == "succeeded"
+    assert report["tracks"]["gpu-fallback"]["outcome"] == "failed"  # it ran and failed: a training failure
+    assert report["comparison"]["verdict"] == "inconclusive"
+    assert "no capacity" in report["comparison"]["reasons"][0]
+    assert "| trn2 | no_capacity | Canceled by JobStateTimeLimit" in render_markdown(report)
+    assert "<td>no_capacity</td>" in render_html(report)
+    misconfigured = reason.replace("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
+                                   "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
+    ledger[1] = transition_entry(spec.trial_id, "trn2", job_id="j1", attempt=0, status="FAILED", at=at,
+                                 status_reason=misconfigured)
+    assert build_trial_report(spec, {}, {}, ledger)["tracks"]["trn2"]["outcome"] == "not_placed"
