@@ -113,7 +113,7 @@ def test_the_markdown_report_reads_in_a_terminal(report: dict[str, Any]) -> None
         elif blocks and blocks[-1]:
             blocks.append([])
     tables = [b for b in blocks if b]
-    assert len(tables) == 4  # record table, acceptance checks, cost, resume evidence
+    assert len(tables) == 5  # how each job ended, record table, acceptance checks, cost, resume evidence
     for table in tables:
         assert len({width(line) for line in table}) == 1, table  # every row the same width
         pipes = [[m.start() for m in re.finditer(r"\|", line)] for line in table]

@@ -66,7 +66,7 @@ def test_lambda_assets_hold_the_package_and_an_arm64_layer(assembly: Assembly) -
 
 def test_config_errors_name_the_field_and_fix() -> None:
     context = json.loads((REPO / "cdk.json").read_text())["context"]
-    with pytest.raises(ConfigInvalid, match=r"stage 'qa' is not defined .* \(defined: dev, prod\)"):
+    with pytest.raises(ConfigInvalid, match=r"stage 'qa' is not defined .* \(defined: dev, local, prod\)"):
         stage_config(context, "qa")
     bad = {"dualtrack:stages": {"x": {"gpu": {"instance_types": ["trn2.48xlarge"],
                                               "ami_ssm_parameter": "/aws/x"}}}}
