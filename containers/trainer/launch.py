@@ -3,7 +3,12 @@
 AWS Batch multi-node parallel jobs set ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_NUM_NODES`` and, on the
 child nodes only, ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; the main node uses its own address. GPU runs
 go through ``torchrun``; Trainium2 runs through ``torchrun`` too (the Neuron launcher path), one process per
-logical NeuronCore, with the Neuron runtime's root communicator on the main node.
+logical NeuronCore, with the Neuron runtime's root communicator on the main node. The CPU stand-ins (``cpu``,
+``compiled``) run one process on a single node, which simulates every data-parallel rank by itself; on more than
+one node they still form one process group across the nodes (``torchrun``, one process per node, gloo).
+
+``DUALTRACK_RENDEZVOUS_PORT`` sets the main node's rendezvous port (default 29500), e.g. for several jobs whose
+nodes share one machine.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 RENDEZVOUS_PORT = 29500
+RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"
 NEURON_ROOT_COMM_PORT = 62182
 
 
@@ -44,6 +50,17 @@ def batch_node(env: Mapping[str, str], local_address: str) -> tuple[int, int, st
     return index, nodes, main
 
 
+def rendezvous_port(env: Mapping[str, str]) -> int:
+    raw = env.get(RENDEZVOUS_PORT_VARIABLE) or str(RENDEZVOUS_PORT)
+    try:
+        port = int(raw)
+    except ValueError:
+        raise LaunchError(f"{RENDEZVOUS_PORT_VARIABLE} must be a port number, got {raw!r}") from None
+    if not 0 < port < 65536:
+        raise LaunchError(f"{RENDEZVOUS_PORT_VARIABLE} must be a port number, got {raw!r}")
+    return port
+
+
 def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
                 local_address: str = "127.0.0.1", expected_nodes: int | None = None,
                 python: str = "python") -> LaunchPlan:
@@ -53,10 +70,13 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
         raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
                           "(AWS_BATCH_JOB_NUM_NODES); fix the job definition's node count")
     worker = [python, "-m", "trainer", "run", *worker_args]
-    if backend in ("cpu", "compiled") or (nodes == 1 and devices_per_node == 1):
+    if nodes == 1 and (backend in ("cpu", "compiled") or devices_per_node == 1):
         return LaunchPlan(argv=worker, nodes=nodes, node_rank=index, main_address=main)
+    port = rendezvous_port(env)
+    # The CPU stand-ins have one "device" per node: a single rank per node, joined across the nodes (gloo).
+    per_node = 1 if backend in ("cpu", "compiled") else devices_per_node
     argv = [python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
-            f"--nproc_per_node={devices_per_node}", f"--master_addr={main}", f"--master_port={RENDEZVOUS_PORT}",
+            f"--nproc_per_node={per_node}", f"--master_addr={main}", f"--master_port={port}",
             "-m", "trainer", "run", *worker_args]
     extra: dict[str, str] = {}
     if backend == "neuron":
@@ -65,5 +85,5 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
             extra.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
     elif backend == "cuda" and nodes > 1:
         extra.update({"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME", "^lo,docker")})
-    return LaunchPlan(argv=argv, env=extra, nodes=nodes, node_rank=index, processes_per_node=devices_per_node,
+    return LaunchPlan(argv=argv, env=extra, nodes=nodes, node_rank=index, processes_per_node=per_node,
                       main_address=main)

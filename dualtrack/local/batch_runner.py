@@ -9,9 +9,10 @@ the job definition's environment, then the submission's overrides. The retry str
 sends one, else the definition's) decides between RETRY and EXIT exactly as Batch documents it (first
 ``evaluateOnExit`` match wins; no match retries while attempts remain); an attempt that outlives
 ``timeout.attemptDurationSeconds`` is stopped and not retried; ``TerminateJob``/``CancelJob`` stop the job; a queue
-without capacity keeps its jobs RUNNABLE until a ``jobStateTimeLimitActions`` entry cancels them; every transition
-is published as a real-shaped EventBridge event. Requests AWS refuses (a timeout under 60 s, malformed time-limit
-actions) are refused here too, with ``ClientException``.
+without capacity keeps its jobs RUNNABLE until a ``jobStateTimeLimitActions`` entry cancels them; a multi-node
+parallel job runs one process group per node, and its main node decides the attempt (see
+:meth:`LocalBatch._run_attempt`); every transition is published as a real-shaped EventBridge event. Requests AWS
+refuses (a timeout under 60 s, malformed time-limit actions) are refused here too, with ``ClientException``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,6 +45,11 @@ INSUFFICIENT_CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 # https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_capacity.html
 CAPACITY_STATUS = INSUFFICIENT_CAPACITY + " - Service cannot fulfill the capacity requested for instance type [{}]"
 CANCELED_BY_TIME_LIMIT = "Canceled by JobStateTimeLimit action due to reason: {}"
+# https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html: set on multi-node parallel job nodes only.
+NODE_VARIABLES = ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_MAIN_NODE_INDEX",
+                  "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS")
+LOOPBACK = "127.0.0.1"  # every node's address here: the main node's, as child nodes see it
+RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"  # read by containers/trainer/launch.py
 TIME_LIMIT_REASONS = (INSUFFICIENT_CAPACITY, "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
                       "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
                       "MISCONFIGURATION:EC2_INSTANCE_CONFIGURATION_UNSUPPORTED")
@@ -336,6 +343,22 @@ def _targets(target_nodes: str, index: int) -> bool:
     return (not low or int(low) <= index) and (not high or index <= int(high))
 
 
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class _Node:
+    """One node's container: its container properties, overrides and the Batch node variables it gets."""
+
+    index: int
+    props: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+    env: dict[str, str]
+
+
 _submission = threading.local()  # SubmitJob's fields moto drops, handed from the request to LocalBatch.start
 
 
@@ -374,7 +397,8 @@ class LocalBatch:
     # The same for jobStateTimeLimitActions alone, when set (a rehearsal waits seconds, not 10 minutes).
     queue_time_scale: float | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
-    _procs: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    # Job id -> the running attempt's processes, one per node (the main node first).
+    _procs: dict[str, list[subprocess.Popen[str]]] = field(default_factory=dict)
     _submissions: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -466,13 +490,14 @@ class LocalBatch:
         return createjobqueue
 
     def terminate(self, job: Any, reason: str) -> None:
-        """TerminateJob: moto has set ``job.stop``; stop the attempt's process now (SIGTERM, then SIGKILL)."""
+        """TerminateJob: moto has set ``job.stop``; stop the attempt's processes, every node's, now (SIGTERM, then
+        SIGKILL)."""
         job.stop = True
         job.job_stopped_reason = job.job_stopped_reason or reason
         with self._lock:
-            proc = self._procs.get(job.job_id)
-        if proc is not None:
-            threading.Thread(target=_terminate, args=(proc, self.terminate_grace_s), daemon=True).start()
+            procs = list(self._procs.get(job.job_id, ()))
+        if procs:
+            threading.Thread(target=_terminate_all, args=(procs, self.terminate_grace_s), daemon=True).start()
 
     def start(self, job: Any) -> None:
         fields = getattr(_submission, "fields", None)
@@ -490,9 +515,8 @@ class LocalBatch:
 
     def stop_all(self, reason: str) -> None:
         with self._lock:
-            procs = list(self._procs.values())
-        for proc in procs:
-            _terminate(proc, self.terminate_grace_s)
+            procs = [proc for nodes in self._procs.values() for proc in nodes]
+        _terminate_all(procs, self.terminate_grace_s)
 
     # ---- one job --------------------------------------------------------------------------------------------
     def _set(self, job: Any, status: str, reason: str | None = None) -> None:
@@ -534,36 +558,49 @@ class LocalBatch:
             return dict(submitted)
         return dict(job.job_definition.retry_strategy or {})
 
-    def _container(self, job: Any) -> tuple[Mapping[str, Any], Mapping[str, Any], dict[str, str]]:
-        """The container properties, overrides and node variables of the container this job runs locally.
+    def _nodes(self, job: Any) -> tuple[list[_Node], int]:
+        """The containers this job runs, one per node, and the main node's index.
 
-        A multi-node job runs its main node only (one machine); ``nodeOverrides`` (kept from SubmitJob) set the
-        node count and the main node's command/environment overrides for the ranges that target it.
+        A container job is one node with no node variables. A multi-node parallel job has ``numNodes`` nodes (the
+        submission's ``nodeOverrides.numNodes`` when given, which needs an open-ended range such as ``0:``); each
+        node takes the container properties of the last node range whose ``targetNodes`` names it and the
+        ``nodePropertyOverrides`` that target it, and gets the variables Batch sets on MNP nodes
+        (https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html): ``AWS_BATCH_JOB_NODE_INDEX``,
+        ``AWS_BATCH_JOB_NUM_NODES``, ``AWS_BATCH_JOB_MAIN_NODE_INDEX`` and, on child nodes only,
+        ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS`` (every node is this machine: 127.0.0.1).
         """
         definition = job.job_definition
         if definition.type != "multinode":
-            return definition.container_properties or {}, job.container_overrides, {}
-        nodes = definition.node_properties or {}
+            return [_Node(0, definition.container_properties or {}, job.container_overrides, {})], 0
+        properties = definition.node_properties or {}
         overrides = self._submissions.get(job.job_id, {}).get("nodeOverrides") or {}
-        main = int(nodes.get("mainNode", 0))
-        props: Mapping[str, Any] = {}
-        for node_range in nodes.get("nodeRangeProperties", []):
-            if _targets(str(node_range.get("targetNodes", "0:")), main):
-                props = node_range.get("container") or {}
-        container_overrides: dict[str, Any] = {}
-        for override in overrides.get("nodePropertyOverrides", []):
-            if _targets(str(override.get("targetNodes", "0:")), main):
-                for key, value in (override.get("containerOverrides") or {}).items():
-                    if key == "environment":
-                        merged = {**_env_list_to_dict(container_overrides.get("environment")),
-                                  **_env_list_to_dict(value)}
-                        container_overrides["environment"] = [{"name": k, "value": v} for k, v in merged.items()]
-                    else:
-                        container_overrides[key] = value
-        num_nodes = int(overrides.get("numNodes") or nodes.get("numNodes", 1))
-        return props, container_overrides, {"AWS_BATCH_JOB_NUM_NODES": str(num_nodes),
-                                            "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
-                                            "AWS_BATCH_JOB_NODE_INDEX": str(main)}
+        main = int(properties.get("mainNode", 0))
+        num_nodes = int(overrides.get("numNodes") or properties.get("numNodes", 1))
+        nodes = []
+        for index in range(num_nodes):
+            props: Mapping[str, Any] = {}
+            for node_range in properties.get("nodeRangeProperties", []):
+                if _targets(str(node_range.get("targetNodes", "0:")), index):
+                    props = node_range.get("container") or {}
+            container_overrides: dict[str, Any] = {}
+            for override in overrides.get("nodePropertyOverrides", []):
+                if _targets(str(override.get("targetNodes", "0:")), index):
+                    for key, value in (override.get("containerOverrides") or {}).items():
+                        if key == "environment":
+                            merged = {**_env_list_to_dict(container_overrides.get("environment")),
+                                      **_env_list_to_dict(value)}
+                            container_overrides["environment"] = [{"name": k, "value": v}
+                                                                  for k, v in merged.items()]
+                        else:
+                            container_overrides[key] = value
+            node_env = {"AWS_BATCH_JOB_NUM_NODES": str(num_nodes), "AWS_BATCH_JOB_MAIN_NODE_INDEX": str(main),
+                        "AWS_BATCH_JOB_NODE_INDEX": str(index)}
+            if index != main:
+                node_env["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = LOOPBACK
+            nodes.append(_Node(index, props, container_overrides, node_env))
+        if not 0 <= main < num_nodes:
+            raise ValueError(f"mainNode {main} is outside the job's {num_nodes} node(s)")
+        return nodes, main
 
     def _run_job(self, job: Any) -> None:
         strategy = self._retry_strategy(job)
@@ -646,8 +683,12 @@ class LocalBatch:
         return False
 
     def _environment(self, job: Any, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any],
-                     node_env: Mapping[str, str], attempt: int) -> dict[str, str]:
-        env = dict(os.environ)
+                     node_env: Mapping[str, str], attempt: int, rendezvous_port: int | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in NODE_VARIABLES}  # Batch sets them, or none
+        if rendezvous_port is not None:
+            # Every node of every job is this machine, so each multi-node attempt rendezvouses on a port of its own
+            # (on AWS each job's main node has its own address); the job's own settings may still pin one.
+            env[RENDEZVOUS_PORT_VARIABLE] = str(rendezvous_port)
         env.update(self.extra_env)
         # The image's paths do not exist here: its PYTHONPATH (WORKDIR-based) maps onto the repository below.
         env.update({k: v for k, v in image.env.items() if k != "PYTHONPATH"})
@@ -681,51 +722,99 @@ class LocalBatch:
         return command
 
     def _run_attempt(self, job: Any, attempt: int) -> AttemptResult:
+        """One attempt: every node's container, as a process group each; the main node's exit ends it.
+
+        Multi-node parallel jobs (https://docs.aws.amazon.com/batch/latest/userguide/multi-node-parallel-jobs.html):
+        "The job is finished only if the main node exits. All child nodes are then stopped." and "The final job
+        status (SUCCEEDED or FAILED) is determined by the final job status of the main node." A child node that
+        exits, even non-zero, is left alone: per the MNP job lifecycle page
+        (https://docs.aws.amazon.com/batch/latest/userguide/job-lifecycle.html) Batch takes no action on the other
+        nodes when a child node dies, and child node failures don't cause more attempts; an application that cannot
+        go on with fewer nodes must end (or fail) its main node itself, as a torch.distributed rank does when a peer
+        drops out of a collective. The main node starts first, then the children; the attempt timeout, TerminateJob
+        and a stopped rehearsal stop every node. The main node's stdout carries the job's progress lines; each node
+        of a job with more than one node logs to ``<job>.attempt-N.node-I.log`` (else ``<job>.attempt-N.log``).
+        """
         started = datetime.now()
-        props, overrides, node_env = self._container(job)
-        uri = str(props.get("image", ""))
-        image = self.images.get(uri)
-        if image is None:
-            # What ECS reports when an image cannot be pulled; the container never starts, so no exit code.
-            reason = (f"CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to "
-                      f"resolve ref {uri}: not found (no image config declared to the local runner)")
-            return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
         try:
-            command = self._command(image, props, overrides)
+            nodes, main = self._nodes(job)
         except ValueError as exc:
             return AttemptResult(None, str(exc), started, datetime.now(), status_reason=str(exc))
-        log = None
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = (self.log_dir / f"{job.job_name}.attempt-{attempt}.log").open("a", buffering=1)
+        multinode = job.job_definition.type == "multinode"
+        ordered = sorted(nodes, key=lambda n: n.index != main)  # the main node first
+        port = _free_port() if multinode else None  # the same on every node of the attempt
+        launches: list[tuple[_Node, list[str], dict[str, str]]] = []
+        for node in ordered:
+            uri = str(node.props.get("image", ""))
+            image = self.images.get(uri)
+            if image is None:
+                # What ECS reports when an image cannot be pulled; the container never starts, so no exit code.
+                reason = (f"CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to "
+                          f"resolve ref {uri}: not found (no image config declared to the local runner)")
+            else:
+                try:
+                    command = self._command(image, node.props, node.overrides)
+                    reason = ""
+                except ValueError as exc:
+                    reason = str(exc)
+            if reason and node.index == main:
+                return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
+            if reason:  # a child node that cannot start is a failed child node: the others go on
+                self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
+                                              "attempt": attempt})
+                continue
+            assert image is not None
+            launches.append((node, command, self._environment(job, image, node.props, node.overrides, node.env,
+                                                              attempt, port)))
+        logs: list[Any] = []
+        procs: dict[int, subprocess.Popen[str]] = {}
         try:
-            proc = subprocess.Popen(command, cwd=ROOT,
-                                    env=self._environment(job, image, props, overrides, node_env, attempt),
-                                    stdout=subprocess.PIPE, stderr=log or subprocess.DEVNULL, text=True,
-                                    start_new_session=True)
-        except OSError as exc:
-            if log:
-                log.close()
-            reason = f"CannotStartContainerError: {exc}"
-            return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
-        with self._lock:
-            self._procs[job.job_id] = proc
-        duration = job._get_attempt_duration()  # the submission's timeout, else the definition's (moto keeps both)
-        deadline = None if duration is None else time.monotonic() + int(duration) / self.time_scale
-        timed_out = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(job, proc, deadline, timed_out), daemon=True)
-        watcher.start()
-        try:
+            for node, command, env in launches:
+                log = None
+                if self.log_dir is not None:
+                    self.log_dir.mkdir(parents=True, exist_ok=True)
+                    per_node = f".node-{node.index}" if len(nodes) > 1 else ""
+                    name = f"{job.job_name}.attempt-{attempt}{per_node}"
+                    log = (self.log_dir / f"{name}.log").open("a", buffering=1)
+                    logs.append(log)
+                is_main = node.index == main
+                try:
+                    procs[node.index] = subprocess.Popen(
+                        command, cwd=ROOT, env=env, text=True, start_new_session=True,
+                        stdout=subprocess.PIPE if is_main else (log or subprocess.DEVNULL),
+                        stderr=log or subprocess.DEVNULL)
+                except OSError as exc:
+                    reason = f"CannotStartContainerError: {exc}"
+                    if is_main:
+                        return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
+                    self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
+                                                  "attempt": attempt})
+            with self._lock:
+                self._procs[job.job_id] = list(procs.values())
+            proc = procs[main]
+            duration = job._get_attempt_duration()  # the submission's timeout, else the definition's (moto keeps both)
+            deadline = None if duration is None else time.monotonic() + int(duration) / self.time_scale
+            timed_out, reported = threading.Event(), set[int]()
+            watcher = threading.Thread(target=self._watch,
+                                       args=(job, procs, main, deadline, timed_out, attempt, reported), daemon=True)
+            watcher.start()
             assert proc.stdout is not None
+            main_log = logs[0] if logs else None
             for line in proc.stdout:
-                if log:
-                    log.write(line)
+                if main_log:
+                    main_log.write(line)
                 self._forward(job, attempt, line)
             code = proc.wait()
+            watcher.join()
+            self._report_exits(job, procs, main, reported, attempt)
+            # The main node has exited: the attempt is over and the child nodes are stopped.
+            _terminate_all([p for index, p in procs.items() if index != main], self.terminate_grace_s)
         finally:
+            if procs:
+                _terminate_all(list(procs.values()), 0.0)  # nothing outlives its attempt (an error above)
             with self._lock:
                 self._procs.pop(job.job_id, None)
-            if log:
+            for log in logs:
                 log.close()
         exit_code = code if code >= 0 else 128 - code
         if timed_out.is_set():
@@ -734,18 +823,31 @@ class LocalBatch:
         reason = "" if code == 0 else (f"terminated: {job.job_stopped_reason}" if job.stop else f"exit {code}")
         return AttemptResult(exit_code, reason, started, datetime.now())
 
-    def _watch(self, job: Any, proc: subprocess.Popen[str], deadline: float | None,
-               timed_out: threading.Event) -> None:
+    def _watch(self, job: Any, procs: Mapping[int, subprocess.Popen[str]], main: int, deadline: float | None,
+               timed_out: threading.Event, attempt: int, reported: set[int]) -> None:
+        """Until the main node exits: stop every node on TerminateJob or at the attempt timeout (which covers the
+        whole job, not each node); report the child nodes that exit meanwhile (Batch leaves the others running)."""
+        proc = procs[main]
         while proc.poll() is None:
             if job.stop:
-                _terminate(proc, self.terminate_grace_s)
+                _terminate_all(list(procs.values()), self.terminate_grace_s)
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 timed_out.set()
                 self._note(job, "timeout", {"message": TIMED_OUT})
-                _terminate(proc, self.terminate_grace_s)
+                _terminate_all(list(procs.values()), self.terminate_grace_s)
                 return
+            self._report_exits(job, procs, main, reported, attempt)
             time.sleep(0.05)
+
+    def _report_exits(self, job: Any, procs: Mapping[int, subprocess.Popen[str]], main: int, reported: set[int],
+                      attempt: int) -> None:
+        for index, child in procs.items():
+            code = child.poll()
+            if index != main and index not in reported and code is not None:
+                reported.add(index)
+                self._note(job, "node_exit", {"node": index, "exit_code": code if code >= 0 else 128 - code,
+                                              "attempt": attempt})
 
     def _forward(self, job: Any, attempt: int, line: str) -> None:
         line = line.strip()
@@ -765,12 +867,21 @@ class LocalBatch:
 
 def _terminate(proc: subprocess.Popen[str], grace_s: float) -> None:
     """SIGTERM (the trainer checkpoints if it can), then SIGKILL after the grace period, like ECS's stop timeout."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    _terminate_all([proc], grace_s)
+
+
+def _terminate_all(procs: Sequence[subprocess.Popen[str]], grace_s: float) -> None:
+    """:func:`_terminate` for several process groups (the nodes of one job) at once: one grace period for all."""
+    live = [proc for proc in procs if proc.poll() is None]
+    if grace_s > 0:
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for proc in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in live:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -113,3 +113,38 @@ def test_instance_type_comes_from_the_job_or_from_imdsv2(monkeypatch: pytest.Mon
     # Nothing listening (off EC2): None, quickly, no exception; and "off" never asks.
     assert instance_type_from_imds(endpoint, timeout=0.5) is None
     assert instance_type_from_imds("off") is None
+
+
+def test_cpu_stand_ins_span_the_nodes_of_a_multi_node_job_with_one_rank_per_node() -> None:
+    """A single-node CPU run stays one process (it simulates every data-parallel rank); on a multi-node job the
+    CPU ranks still form one process group across the nodes: torchrun, one process per node, gloo."""
+    for backend in ("cpu", "compiled"):
+        main = launch_plan(backend=backend, devices_per_node=8, worker_args=ARGS, expected_nodes=2,
+                           env={"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0"},
+                           local_address="10.0.0.5")
+        assert main.argv == ["python", "-m", "torch.distributed.run", "--nnodes=2", "--node_rank=0",
+                             "--nproc_per_node=1", "--master_addr=10.0.0.5", "--master_port=29500",
+                             "-m", "trainer", "run", *ARGS]
+        assert (main.nodes, main.node_rank, main.processes_per_node, main.env) == (2, 0, 1, {})
+        child = launch_plan(backend=backend, devices_per_node=8, worker_args=ARGS, local_address="10.0.0.7",
+                            env={"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1",
+                                 "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.0.5"})
+        assert "--node_rank=1" in child.argv and "--master_addr=10.0.0.5" in child.argv
+        assert "--nproc_per_node=1" in child.argv
+        single = launch_plan(backend=backend, devices_per_node=8, worker_args=ARGS,
+                             env={"AWS_BATCH_JOB_NUM_NODES": "1", "AWS_BATCH_JOB_NODE_INDEX": "0"})
+        assert single.argv == ["python", "-m", "trainer", "run", *ARGS]
+
+
+def test_the_rendezvous_port_comes_from_the_environment() -> None:
+    env = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "1",
+           "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1", "DUALTRACK_RENDEZVOUS_PORT": "41234"}
+    for backend in ("cpu", "cuda"):
+        plan = launch_plan(backend=backend, devices_per_node=8, worker_args=ARGS, env=env)
+        assert "--master_port=41234" in plan.argv
+    with pytest.raises(LaunchError, match="DUALTRACK_RENDEZVOUS_PORT"):
+        launch_plan(backend="cpu", devices_per_node=1, worker_args=ARGS,
+                    env={**env, "DUALTRACK_RENDEZVOUS_PORT": "port"})
+    # A single-node run never rendezvouses, so it never reads the port.
+    assert launch_plan(backend="cpu", devices_per_node=1, worker_args=ARGS,
+                       env={"DUALTRACK_RENDEZVOUS_PORT": "port"}).argv[:4] == ["python", "-m", "trainer", "run"]
