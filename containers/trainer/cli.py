@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import subprocess
 import sys
 
 from trainer import FAILURE_EXIT_CODE
@@ -65,4 +64,7 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     except LaunchError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return FAILURE_EXIT_CODE
-    return subprocess.call(plan.argv, env={**os.environ, **plan.env, "DUALTRACK_BACKEND": backend})
+    # Replace this process, so Batch's SIGTERM (and the exit code) reach the ranks' launcher directly.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(plan.argv[0], plan.argv, {**os.environ, **plan.env, "DUALTRACK_BACKEND": backend})

@@ -41,7 +41,9 @@ BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
 CONTEXT_EXCLUDES = ["*", "!lambdas", "!containers", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
                     "**/.pytest_cache"]
 # The job's command replaces the image's CMD; the ENTRYPOINT (python -m trainer) stays. See containers/*/Dockerfile.
-TRAINER_COMMAND = ["run"]
+# `launch` starts one training rank per device of the instance (every GPU; every logical NeuronCore), across the
+# nodes of a multi-node job, so a job trains on everything it is billed for.
+TRAINER_COMMAND = ["launch"]
 # Batch's EFA device for multi-node jobs (one uverbs device per EFA interface) and the permissions it requires.
 EFA_DEVICE = "/dev/infiniband/uverbs{index}"
 

@@ -171,6 +171,22 @@ def test_submit_job_sends_no_retry_strategy(control_of: dict[str, Any]) -> None:
         assert state["Parameters"]["Timeout"] == {"AttemptDurationSeconds.$": "$.attempt_timeout_s"}, name
 
 
+# The SubmitJob fields Step Functions' optimized Batch integration passes on
+# (https://docs.aws.amazon.com/step-functions/latest/dg/connect-batch.html). NodeOverrides, ShareIdentifier and
+# the EKS/ECS property overrides are not among them, so a multi-node job's node count comes from its definition.
+SFN_BATCH_SUBMIT_FIELDS = {"ArrayProperties", "ContainerOverrides", "DependsOn", "JobDefinition", "JobName", "JobQueue",
+                           "Parameters", "RetryStrategy", "Timeout", "Tags"}
+
+
+def test_submit_job_sends_only_fields_the_integration_supports(control_of: dict[str, Any]) -> None:
+    """Step Functions' ``batch:submitJob`` integration takes a fixed set of fields (connect-batch page above); moto's
+    engine (LocalStack's parser) silently drops the others, so only this check catches one."""
+    for name, state in _tasks(_workflow(control_of)["States"]):
+        if "batch:submitJob" in state["Resource"]:
+            fields = {key.removesuffix(".$") for key in state["Parameters"]}
+            assert fields <= SFN_BATCH_SUBMIT_FIELDS, (name, fields - SFN_BATCH_SUBMIT_FIELDS)
+
+
 def test_job_definitions_keep_the_exit_code_rules_and_the_stage_timeout(compute_of: dict[str, Any]) -> None:
     """Batch evaluates the job definition's ``evaluateOnExit`` (first match wins) when the submission sends none
     (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html)."""

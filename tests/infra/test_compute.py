@@ -88,7 +88,7 @@ def test_retry_strategy_encodes_the_exit_code_contract(compute: dict[str, Any]) 
         ]}
         assert definition["Timeout"] == {"AttemptDurationSeconds": 24 * 3600}
         assert definition["PropagateTags"] is True
-        assert definition["ContainerProperties"]["Command"] == ["run"]
+        assert definition["ContainerProperties"]["Command"] == ["launch"]  # one rank per device
 
 
 def test_gpus_are_resource_requirements_and_neuron_devices_are_mapped(compute: dict[str, Any]) -> None:

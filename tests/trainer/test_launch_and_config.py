@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from trainer.config import ConfigError, RunConfig
 from trainer.launch import LaunchError, launch_plan
@@ -113,6 +116,37 @@ def test_instance_type_comes_from_the_job_or_from_imdsv2(monkeypatch: pytest.Mon
     # Nothing listening (off EC2): None, quickly, no exception; and "off" never asks.
     assert instance_type_from_imds(endpoint, timeout=0.5) is None
     assert instance_type_from_imds("off") is None
+
+
+def test_launch_becomes_the_rank_so_batch_signals_reach_it(write_spec: Any, tmp_path: Any) -> None:
+    """ECS stops a container by sending SIGTERM to its main process, then SIGKILL after the stop timeout
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html): the launcher the job starts must not sit
+    between that signal and the rank, or the rank never checkpoints. ``launch`` replaces itself (exec) with the
+    rank command, so the job's PID is the trainer's and the trainer's exit code is the job's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from trainer import SIGTERM_EXIT_CODE
+
+    from tests.trainer.conftest import ROOT
+
+    spec = write_spec(max_steps=400, checkpoint_interval_steps=200, fault_injection=None)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]),
+           "DUALTRACK_SPEC_URI": spec, "DUALTRACK_TRACK": "gpu", "DUALTRACK_RUN_DIR": str(tmp_path / "run"),
+           "DUALTRACK_BACKEND": "cpu", "AWS_BATCH_JOB_ATTEMPT": "1", "DUALTRACK_IMDS_ENDPOINT": "off"}
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "launch"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the rank's own progress lines, on the launcher's PID
+        if '"event": "step"' in line or '"event":"step"' in line:
+            break
+    os.kill(proc.pid, signal.SIGTERM)
+    code = proc.wait(timeout=120)
+    assert code == SIGTERM_EXIT_CODE, proc.stderr.read()[-2000:] if proc.stderr else code
+    summary = json.loads((tmp_path / "run" / "attempt-1" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
 
 
 def test_cpu_stand_ins_span_the_nodes_of_a_multi_node_job_with_one_rank_per_node() -> None:
