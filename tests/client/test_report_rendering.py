@@ -65,9 +65,10 @@ def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: 
     assert [len(p.split()) for p in lines] == list(per_step.values())  # one point per recorded step and run
     assert dom.count("<title>") >= 1 + 5 * len(report["tracks"])  # a tooltip on every cost segment
     tables = re.findall(r"<table>(.*?)</table>", dom, flags=re.S)
-    assert len(tables) == 2
+    assert len(tables) == 3  # the record table, how each job ended, the acceptance checks
     assert tables[0].count("<tr>") == 1 + len(report["record_table"])
-    assert tables[1].count("<tr>") == 1 + len(report["acceptance"])
+    assert tables[1].count("<tr>") == 1 + len(report["tracks"])
+    assert tables[2].count("<tr>") == 1 + len(report["acceptance"])
     assert f"Verdict: {report['comparison']['verdict']}" in dom
     assert "41.74 USD" in dom and "35.18 USD" in dom  # each run's total printed beside its bar, with its unit
 
