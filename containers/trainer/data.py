@@ -101,9 +101,35 @@ class SampleStream:
         return self.data.input_ids[index], self.data.labels[index]
 
 
+def simulated_ranks(data_parallel: int, processes: int, process: int) -> list[int]:
+    """The data-parallel ranks that process ``process`` of ``processes`` runs, strided: {process, process + N, ...}.
+
+    With fewer processes than data-parallel ranks (``N`` must divide ``dp``) each process simulates ``dp / N``
+    ranks, so the processes together run every rank exactly once (N = 1 runs them all). With one process per
+    device and model parallelism (``N`` a multiple of ``dp``), processes ``0..dp-1`` are the data-parallel ranks
+    and the rest train no samples of their own: they contribute zero gradients to the summed all-reduce.
+    """
+    if data_parallel < 1 or processes < 1 or not 0 <= process < processes:
+        raise DataError(f"process {process} of {processes} is outside the {data_parallel} data-parallel rank(s)")
+    if processes <= data_parallel:
+        if data_parallel % processes:
+            raise DataError(f"{processes} processes cannot share {data_parallel} data-parallel ranks evenly; "
+                            f"run a number of processes that divides {data_parallel} (WORLD_SIZE)")
+        return list(range(process, data_parallel, processes))
+    if processes % data_parallel:
+        raise DataError(f"{processes} processes are not a whole number of model-parallel groups for "
+                        f"{data_parallel} data-parallel ranks; run a multiple of {data_parallel} (WORLD_SIZE)")
+    return [process] if process < data_parallel else []
+
+
 @dataclass(frozen=True)
 class BatchPlan:
-    """How one optimizer step's global batch is cut: ``data_parallel`` ranks x ``accumulation`` micro-batches."""
+    """How one optimizer step's global batch is cut: ``data_parallel`` ranks x ``accumulation`` micro-batches.
+
+    Micro-batch ``m`` of the step belongs to data-parallel rank ``m % data_parallel``; which process runs which
+    ranks is ``simulated_ranks``. Every process reads the whole global batch, so the data position advances by
+    ``global_batch`` per step whatever the number of processes.
+    """
 
     micro_batch_size: int
     data_parallel: int
@@ -113,16 +139,18 @@ class BatchPlan:
     def global_batch(self) -> int:
         return self.micro_batch_size * self.data_parallel * self.accumulation
 
-    def micro_batches(self, input_ids: torch.Tensor, labels: torch.Tensor, *, rank: int | None = None
+    def ranks(self, process: int = 0, processes: int = 1) -> list[int]:
+        return simulated_ranks(self.data_parallel, processes, process)
+
+    def micro_batches(self, input_ids: torch.Tensor, labels: torch.Tensor, *, process: int = 0, processes: int = 1
                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Micro-batches in order; with ``rank`` only that data-parallel rank's share (rank r takes m % dp == r)."""
+        """Micro-batches in order, those of the data-parallel ranks this process runs (all of them by default)."""
         if input_ids.shape[0] != self.global_batch:
             raise DataError(f"got {input_ids.shape[0]} samples for a global batch of {self.global_batch}")
+        mine = set(self.ranks(process, processes))
         mbs = self.micro_batch_size
         chunks = [(input_ids[i:i + mbs], labels[i:i + mbs]) for i in range(0, self.global_batch, mbs)]
-        if rank is None:
-            return chunks
-        return [chunk for m, chunk in enumerate(chunks) if m % self.data_parallel == rank]
+        return [chunk for m, chunk in enumerate(chunks) if m % self.data_parallel in mine]
 
 
 def loss_tokens(labels: torch.Tensor) -> int:

@@ -1,5 +1,7 @@
 """Data-parallel process group when launched under torchrun (``WORLD_SIZE`` > 1); a no-op single process
-otherwise, in which case one process runs every data-parallel rank's micro-batches of the declared layout."""
+otherwise. Either way the processes together run every data-parallel rank's micro-batches of the declared layout:
+with fewer processes than ranks each one simulates several (``trainer.data.simulated_ranks``), and the summed
+gradients over the processes are the one-process gradients."""
 
 from __future__ import annotations
 
@@ -36,11 +38,6 @@ class Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    @property
-    def dp_rank(self) -> int | None:
-        """This process's data-parallel rank, or None when one process simulates all of them."""
-        return self.rank if self.world_size > 1 else None
 
     @property
     def loss_scale(self) -> float:

@@ -5,7 +5,8 @@ child nodes only, ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; the main nod
 go through ``torchrun``; Trainium2 runs through ``torchrun`` too (the Neuron launcher path), one process per
 logical NeuronCore, with the Neuron runtime's root communicator on the main node. The CPU stand-ins (``cpu``,
 ``compiled``) run one process on a single node, which simulates every data-parallel rank by itself; on more than
-one node they still form one process group across the nodes (``torchrun``, one process per node, gloo).
+one node they still form one process group across the nodes (``torchrun``, one process per node, gloo), process
+``r`` of ``N`` simulating the data-parallel ranks ``r, r + N, ...`` (``trainer.data.simulated_ranks``).
 
 ``DUALTRACK_RENDEZVOUS_PORT`` sets the main node's rendezvous port (default 29500), e.g. for several jobs whose
 nodes share one machine.

@@ -18,7 +18,7 @@ from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, storage
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
-from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
+from trainer.data import BatchPlan, DataError, SampleStream, TokenisedSet, loss_tokens, read_rows
 from trainer.distributed import Distributed
 from trainer.faults import FaultPlan, ForcedFailure, PlannedFault, TerminationFlag, forced_failure_point
 from trainer.metrics import CloudWatchPublisher, MetricsLog, NullPublisher, Progress, publishing_enabled
@@ -125,7 +125,14 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     force = forced_failure_point()
     layout = track_layout(spec, cfg.track)  # type: ignore[arg-type]
     plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
-    inputs.layout, inputs.plan = layout, plan
+    inputs.layout, inputs.plan, inputs.world_size_run = layout, plan, job.dist.world_size
+    try:
+        ranks = plan.ranks(job.dist.rank, job.dist.world_size)
+    except DataError as exc:
+        track = spec.track(cfg.track)  # type: ignore[arg-type]
+        raise DataError(f"track {cfg.track} layout {track.instance_type} x {layout.nodes} node(s), tensor_parallel "
+                        f"{layout.tensor_parallel}, pipeline_parallel {layout.pipeline_parallel} has data_parallel "
+                        f"{layout.data_parallel}: {exc}") from None
     tokenizer = build_tokenizer(spec)
     model = build_model(spec, tokenizer)
     job.phases["environment_s"] = time.perf_counter() - t0
@@ -136,7 +143,8 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     stream = SampleStream(train, spec.data.shuffle_seed)
     job.phases["data_load_s"] = time.perf_counter() - t
     emit("data", train_rows=len(train), validation_rows=len(valid), global_batch=plan.global_batch,
-         accumulation=plan.accumulation, data_parallel=plan.data_parallel)
+         accumulation=plan.accumulation, data_parallel=plan.data_parallel, processes=job.dist.world_size,
+         simulated_ranks=len(ranks))
 
     t = time.perf_counter()
     cache = CompileCache.open(cfg.compile_cache_url, backend.name, getattr(backend, "on_neuron", False))
@@ -250,7 +258,8 @@ def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminatio
                 if force == "compile":
                     inputs.compile_failed = True
                 raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={force}: failing in the {force} phase at step {step}")
-            for mids, mlabels in plan.micro_batches(ids, labels, rank=job.dist.dp_rank):
+            for mids, mlabels in plan.micro_batches(ids, labels, process=job.dist.rank,
+                                                   processes=job.dist.world_size):
                 with backend.autocast():
                     loss = token_loss_sum(step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
                 loss.backward()

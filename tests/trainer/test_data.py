@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer.data import IGNORE_INDEX, BatchPlan, DataError, SampleStream, TokenisedSet, encode_row, read_rows
+from trainer.data import (
+    IGNORE_INDEX,
+    BatchPlan,
+    DataError,
+    SampleStream,
+    TokenisedSet,
+    encode_row,
+    read_rows,
+    simulated_ranks,
+)
 from trainer.tokenizer import ByteTokenizer
 
 from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
@@ -51,9 +60,58 @@ def test_order_is_fixed_by_the_seed_and_positions_do_not_overlap() -> None:
 def test_ranks_share_the_global_batch_exactly() -> None:
     plan = BatchPlan(micro_batch_size=2, data_parallel=2, accumulation=2)
     ids = torch.arange(8 * 4).reshape(8, 4)
-    shares = [plan.micro_batches(ids, ids, rank=r) for r in range(2)]
+    shares = [plan.micro_batches(ids, ids, process=r, processes=2) for r in range(2)]
     seen = sorted(int(row[0]) for share in shares for chunk, _ in share for row in chunk)
     assert seen == sorted(int(row[0]) for row in ids) and len(shares[0]) == plan.accumulation
+
+
+def _rows(share: list[tuple[torch.Tensor, torch.Tensor]]) -> list[int]:
+    return [int(row[0]) for chunk, _ in share for row in chunk]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4, 8, 16])
+def test_processes_together_run_every_data_parallel_rank_once(processes: int) -> None:
+    plan = BatchPlan(micro_batch_size=2, data_parallel=16, accumulation=3)
+    ids = torch.arange(plan.global_batch).reshape(-1, 1)
+    everything = _rows(plan.micro_batches(ids, ids))
+    assert sorted(everything) == list(range(plan.global_batch))
+    shares = [_rows(plan.micro_batches(ids, ids, process=r, processes=processes)) for r in range(processes)]
+    union = [row for share in shares for row in share]
+    assert len(union) == len(set(union)) and sorted(union) == sorted(everything)
+    assert all(len(share) == plan.global_batch // processes for share in shares)
+    # Strided: process r simulates data-parallel ranks r, r + N, ...
+    ranks = [simulated_ranks(16, processes, r) for r in range(processes)]
+    assert ranks[0] == list(range(0, 16, processes)) and sorted(r for share in ranks for r in share) == list(range(16))
+
+
+@pytest.mark.parametrize("processes", [3, 5, 6, 7, 12])
+def test_a_process_count_that_does_not_divide_the_data_parallel_ranks_is_refused(processes: int) -> None:
+    plan = BatchPlan(micro_batch_size=1, data_parallel=16, accumulation=1)
+    ids = torch.arange(16).reshape(-1, 1)
+    with pytest.raises(DataError, match=f"{processes} processes cannot share 16 data-parallel ranks"):
+        plan.micro_batches(ids, ids, process=0, processes=processes)
+
+
+def test_model_parallel_processes_beyond_the_data_parallel_ranks_train_nothing_of_their_own() -> None:
+    # One process per device, tensor parallel 8 of 64 cores: 8 data-parallel ranks among 64 processes.
+    assert [simulated_ranks(8, 64, r) for r in (0, 7, 8, 63)] == [[0], [7], [], []]
+    with pytest.raises(DataError, match="multiple of 8"):
+        simulated_ranks(8, 12, 0)
+
+
+def test_a_run_refuses_a_process_count_its_layout_cannot_share(write_spec, tmp_path: Path, monkeypatch) -> None:
+    from trainer import runner
+    from trainer.distributed import Distributed
+
+    tracks = {"gpu": {"instance_type": "p5.48xlarge", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1}}
+    spec = write_spec(tracks=tracks, effective_batch_size=16, micro_batch_size=1, fault_injection=None)
+    monkeypatch.setattr(runner.Distributed, "from_env", classmethod(lambda cls, backend: Distributed(0, 3, "cpu")))
+    code, summary = attempt(spec, str(tmp_path / "run"))
+    assert code != 0 and summary["status"] == "failed"
+    assert "p5.48xlarge x 2 node(s)" in summary["error"] and "data_parallel 16" in summary["error"]
+    assert "3 processes cannot share 16" in summary["error"]
+    assert summary["layout"]["world_size_run"] == 3 and summary["layout"]["data_parallel"] == 16
+    assert summary["steps_this_attempt"] == 0
 
 
 @pytest.mark.parametrize(("tp", "mbs", "dp", "accumulation"), [(1, 1, 8, 1), (2, 1, 4, 2), (8, 2, 1, 4)])
