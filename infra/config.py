@@ -68,6 +68,10 @@ class ComputeFamily(_Model):
     capacity_block: bool = Field(
         default=False, description="capacity_reservation_id is a Capacity Block for ML (market type capacity-block)"
     )
+    multi_node_counts: Annotated[list[Annotated[int, Field(ge=2, le=64)]], Field(max_length=8)] = Field(
+        default_factory=lambda: [2, 4], description="node counts a multi-node trial may ask for: one multi-node job "
+        "definition each (Step Functions cannot override a job's node count), where the track can run multi-node"
+    )
     runnable_timeout_minutes: Annotated[int, Field(ge=10, le=1440)] = Field(
         default=30, description="how long a job may wait RUNNABLE for capacity (or on a misconfiguration) before "
         "the queue cancels it and the workflow moves on (Batch job state time limit: 10 min to 24 h)"
@@ -88,6 +92,15 @@ class ComputeFamily(_Model):
                                  "instance_types")
             if self.availability_zone is None:
                 raise ValueError("capacity_reservation_id needs availability_zone: a reservation lives in one zone")
+        if self.availability_zone is not None and not self.spot:
+            catalogue = load_catalogue()
+            for instance_type in self.instance_types:
+                info = catalogue.instances.get(instance_type)
+                fits = self.max_vcpus // info.vcpus if info else 0
+                too_many = [n for n in self.multi_node_counts if n > fits]
+                if info is not None and info.efa_interfaces and too_many:
+                    raise ValueError(f"multi_node_counts {too_many}: max_vcpus {self.max_vcpus} holds {fits} "
+                                     f"{instance_type} at once; raise max_vcpus or drop those counts")
         return self
 
 

@@ -9,7 +9,7 @@ import sys
 
 from trainer import FAILURE_EXIT_CODE
 from trainer.backends import BACKENDS, default_backend
-from trainer.config import RUNS, ConfigError, RunConfig
+from trainer.config import RUNS, UNSET, ConfigError, RunConfig
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,8 +22,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--track", choices=("gpu", "trn2"), help="env DUALTRACK_TRACK")
         p.add_argument("--run-dir", help="where checkpoints and summaries go (env DUALTRACK_RUN_DIR)")
         p.add_argument("--backend", choices=BACKENDS, help="env DUALTRACK_BACKEND; default from the track")
-        p.add_argument("--resume-from", help="another run dir to resume from (env DUALTRACK_RESUME_FROM)")
+        p.add_argument("--resume-from", help="another run dir to resume from (env DUALTRACK_RESUME_FROM); "
+                       f"{UNSET!r} for none")
         p.add_argument("--run", choices=RUNS, help="run name (env DUALTRACK_RUN); default from --run-dir")
+        p.add_argument("--trial-id", help="the trial (env DUALTRACK_TRIAL_ID)")
+        p.add_argument("--compile-cache-url", help=f"Neuron compile cache (env NEURON_COMPILE_CACHE_URL); {UNSET!r} "
+                       "for none")
         p.add_argument("--quiet", action="store_true", help="no JSON progress lines on stdout")
     return parser
 
@@ -32,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         cfg = RunConfig.resolve(spec=args.spec, track=args.track, run_dir=args.run_dir, backend=args.backend,
-                                resume_from=args.resume_from, run=args.run, progress=not args.quiet)
+                                resume_from=args.resume_from, run=args.run, progress=not args.quiet,
+                                trial_id=args.trial_id, compile_cache_url=args.compile_cache_url)
     except ConfigError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,11 @@ from trainer.backends import BACKENDS
 RUNS = ("gpu", "trn2", "gpu-fallback")
 
 
+# A flag's value meaning "not given": multi-node jobs receive their settings as Batch job parameters substituted into
+# the command (``Ref::name``), and an optional one needs a default in the job definition.
+UNSET = "none"
+
+
 class ConfigError(ValueError):
     pass
 
@@ -32,7 +37,8 @@ class RunConfig:
     @classmethod
     def resolve(cls, *, spec: str | None, track: str | None, run_dir: str | None, backend: str | None = None,
                 resume_from: str | None = None, run: str | None = None, progress: bool = True,
-                env: Mapping[str, str] | None = None) -> RunConfig:
+                env: Mapping[str, str] | None = None, trial_id: str | None = None,
+                compile_cache_url: str | None = None) -> RunConfig:
         env = os.environ if env is None else env
         spec = spec or env.get("DUALTRACK_SPEC_URI")
         track = track or env.get("DUALTRACK_TRACK")
@@ -51,15 +57,19 @@ class RunConfig:
             attempt = int(env.get("AWS_BATCH_JOB_ATTEMPT", "1"))
         except ValueError:
             raise ConfigError("AWS_BATCH_JOB_ATTEMPT must be an integer") from None
-        resume_from = resume_from or env.get("DUALTRACK_RESUME_FROM") or None
+        resume_from = _given(resume_from) or _given(env.get("DUALTRACK_RESUME_FROM"))
         run = run or env.get("DUALTRACK_RUN") or _run_name(str(run_dir), str(track), resume_from)
         if run not in RUNS:
             raise ConfigError(f"--run / DUALTRACK_RUN must be one of {', '.join(RUNS)}, got {run!r}")
         return cls(spec_uri=str(spec), track=str(track), run_dir=str(run_dir).rstrip("/"), backend=backend,
                    resume_from=resume_from.rstrip("/") if resume_from else None,
-                   compile_cache_url=env.get("NEURON_COMPILE_CACHE_URL") or None,
-                   trial_id=env.get("DUALTRACK_TRIAL_ID") or None, run=run, attempt=max(1, attempt),
+                   compile_cache_url=_given(compile_cache_url) or _given(env.get("NEURON_COMPILE_CACHE_URL")),
+                   trial_id=trial_id or env.get("DUALTRACK_TRIAL_ID") or None, run=run, attempt=max(1, attempt),
                    progress=progress)
+
+
+def _given(value: str | None) -> str | None:
+    return None if value in (None, "", UNSET) else value
 
 
 def _run_name(run_dir: str, track: str, resume_from: str | None) -> str:

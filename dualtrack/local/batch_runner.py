@@ -327,6 +327,16 @@ def asset_image_configs(assembly_dir: Path, *, account: str, region: str, partit
 
 
 # ---- running jobs ---------------------------------------------------------------------------------------------
+def substitute_parameters(command: list[str], parameters: Mapping[str, str]) -> list[str]:
+    """Batch's parameter substitution: each ``Ref::name`` in the command becomes the submission's value for
+    ``name``, else the job definition's default; one with neither stays as written
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters)."""
+    def value(match: re.Match[str]) -> str:
+        return str(parameters.get(match.group(1), match.group(0)))
+
+    return [re.sub(r"Ref::([A-Za-z0-9_]+)", value, part) for part in command]
+
+
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -753,7 +763,8 @@ class LocalBatch:
                           f"resolve ref {uri}: not found (no image config declared to the local runner)")
             else:
                 try:
-                    command = self._command(image, node.props, node.overrides)
+                    command = substitute_parameters(self._command(image, node.props, node.overrides),
+                                                    {**job.job_definition.parameters, **(job.parameters or {})})
                     reason = ""
                 except ValueError as exc:
                     reason = str(exc)

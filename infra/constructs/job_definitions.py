@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_batch as batch
@@ -44,6 +45,20 @@ CONTEXT_EXCLUDES = ["*", "!lambdas", "!containers", "**/__pycache__", "**/*.pyc"
 # `launch` starts one training rank per device of the instance (every GPU; every logical NeuronCore), across the
 # nodes of a multi-node job, so a job trains on everything it is billed for.
 TRAINER_COMMAND = ["launch"]
+# A multi-node job gets its run's settings as job parameters (Step Functions' Batch integration passes SubmitJob's
+# Parameters, never node overrides); Batch substitutes each Ref::name in the command. Optional ones default to
+# "none", which the trainer reads as not given.
+MULTI_NODE_PARAMETERS = {"spec_uri": "--spec", "run_dir": "--run-dir", "run": "--run", "trial_id": "--trial-id",
+                         "resume_from": "--resume-from"}
+MULTI_NODE_DEFAULTS: dict[Track, dict[str, str]] = {"gpu": {"resume_from": "none"},
+                                                     "trn2": {"resume_from": "none", "compile_cache_url": "none"}}
+
+
+def multi_node_command(track: Track) -> list[str]:
+    names = {**MULTI_NODE_PARAMETERS, **({"compile_cache_url": "--compile-cache-url"} if track == "trn2" else {})}
+    return [*TRAINER_COMMAND, *(part for name, flag in names.items() for part in (flag, f"Ref::{name}"))]
+
+
 # Batch's EFA device for multi-node jobs (one uverbs device per EFA interface) and the permissions it requires.
 EFA_DEVICE = "/dev/infiniband/uverbs{index}"
 
@@ -80,10 +95,11 @@ class JobTarget:
     instance_type: str
     queue: str
     single_node: str
-    multi_node: str | None
+    multi_node: dict[int, str]  # node count -> multi-node job definition name (empty: no multi-node here)
 
-    def as_json(self) -> dict[str, str | None]:
-        return {"queue": self.queue, "single_node": self.single_node, "multi_node": self.multi_node}
+    def as_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "single_node": self.single_node,
+                "multi_node": {str(n): name for n, name in sorted(self.multi_node.items())}}
 
 
 class TrainerJobDefinitions(Construct):
@@ -132,7 +148,8 @@ class TrainerJobDefinitions(Construct):
         environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": BACKENDS[track],
                        "PYTHONUNBUFFERED": "1"}
 
-        def container(construct_id: str, instance_type: str, *, efa: bool) -> batch.EcsEc2ContainerDefinition:
+        def container(construct_id: str, instance_type: str, *, efa: bool,
+                      command: list[str] | None = None) -> batch.EcsEc2ContainerDefinition:
             info = catalogue.get(instance_type)
             linux = batch.LinuxParameters(self, f"{construct_id}Linux",
                                           shared_memory_size=cdk.Size.gibibytes(64))
@@ -153,7 +170,7 @@ class TrainerJobDefinitions(Construct):
             return batch.EcsEc2ContainerDefinition(
                 self, construct_id,
                 image=image,
-                command=TRAINER_COMMAND,
+                command=command or TRAINER_COMMAND,
                 cpu=job_vcpus(info),
                 memory=cdk.Size.mebibytes(job_memory_mib(info)),
                 gpu=info.accelerators if track == "gpu" else None,
@@ -167,7 +184,7 @@ class TrainerJobDefinitions(Construct):
 
         self.targets: dict[str, JobTarget] = {}
         self.single_node: dict[str, batch.EcsJobDefinition] = {}
-        self.multi_node: dict[str, batch.MultiNodeJobDefinition] = {}
+        self.multi_node: dict[tuple[str, int], batch.MultiNodeJobDefinition] = {}
         for instance_type, queue in queues.items():
             name = _camel(instance_type)
             single_name = batch_name(stage, track, instance_type, "single")
@@ -182,23 +199,27 @@ class TrainerJobDefinitions(Construct):
                 # Jobs queued or retrying on the previous revision keep it; a deploy only adds a revision.
                 skip_deregister_on_update=True,
             )
-            multi_name = None
-            if queue.multi_node:
-                multi_name = batch_name(stage, track, instance_type, "multi")
-                self.multi_node[instance_type] = batch.MultiNodeJobDefinition(
-                    self, f"MultiNode{name}",
-                    job_definition_name=multi_name,
+            multi_names: dict[int, str] = {}
+            for nodes in sorted(set(family.multi_node_counts)) if queue.multi_node else ():
+                multi_names[nodes] = batch_name(stage, track, instance_type, f"multi-{nodes}")
+                self.multi_node[(instance_type, nodes)] = batch.MultiNodeJobDefinition(
+                    self, f"MultiNode{name}N{nodes}",
+                    job_definition_name=multi_names[nodes],
                     instance_type=cdk.aws_ec2.InstanceType(instance_type),
                     containers=[batch.MultiNodeContainer(
-                        start_node=0, end_node=1,
-                        container=container(f"MultiNode{name}Container", instance_type, efa=True))],
+                        start_node=0, end_node=nodes - 1,
+                        container=container(f"MultiNode{name}N{nodes}Container", instance_type, efa=True,
+                                            command=multi_node_command(track)))],
                     main_node=0,
+                    # Step Functions passes no container or node overrides to a multi-node job: the run's
+                    # settings are job parameters, substituted into the command (Ref::name); these are defaults.
+                    parameters=dict(MULTI_NODE_DEFAULTS[track]),
                     propagate_tags=True,
                     retry_attempts=retry_attempts,
                     retry_strategies=retry_strategies(),
                     timeout=attempt_timeout,
                 )
-            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_name)
+            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_names)
         policy = self.execution_role.node.try_find_child("DefaultPolicy")
         if policy is not None:  # only an image built from containers/ needs ECR pull rights
             acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

@@ -6,6 +6,7 @@ PlanTracks → HasTrn2Track? ─yes→ ResolveCompileCache ─┐
    GPU branch : GpuTrack?  → SubmitGpuJob (.sync)                        → {run: gpu, ...}
    Trn2 branch: Trn2Track? → SubmitTrn2Job (.sync) ─Catch→ HasGpuFallback? → SubmitGpuFallbackJob (.sync, resumes
                                                                            trn2's run dir) | Trn2RunFailed
+   (each Submit*Job behind a *Nodes choice: Submit*MultiNodeJob when the input's jobs.<run>.nodes is present)
 → CloseTrialCosts → BuildTrialReport → SetTrialStatus (SUCCEEDED)     any settle failure → SetTrialStatus (FAILED)
 ```
 Each branch outputs ``{"run", "status": SUCCEEDED|FAILED|SKIPPED, "job_id", "fallback"}``. A track the trial does
@@ -151,11 +152,15 @@ class TrialWorkflow(Construct):
                                   payload_response_only=True, result_path=result_path)
 
     def _submit(self, construct_id: str, *, run: str, track: Track, target: str, run_dir: str,
-                fallback: bool, extra_env: dict[str, str] | None = None) -> sfn.CustomState:
+                fallback: bool, extra_env: dict[str, str] | None = None) -> tuple[sfn.Choice, list[sfn.CustomState]]:
         """``batch:submitJob.sync`` to the queue and job definition the input names for ``target``.
 
-        Written as the state's JSON because queue and definition come from the input (CDK's BatchSubmitJob takes
-        fixed ARNs); deliberately no ``RetryStrategy`` (it would replace the job definition's exit-code rules).
+        Written as the states' JSON because queue and definition come from the input (CDK's BatchSubmitJob takes
+        fixed ARNs); deliberately no ``RetryStrategy`` (it would replace the job definition's exit-code rules). A
+        single-node job gets the run's settings as container environment overrides. A multi-node job (the input
+        gives ``nodes``; its definition has that node count) gets them as job parameters, which Batch substitutes
+        into its command: Step Functions' Batch integration passes neither node overrides nor anything that would
+        reach every node otherwise. Returns the choice to enter and both submit states (for catchers).
         """
         environment = {
             "DUALTRACK_TRIAL_ID": "$.trial_id",
@@ -165,25 +170,42 @@ class TrialWorkflow(Construct):
             "DUALTRACK_RUN_DIR": run_dir,
             **(extra_env or {}),
         }
-        submit = sfn.CustomState(self, construct_id, state_json={
-            "Type": "Task",
-            "Resource": f"arn:{cdk.Aws.PARTITION}:states:::batch:submitJob.sync",
-            "Parameters": {
-                "JobName.$": f"States.Format('{{}}-{run}', $.trial_id)",
-                "JobQueue.$": f"$.jobs.{target}.queue",
-                "JobDefinition.$": f"$.jobs.{target}.definition",
-                "ContainerOverrides": {"Environment": [
-                    {"Name": name, "Value.$": value} if value.startswith("$") else {"Name": name, "Value": value}
-                    for name, value in environment.items()
-                ]},
-                "Timeout": {"AttemptDurationSeconds.$": "$.attempt_timeout_s"},
-                "Tags": {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": run},
-            },
-            "ResultSelector": {"run": run, "status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": fallback},
-        })
-        submit.add_retry(errors=BATCH_RETRY_ERRORS, interval=cdk.Duration.seconds(5), max_attempts=6,
-                         backoff_rate=2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
-        return submit
+        job_parameters = {"spec_uri": "$.spec_uri", "run_dir": run_dir, "run": run, "trial_id": "$.trial_id",
+                          **({"resume_from": extra_env["DUALTRACK_RESUME_FROM"]}
+                             if extra_env and "DUALTRACK_RESUME_FROM" in extra_env else {}),
+                          **({"compile_cache_url": extra_env["NEURON_COMPILE_CACHE_URL"]}
+                             if extra_env and "NEURON_COMPILE_CACHE_URL" in extra_env else {})}
+        common = {
+            "JobName.$": f"States.Format('{{}}-{run}', $.trial_id)",
+            "JobQueue.$": f"$.jobs.{target}.queue",
+            "JobDefinition.$": f"$.jobs.{target}.definition",
+            "Timeout": {"AttemptDurationSeconds.$": "$.attempt_timeout_s"},
+            "Tags": {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": run},
+        }
+        parameters = {
+            "single": {**common, "ContainerOverrides": {"Environment": [
+                {"Name": name, "Value.$": value} if value.startswith("$") else {"Name": name, "Value": value}
+                for name, value in environment.items()
+            ]}},
+            "multi": {**common, "Parameters": {
+                (f"{name}.$" if value.startswith("$") else name): value for name, value in job_parameters.items()
+            }},
+        }
+        states: dict[str, sfn.CustomState] = {}
+        for kind, suffix in (("single", ""), ("multi", "MultiNode")):
+            state = sfn.CustomState(self, construct_id.replace("Job", f"{suffix}Job"), state_json={
+                "Type": "Task",
+                "Resource": f"arn:{cdk.Aws.PARTITION}:states:::batch:submitJob.sync",
+                "Parameters": parameters[kind],
+                "ResultSelector": {"run": run, "status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": fallback},
+            })
+            state.add_retry(errors=BATCH_RETRY_ERRORS, interval=cdk.Duration.seconds(5), max_attempts=6,
+                            backoff_rate=2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
+            states[kind] = state
+        choice = (sfn.Choice(self, construct_id.replace("Submit", "").replace("Job", "Nodes"))
+                  .when(sfn.Condition.is_present(f"$.jobs.{target}.nodes"), states["multi"])
+                  .otherwise(states["single"]))
+        return choice, [states["single"], states["multi"]]
 
     def _outcome(self, construct_id: str, run: str, status: str, fallback: bool) -> sfn.Pass:
         # No job to name: skipped, or the failure came before/without a job description.
@@ -194,10 +216,11 @@ class TrialWorkflow(Construct):
         skipped = self._outcome("GpuSkipped", "gpu", "SKIPPED", False)
         if "gpu" not in self._tracks:
             return skipped
-        submit = self._submit("SubmitGpuJob", run="gpu", track="gpu", target="gpu", run_dir="$.run_dirs.gpu",
-                              fallback=False)
-        submit.add_catch(self._outcome("GpuRunFailed", "gpu", "FAILED", False), errors=["States.ALL"],
-                         result_path="$.error")
+        submit, states = self._submit("SubmitGpuJob", run="gpu", track="gpu", target="gpu",
+                                      run_dir="$.run_dirs.gpu", fallback=False)
+        failed = self._outcome("GpuRunFailed", "gpu", "FAILED", False)
+        for state in states:
+            state.add_catch(failed, errors=["States.ALL"], result_path="$.error")
         return (sfn.Choice(self, "GpuTrack")
                 .when(sfn.Condition.boolean_equals("$.plan.gpu", True), submit)
                 .otherwise(skipped))
@@ -206,23 +229,27 @@ class TrialWorkflow(Construct):
         skipped = self._outcome("Trn2Skipped", "trn2", "SKIPPED", False)
         if "trn2" not in self._tracks:
             return skipped
-        trn2 = self._submit("SubmitTrn2Job", run="trn2", track="trn2", target="trn2", run_dir="$.run_dirs.trn2",
-                            fallback=False, extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"})
+        trn2, trn2_states = self._submit("SubmitTrn2Job", run="trn2", track="trn2", target="trn2",
+                                         run_dir="$.run_dirs.trn2", fallback=False,
+                                         extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"})
         failed = self._outcome("Trn2RunFailed", "trn2", "FAILED", False)
         if "gpu" in self._tracks:
             # Same spec on the GPU queue, resuming from the newest verified checkpoint the Trn2 run left behind.
-            fallback = self._submit("SubmitGpuFallbackJob", run="gpu-fallback", track="gpu", target="fallback",
-                                    run_dir="$.run_dirs['gpu-fallback']", fallback=True,
-                                    extra_env={"DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"})
-            fallback.add_catch(self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True),
-                               errors=["States.ALL"], result_path="$.error")
+            fallback, fallback_states = self._submit(
+                "SubmitGpuFallbackJob", run="gpu-fallback", track="gpu", target="fallback",
+                run_dir="$.run_dirs['gpu-fallback']", fallback=True,
+                extra_env={"DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"})
+            fallback_failed = self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True)
+            for state in fallback_states:
+                state.add_catch(fallback_failed, errors=["States.ALL"], result_path="$.error")
             after_failure: sfn.IChainable = (
                 sfn.Choice(self, "HasGpuFallback")
                 .when(sfn.Condition.is_present("$.jobs.fallback"), fallback)
                 .otherwise(failed))
         else:
             after_failure = failed
-        trn2.add_catch(after_failure, errors=["States.ALL"], result_path="$.trn2_error")
+        for state in trn2_states:
+            state.add_catch(after_failure, errors=["States.ALL"], result_path="$.trn2_error")
         return (sfn.Choice(self, "Trn2Track")
                 .when(sfn.Condition.boolean_equals("$.plan.trn2", True), trn2)
                 .otherwise(skipped))

@@ -33,7 +33,7 @@ class ControlStack(cdk.Stack):
         self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: control-plane logs and queues")
         queue_names = sorted({t.queue for by_type in targets.values() for t in by_type.values()})
         definition_names = sorted({name for by_type in targets.values() for t in by_type.values()
-                                   for name in (t.single_node, t.multi_node) if name})
+                                   for name in (t.single_node, *t.multi_node.values())})
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="dualtrack report topic")
         # CloudWatch alarms publish to the encrypted topic, so the service must be able to use its key.
         key.add_to_resource_policy(iam.PolicyStatement(

@@ -41,16 +41,16 @@ class Submitted:
     created: bool
 
 
-def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, str]]:
+def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Queue and job definition (by name) for every run of ``spec``, from the stage's targets
     (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
 
     Refuses a trial the stage cannot place: a track it does not offer, an instance type it has no queue for (a job
-    sent there would wait RUNNABLE until cancelled), or more than one node (submitted single-node, it would be
-    billed for nodes that never train).
+    sent there would wait RUNNABLE until cancelled), or a node count the stage has no multi-node job definition for.
+    A multi-node run carries ``nodes``; the workflow then passes the run's settings as job parameters.
     """
     problems: list[dict[str, str]] = []
-    jobs: dict[str, dict[str, str]] = {}
+    jobs: dict[str, dict[str, Any]] = {}
     for track in spec.track_names():
         config = spec.track(track)
         offered = targets.get(track) or {}
@@ -65,9 +65,18 @@ def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]
                 f"of those or add it to dualtrack:stages.<stage>.{track}.instance_types")})
             continue
         if config.nodes > 1:
-            problems.append({"path": f"tracks.{track}.nodes", "message": (
-                f"{config.nodes} nodes: this control plane submits single-node jobs, and a multi-node trial would "
-                "be billed for nodes that do not train; use nodes 1")})
+            multi = {int(n): str(name) for n, name in (target.get("multi_node") or {}).items()}
+            if config.nodes not in multi:
+                counts = (f"it runs {', '.join(str(n) for n in sorted(multi))} nodes of {config.instance_type}"
+                           if multi else
+                           f"it has no multi-node capacity for {config.instance_type} (that needs "
+                           f"dualtrack:stages.<stage>.{track}.availability_zone, on-demand capacity and an EFA type)")
+                problems.append({"path": f"tracks.{track}.nodes", "message": (
+                    f"{config.nodes} nodes: this stage cannot run that, {counts}; use one of those counts (or 1), "
+                    f"or add it to dualtrack:stages.<stage>.{track}.multi_node_counts")})
+                continue
+            # One multi-node job definition per node count: Step Functions cannot override a job's node count.
+            jobs[track] = {"queue": str(target["queue"]), "definition": multi[config.nodes], "nodes": config.nodes}
             continue
         jobs[track] = {"queue": str(target["queue"]), "definition": str(target["single_node"])}
     if problems:
@@ -78,7 +87,7 @@ def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]
 
 
 def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int,
-                    jobs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+                    jobs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
     ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. Retries are the job
     definitions' own (their retry strategy), so the input carries no attempt count. ``run_dirs`` has a

@@ -86,9 +86,9 @@ class ApiSettings(ArtifactEventSettings):
         description="the stage's Batch attempt timeout in seconds (at least 60, the Batch minimum); a trial's "
         "limits.max_hours can only shorten it",
     )
-    JOB_TARGETS: dict[str, dict[str, dict[str, str | None]]] = Field(
+    JOB_TARGETS: dict[str, dict[str, dict[str, Any]]] = Field(
         description="JSON: per track and instance type the stage offers, its Batch queue and job definition names "
-        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": ... | null}}})',
+        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": {"2": ..., "4": ...}}}})',
     )
     DATA_BUCKETS: tuple[str, ...] = Field(
         default=(),

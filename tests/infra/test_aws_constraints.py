@@ -121,8 +121,17 @@ def test_job_command_runs_the_trainer_under_the_image_entrypoint(compute_of: dic
             properties = definition["Properties"]
             containers = ([properties["ContainerProperties"]] if "ContainerProperties" in properties else
                           [r["Container"] for r in properties["NodeProperties"]["NodeRangeProperties"]])
+            defaults = properties.get("Parameters") or {}
+            submitted = {"spec_uri": "s3://b/trials/t/spec.json", "run_dir": "s3://b/trials/t/gpu", "run": "gpu",
+                         "trial_id": "t", "compile_cache_url": "s3://c/neuron/x/"}
             for container in containers:
-                argv = entrypoint + container["Command"]
+                # Batch substitutes Ref::name from the submission's parameters over the definition's defaults
+                # (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters);
+                # a Ref:: left unsubstituted would reach the trainer as a literal.
+                values = {**defaults, **submitted}
+                command = [re.sub(r"Ref::(\w+)", lambda m, v=values: v[m.group(1)], part)  # type: ignore[misc]
+                           for part in container["Command"]]
+                argv = entrypoint + command
                 args = build_parser().parse_args(argv[3:])  # what `python -m trainer` hands its parser
                 assert args.command in ("run", "launch"), shlex.join(argv)
 
@@ -225,7 +234,7 @@ def test_multi_node_capacity_lives_in_one_zone_with_a_cluster_placement_group(pr
     for definition in props(prod_compute, "AWS::Batch::JobDefinition"):
         if definition["Type"] != "multinode":
             continue
-        queue = queues[definition["JobDefinitionName"].removesuffix("-multi")]
+        queue = queues[definition["JobDefinitionName"].rsplit("-multi-", 1)[0]]
         for entry in queue["ComputeEnvironmentOrder"]:
             target = _environment_id(entry)
             assert environments[target]["Properties"]["ComputeResources"]["Type"] == "EC2", target
@@ -319,6 +328,10 @@ def test_multi_node_definitions_map_the_efa_devices(prod_compute: dict[str, Any]
         container = definition["NodeProperties"]["NodeRangeProperties"][0]["Container"]
         devices = [d for d in container["LinuxParameters"]["Devices"] if "infiniband" in d["HostPath"]]
         interfaces = catalogue.get(container["InstanceType"]).efa_interfaces
+        # A node count per definition (Step Functions cannot override it), named for it, one range over all nodes.
+        count = int(definition["JobDefinitionName"].rsplit("-", 1)[1])
+        assert definition["NodeProperties"]["NumNodes"] == count
+        assert [r["TargetNodes"] for r in definition["NodeProperties"]["NodeRangeProperties"]] == [f"0:{count - 1}"]
         assert [d["HostPath"] for d in devices] == [f"/dev/infiniband/uverbs{i}" for i in range(interfaces)]
         assert all(sorted(p.upper() for p in d["Permissions"]) == ["MKNOD", "READ", "WRITE"] for d in devices)
 

@@ -112,10 +112,12 @@ def test_multi_node_definitions_target_one_instance_type(prod_compute: dict[str,
     Spot-backed, and multi-node jobs do not run on Spot (https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html)."""
     multi = {p["JobDefinitionName"]: p for p in props(prod_compute, "AWS::Batch::JobDefinition")
              if p["Type"] == "multinode"}
-    assert list(multi) == ["dualtrack-prod-trn2-trn2-48xlarge-multi"]
-    nodes = multi["dualtrack-prod-trn2-trn2-48xlarge-multi"]["NodeProperties"]
-    assert nodes["MainNode"] == 0
-    assert nodes["NodeRangeProperties"][0]["Container"]["InstanceType"] == "trn2.48xlarge"
+    assert sorted(multi) == ["dualtrack-prod-trn2-trn2-48xlarge-multi-2", "dualtrack-prod-trn2-trn2-48xlarge-multi-4"]
+    for definition in multi.values():
+        nodes = definition["NodeProperties"]
+        assert nodes["MainNode"] == 0
+        assert nodes["NodeRangeProperties"][0]["Container"]["InstanceType"] == "trn2.48xlarge"
+        assert definition["Parameters"] == {"resume_from": "none", "compile_cache_url": "none"}
 
 
 def test_job_role_reads_and_writes_but_never_deletes(compute: dict[str, Any]) -> None:

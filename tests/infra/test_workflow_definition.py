@@ -99,7 +99,8 @@ def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
                                 "Next": "HasGpuFallback"}]
     # A trial without a GPU track has no jobs.fallback: reading it would be an uncatchable States.Runtime.
     assert trn2["HasGpuFallback"]["Choices"] == [{"Variable": "$.jobs.fallback", "IsPresent": True,
-                                                  "Next": "SubmitGpuFallbackJob"}]
+                                                  "Next": "GpuFallbackNodes"}]
+    assert trn2["SubmitTrn2MultiNodeJob"]["Catch"] == submit["Catch"]
     assert trn2["HasGpuFallback"]["Default"] == "Trn2RunFailed"
     fallback = trn2["SubmitGpuFallbackJob"]
     env = _environment(fallback)
@@ -112,3 +113,24 @@ def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
     assert trn2["GpuFallbackFailed"]["Parameters"] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "",
                                                        "fallback": True}
     assert trn2["Trn2Skipped"]["Parameters"]["status"] == "SKIPPED"
+
+
+def test_multi_node_runs_pass_their_settings_as_job_parameters(control: dict[str, Any]) -> None:
+    """A multi-node run goes to the definition for its node count; Step Functions' Batch integration passes
+    SubmitJob's ``Parameters`` (https://docs.aws.amazon.com/step-functions/latest/dg/connect-batch.html), which
+    Batch substitutes for ``Ref::name`` in the command (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters)."""
+    gpu, trn2 = _branches(control)
+    for states, prefix, target, extra in ((gpu, "Gpu", "gpu", {}),
+                                          (trn2, "Trn2", "trn2", {"compile_cache_url.$": "$.cache.cache_url"}),
+                                          (trn2, "GpuFallback", "fallback", {"resume_from.$": "$.run_dirs.trn2"})):
+        choice = states[f"{prefix}Nodes"]
+        assert choice["Choices"] == [{"Variable": f"$.jobs.{target}.nodes", "IsPresent": True,
+                                      "Next": f"Submit{prefix}MultiNodeJob"}]
+        assert choice["Default"] == f"Submit{prefix}Job"
+        single, multi = states[f"Submit{prefix}Job"]["Parameters"], states[f"Submit{prefix}MultiNodeJob"]["Parameters"]
+        run = single["Tags"]["dualtrack:run"]
+        assert multi["Parameters"] == {"spec_uri.$": "$.spec_uri", "run": run, "trial_id.$": "$.trial_id",
+                                       "run_dir.$": _environment(states[f"Submit{prefix}Job"])["DUALTRACK_RUN_DIR"],
+                                       **extra}
+        assert {k: v for k, v in multi.items() if k != "Parameters"} == {
+            k: v for k, v in single.items() if k != "ContainerOverrides"}

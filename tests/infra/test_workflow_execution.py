@@ -204,3 +204,25 @@ def test_cancelled_execution_terminates_its_jobs(harness: Harness) -> None:
     described = boto3.client("batch", region_name="us-east-1").describe_jobs(jobs=[trn2.job_id])["jobs"][0]
     assert described["status"] == "FAILED"
     assert "gpu-fallback" not in harness.jobs.runs()  # a cancelled trial does not fall back
+
+
+def test_multi_node_trial_submits_the_definition_for_its_node_count(prod_assembly: Assembly) -> None:
+    """prod pins Trainium2 to one zone, so it has a multi-node definition per node count: an input with
+    ``jobs.trn2.nodes`` runs the multi-node submit state with the run's settings as job parameters, which Batch
+    merges over the definition's defaults (https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html)."""
+    jobs = ScriptedJobs({})
+    lambdas = fake_handlers()
+    with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
+        harness = Harness(deploy_locally(prod_assembly, region="us-east-2"), lambdas, jobs)
+        payload = workflow_input(["trn2"])
+        payload["jobs"] = {"trn2": {"queue": batch_name("prod", "trn2", "trn2.48xlarge"),
+                                    "definition": batch_name("prod", "trn2", "trn2.48xlarge", "multi-2"), "nodes": 2}}
+        done = harness.wait(harness.start(payload))
+        assert done["status"] == "SUCCEEDED", done
+        (job,) = jobs.submitted
+        assert job.job_definition.type == "multinode"
+        assert job.job_definition.name == "dualtrack-prod-trn2-trn2-48xlarge-multi-2"
+        assert job.job_definition.node_properties["numNodes"] == 2
+        assert job.parameters == {"spec_uri": payload["spec_uri"], "run_dir": RUN_DIRS["trn2"], "run": "trn2",
+                                  "trial_id": TRIAL, "compile_cache_url": "s3://cache/neuron/llama/2.26/abc/",
+                                  "resume_from": "none"}

@@ -179,9 +179,21 @@ def test_runs_go_to_the_queue_and_job_definition_of_their_instance_type(
     reset_settings()
     multi = json.loads(json.dumps(example))
     multi.update(name="two-nodes")
-    multi["tracks"]["gpu"]["nodes"] = 2
+    multi["tracks"]["gpu"]["nodes"] = 2  # the GPU track here is Spot-backed: no multi-node definitions
     status, body = call(api_event("POST", "/trials", multi))
     assert status == 422 and {e["path"] for e in body["errors"]} >= {"tracks.gpu.nodes"}, body
+    assert "no multi-node capacity" in {e["path"]: e["message"] for e in body["errors"]}["tracks.gpu.nodes"]
+    multi["tracks"]["gpu"]["nodes"] = 1
+    multi["tracks"]["trn2"]["nodes"] = 8  # valid layout (dp 64), but no definition for 8 nodes
+    status, body = call(api_event("POST", "/trials", multi))
+    assert status == 422, body
+    assert "runs 2, 4 nodes" in {e["path"]: e["message"] for e in body["errors"]}["tracks.trn2.nodes"], body
+    multi["tracks"]["trn2"]["nodes"] = 2
+    status, body = call(api_event("POST", "/trials", multi))
+    assert status == 201, body
+    jobs = _execution_input(aws, body["trial_id"])["jobs"]
+    assert jobs["trn2"] == {"queue": targets["trn2"]["trn2.48xlarge"]["queue"],
+                            "definition": targets["trn2"]["trn2.48xlarge"]["multi_node"]["2"], "nodes": 2}
 
 
 def test_unknown_routes_and_wrong_methods(aws: dict[str, Any]) -> None:

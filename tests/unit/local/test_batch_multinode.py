@@ -252,3 +252,13 @@ def test_terminate_job_stops_every_node(tmp_path: Path, marks: Path) -> None:
     assert job["statusReason"] == "stopped by the operator"
     assert len(job["attempts"]) == 1
     assert (marks / "a1.n0.sigterm").exists() and (marks / "a1.n1.sigterm").exists()
+
+
+def test_job_parameters_are_substituted_into_the_command() -> None:
+    """Batch replaces ``Ref::name`` with the submission's parameter, else the definition's default, and leaves an
+    unknown one as written (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters)."""
+    from dualtrack.local.batch_runner import substitute_parameters
+
+    command = ["launch", "--spec", "Ref::spec_uri", "--resume-from", "Ref::resume_from", "x=Ref::run", "Ref::other"]
+    assert substitute_parameters(command, {"spec_uri": "s3://b/s.json", "resume_from": "none", "run": "trn2"}) == [
+        "launch", "--spec", "s3://b/s.json", "--resume-from", "none", "x=trn2", "Ref::other"]
