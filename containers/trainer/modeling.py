@@ -68,8 +68,9 @@ def build_model(spec: TrialSpec, tokenizer: Any) -> torch.nn.Module:
             raise ModelError("lora: required for method lora")
         from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(r=spec.lora.rank, lora_alpha=spec.lora.alpha,  # type: ignore[arg-type]  # float is fine lora_dropout=spec.lora.dropout,
-                          target_modules=list(spec.lora.target_modules), task_type="CAUSAL_LM")
+        lora = LoraConfig(r=spec.lora.rank, lora_alpha=spec.lora.alpha,  # type: ignore[arg-type]  # float is fine
+                          lora_dropout=spec.lora.dropout, target_modules=list(spec.lora.target_modules),
+                          task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
     model.train()
     return model

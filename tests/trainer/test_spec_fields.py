@@ -1,0 +1,37 @@
+"""What the trial spec asks of the model and the loop reaches the trainer (or is recorded where it cannot)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lambdas.domain.trial import parse_trial
+
+
+def _model(write_spec: Any, dropout: float) -> torch.nn.Module:
+    from trainer.modeling import build_model, build_tokenizer
+
+    lora = {"rank": 4, "alpha": 8, "dropout": dropout, "target_modules": ["q_proj", "v_proj"]}
+    spec = parse_trial(Path(write_spec(lora=lora)).read_text(), allow_local_paths=True)
+    return build_model(spec, build_tokenizer(spec))
+
+
+def _lora_dropouts(model: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for name, m in model.named_modules() if ".lora_dropout." in name]
+
+
+def test_lora_dropout_comes_from_the_spec(write_spec: Any) -> None:
+    model = _model(write_spec, 0.25)
+    found = _lora_dropouts(model)
+    assert len(found) == 2  # q_proj and v_proj of the one layer
+    assert all(isinstance(m, torch.nn.Dropout) and m.p == pytest.approx(0.25) for m in found)
+    assert model.peft_config["default"].lora_dropout == pytest.approx(0.25)  # type: ignore[index]
+
+
+def test_zero_lora_dropout_is_the_identity(write_spec: Any) -> None:
+    found = _lora_dropouts(_model(write_spec, 0.0))
+    assert found and all(isinstance(m, torch.nn.Identity) for m in found)
