@@ -1,16 +1,100 @@
 """Data-parallel process group when launched under torchrun (``WORLD_SIZE`` > 1); a no-op single process
 otherwise. Either way the processes together run every data-parallel rank's micro-batches of the declared layout:
 with fewer processes than ranks each one simulates several (``trainer.data.simulated_ranks``), and the summed
-gradients over the processes are the one-process gradients."""
+gradients over the processes are the one-process gradients.
+
+With more than one process the step's collectives are timed (``CollectiveStats``): wall time in the gradient and
+loss all-reduces, and every ``DUALTRACK_SYNC_SAMPLE_EVERY`` steps (default 1; 10 on CUDA, where a sample
+synchronizes the device) the skew between the ranks reaching the gradient all-reduce. A single process calls no
+collective and times nothing."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from trainer.backends import Backend
+
+SYNC_SAMPLE_EVERY_VARIABLE = "DUALTRACK_SYNC_SAMPLE_EVERY"
+
+
+def _sample_every(backend_name: str) -> int:
+    raw = os.environ.get(SYNC_SAMPLE_EVERY_VARIABLE) or ("10" if backend_name == "cuda" else "1")
+    try:
+        return max(1, int(raw))
+    except ValueError:
+        raise ValueError(f"{SYNC_SAMPLE_EVERY_VARIABLE} must be a whole number of steps, got {raw!r}") from None
+
+
+@dataclass
+class CollectiveStats:
+    """Rank 0's (every rank's) view of the collectives of a multi-process attempt.
+
+    ``communication_s`` is the wall time inside the step's all-reduces, the wait for slower ranks included. On CUDA
+    the collectives run on the device's stream, so they are timed with CUDA events, resolved once complete; on the
+    CPU stand-ins (gloo) a collective returns when it is done, and the host clock times it. On Neuron the gradient
+    all-reduce is part of ``xm.optimizer_step``'s graph, so nothing is timed (``measured`` is False).
+
+    Sync wait: each rank notes its arrival at the gradient all-reduce relative to its own step start (so clocks on
+    different hosts need no alignment); one all-reduce with MAX over ``[arrival, -arrival]`` gives the latest and
+    the earliest arrival, and the skew ``max - min`` is how long the first rank waited for the last.
+    """
+
+    sample_every: int = 1
+    measured: bool = True
+    use_events: bool = False
+    communication_s: float = 0.0
+    steps: int = 0
+    skews: list[float] = field(default_factory=list)
+    step: int = 0
+    step_started: float = 0.0
+    _pending: list[tuple[Any, Any]] = field(default_factory=list)
+
+    def sampling(self) -> bool:
+        return self.step % self.sample_every == 0
+
+    def start(self) -> Any:
+        if self.use_events:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def stop(self, started: Any) -> None:
+        if self.use_events:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._pending.append((started, end))
+            self._resolve(wait=False)
+        else:
+            self.communication_s += time.perf_counter() - started
+
+    def _resolve(self, *, wait: bool) -> None:
+        while self._pending:
+            start, end = self._pending[0]
+            if not wait and not end.query():
+                return
+            end.synchronize()
+            self.communication_s += start.elapsed_time(end) / 1000.0
+            self._pending.pop(0)
+
+    def record(self, world_size: int) -> dict[str, Any]:
+        """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``)."""
+        self._resolve(wait=True)
+        skews = self.skews
+        return {"world_size": world_size, "measured": self.measured, "steps_timed": self.steps,
+                "communication_s": self.communication_s,
+                "communication_per_step_s": self.communication_s / self.steps if self.steps else None,
+                "sync_wait_median_s": statistics.median(skews) if skews else None,
+                "sync_wait_max_s": max(skews) if skews else None,
+                "sync_wait_mean_s": statistics.fmean(skews) if skews else None,
+                "sync_samples": len(skews), "sync_sample_every": self.sample_every}
 
 
 @dataclass
@@ -18,6 +102,8 @@ class Distributed:
     rank: int = 0
     world_size: int = 1
     backend_name: str = "cpu"
+    stats: CollectiveStats | None = None  # None for a single process: nothing is timed
+    synchronize: Callable[[], None] | None = None
 
     @classmethod
     def from_env(cls, backend: Backend) -> Distributed:
@@ -33,7 +119,16 @@ class Distributed:
                 dist.init_process_group("xla")
             else:
                 dist.init_process_group("nccl" if backend.name == "cuda" else "gloo")
-        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend_name=backend.name)
+        stats = CollectiveStats(sample_every=_sample_every(backend.name), measured=backend.name != "neuron",
+                                use_events=backend.name == "cuda")
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend_name=backend.name, stats=stats,
+                   synchronize=backend.synchronize)
+
+    def begin_step(self, step: int) -> None:
+        """Mark the step's start (the reference for this rank's arrival at the gradient all-reduce)."""
+        if self.stats is not None:
+            self.stats.step, self.stats.step_started = step, time.perf_counter()
+            self.stats.steps += 1
 
     @property
     def is_main(self) -> bool:
@@ -50,9 +145,29 @@ class Distributed:
             return
         import torch.distributed as dist
 
+        stats = self.stats
+        sample = stats is not None and stats.sampling()
+        if sample and self.synchronize is not None:
+            self.synchronize()  # on a device, arrival means the backward has finished, not just been queued
+        arrived = time.perf_counter()
+        started = stats.start() if stats is not None else None
         for p in params:
             if p.grad is not None:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        if stats is not None:
+            stats.stop(started)
+            if sample:
+                stats.skews.append(self._skew(arrived - stats.step_started))
+
+    def _skew(self, arrival: float) -> float:
+        """Latest minus earliest arrival at the gradient all-reduce over the ranks (one small MAX all-reduce)."""
+        import torch.distributed as dist
+
+        device = torch.device("cuda") if self.backend_name == "cuda" else torch.device("cpu")
+        both = torch.tensor([arrival, -arrival], dtype=torch.float64, device=device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
+        latest, neg_earliest = both.tolist()
+        return max(0.0, latest + neg_earliest)
 
     def reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The step's global loss, still on the device (reading it is the caller's choice of when to sync)."""
@@ -60,10 +175,18 @@ class Distributed:
             import torch.distributed as dist
 
             loss = loss.clone()
+            stats = self.stats if self.backend_name != "neuron" else None
+            started = stats.start() if stats is not None else None
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
+            if stats is not None:
+                stats.stop(started)
             if self.backend_name == "neuron":
                 loss = loss / self.world_size
         return loss
+
+    def communication(self) -> dict[str, Any] | None:
+        """The summary's ``communication`` block, or None for a single process (the schema's zeros apply)."""
+        return None if self.stats is None else self.stats.record(self.world_size)
 
     def close(self) -> None:
         if self.world_size > 1:

@@ -39,15 +39,31 @@ from trainer.summary import SummaryInputs, build_summary, previous_losses, write
 SIGTERM_SAVE_BUDGET_S = float(os.environ.get("DUALTRACK_SIGTERM_SAVE_BUDGET_S", "20"))
 
 
+# What the loop applies beyond the spec's peak learning rate (recorded in the summary's ``optimizer`` block).
+GRAD_CLIP_NORM = 1.0
+WEIGHT_DECAY = 0.0
+FINAL_LR_FACTOR = 0.1
+
+
+def warmup_steps(max_steps: int) -> int:
+    return max(1, max_steps // 10)
+
+
 def lr_lambda(max_steps: int):  # type: ignore[no-untyped-def]
-    warmup = max(1, max_steps // 10)
+    warmup = warmup_steps(max_steps)
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, max_steps - warmup))
+        return max(FINAL_LR_FACTOR, 1.0 - (1.0 - FINAL_LR_FACTOR) * (step - warmup) / max(1, max_steps - warmup))
 
     return factor
+
+
+def optimizer_record(spec: TrialSpec) -> dict[str, Any]:
+    return {"name": "adamw", "learning_rate": spec.learning_rate, "weight_decay": WEIGHT_DECAY,
+            "grad_clip_norm": GRAD_CLIP_NORM, "lr_schedule": "linear warmup, then linear decay",
+            "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR}
 
 
 @dataclass
@@ -105,6 +121,8 @@ def run(cfg: RunConfig) -> int:
     inputs.phases, inputs.losses, inputs.evals = job.phases, job.losses, job.evals
     inputs.step_times, inputs.saved = job.step_times, job.saved
     inputs.memory_peak_mib = backend.memory_peak_mib()
+    with contextlib.suppress(Exception):  # a broken process group must not cost the summary
+        inputs.communication = dist.communication()
     if dist.is_main:
         summary = build_summary(inputs, status=status, exit_code=exit_code)
         log.final(summary.phases.model_dump(), summary.memory_peak_mib, summary.compile.cache)
@@ -154,8 +172,9 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     step_model = backend.prepare(model)
     # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
     params = trainable_parameters(model)
-    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec.max_steps))
+    inputs.optimizer = optimizer_record(spec)
 
     t = time.perf_counter()
     sources = [cfg.run_dir] + ([cfg.resume_from] if cfg.resume_from else [])
@@ -251,6 +270,7 @@ def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminatio
     try:
         for step in range(start_step + 1, spec.max_steps + 1):
             t = time.perf_counter()
+            job.dist.begin_step(step)
             ids, labels = stream.take(position, plan.global_batch)
             norm = float(loss_tokens(labels)) / job.dist.loss_scale
             step_loss = torch.zeros((), device=backend.device)
@@ -265,7 +285,7 @@ def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminatio
                 loss.backward()
                 step_loss = step_loss + loss.detach()
             job.dist.reduce_gradients(params)
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP_NORM)
             backend.optimizer_step(optimizer)
             lr = scheduler.get_last_lr()[0]
             scheduler.step()

@@ -63,6 +63,8 @@ class SummaryInputs:
     final_samples: list[dict[str, Any]] = field(default_factory=list)
     validation_loss: float | None = None
     error: str | None = None
+    optimizer: dict[str, Any] | None = None
+    communication: dict[str, Any] | None = None  # Distributed.communication(); None for a single process
 
 
 def _iso(ts: float) -> str:
@@ -122,6 +124,17 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
     return cache_key(spec).key
 
 
+def _communication(inputs: SummaryInputs) -> dict[str, Any]:
+    """Collective timings with their share of the step time; zeros / None for a single process."""
+    if inputs.communication is None:
+        return {"world_size": inputs.world_size_run}
+    record = dict(inputs.communication)
+    step_total = sum(inputs.step_times) + (inputs.first_step_s or 0.0)
+    record["communication_share"] = (record["communication_s"] / step_total
+                                     if step_total > 0 and record.get("measured", True) else None)
+    return record
+
+
 def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunSummary:
     spec, cfg, backend, phases = inputs.spec, inputs.cfg, inputs.backend, inputs.phases
     steps_done = len(inputs.losses)
@@ -171,6 +184,8 @@ def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunS
         "continuity": continuity(inputs),
         "fault": {"injected_at_step": fault.at_step if fault else None, "mode": fault.mode if fault else None,
                   "fired": inputs.fault_fired},
+        "optimizer": inputs.optimizer,
+        "communication": _communication(inputs),
         "memory_peak_mib": inputs.memory_peak_mib,
         "final_samples": inputs.final_samples,
         "validation_loss": inputs.validation_loss,

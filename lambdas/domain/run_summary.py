@@ -140,6 +140,46 @@ class LayoutRecord(_Model):
     world_size_run: int = Field(description="Processes this attempt actually ran (1 when the layout is simulated).")
 
 
+class OptimizerRecord(_Model):
+    """What the training loop applies that the trial spec does not declare (the spec gives only the peak rate)."""
+
+    name: str = "adamw"
+    learning_rate: float | None = Field(default=None, description="Peak rate (the spec's learning_rate).")
+    weight_decay: float = 0.0
+    grad_clip_norm: float | None = Field(default=None, description="Global gradient-norm clip; None: no clipping.")
+    lr_schedule: str | None = Field(default=None, description="Shape of the learning-rate schedule.")
+    warmup_steps: Annotated[int, Field(ge=0)] | None = None
+    final_lr_factor: float | None = Field(default=None, description="Rate at max_steps as a fraction of the peak.")
+
+
+class CommunicationRecord(_Model):
+    """Collectives of a multi-process attempt (``layout.world_size_run`` > 1), as rank 0 measured them.
+
+    A single-process attempt calls no collective: it records ``communication_s`` 0.0, ``communication_share``
+    0.0, ``communication_per_step_s`` None and every sync-wait figure None (as do summaries written before these
+    fields existed). ``communication_s`` sums, over every step of the attempt, rank 0's time inside the gradient
+    all-reduce and the loss all-reduce; waiting there for slower ranks is part of it. ``communication_share`` is
+    that over the same steps' summed step time (``throughput.step_time_s`` times the steps, first step included).
+    The sync wait of a step is the skew between the ranks reaching the gradient all-reduce: each rank's arrival time
+    relative to its own step start, combined every ``sync_sample_every`` steps, latest minus earliest (relative
+    times need no clock alignment across hosts). ``measured`` is False where the collectives live inside a compiled
+    graph (Neuron) and cannot be timed from the host: the figures are then 0 / None, not measurements.
+    """
+
+    world_size: Annotated[int, Field(ge=1)] = 1
+    measured: bool = True
+    steps_timed: Annotated[int, Field(ge=0)] = 0
+    communication_s: Seconds = 0.0
+    communication_share: Annotated[float, Field(ge=0)] | None = Field(
+        default=0.0, description="communication_s / the timed steps' summed step time; None if no step was timed.")
+    communication_per_step_s: Seconds | None = None
+    sync_wait_median_s: Seconds | None = None
+    sync_wait_max_s: Seconds | None = None
+    sync_wait_mean_s: Seconds | None = None
+    sync_samples: Annotated[int, Field(ge=0)] = 0
+    sync_sample_every: Annotated[int, Field(ge=1)] = 1
+
+
 class RunSummary(_Model):
     schema_version: Literal[1] = SUMMARY_SCHEMA_VERSION
     trial_id: str
@@ -171,6 +211,8 @@ class RunSummary(_Model):
     compile: CompileRecord = Field(default_factory=CompileRecord)
     continuity: Continuity = Field(default_factory=Continuity)
     fault: FaultRecord = Field(default_factory=FaultRecord)
+    optimizer: OptimizerRecord | None = None
+    communication: CommunicationRecord = Field(default_factory=CommunicationRecord)
     memory_peak_mib: float | None = None
     final_samples: list[FinalSample] = Field(default_factory=list)
     validation_loss: float | None = None

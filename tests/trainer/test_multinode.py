@@ -76,6 +76,13 @@ def test_two_nodes_train_like_one_process(write_spec: Any, tmp_path: Path) -> No
         assert two[step] == pytest.approx(one[step], abs=1e-5), (step, one[step], two[step])
     summary = json.loads((run_dir / "attempt-1" / "summary.json").read_text())
     assert summary["status"] == "succeeded"
+    # The two processes' collectives are timed; the single process records none.
+    comm = summary["communication"]
+    assert comm["world_size"] == 2 and comm["measured"] and comm["steps_timed"] == STEPS
+    assert comm["communication_s"] > 0 and 0 < comm["communication_share"] < 1
+    assert comm["sync_samples"] == STEPS and 0 <= comm["sync_wait_median_s"] <= comm["sync_wait_max_s"]
+    single = json.loads((tmp_path / "one" / "attempt-1" / "summary.json").read_text())["communication"]
+    assert (single["communication_s"], single["sync_wait_max_s"]) == (0.0, None)
 
 
 # Eight GPUs per node on two nodes: data_parallel 16, simulated by two CPU processes, eight ranks each.
