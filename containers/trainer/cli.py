@@ -57,7 +57,12 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     spec = parse_trial(storage.read_text(cfg.spec_uri), allow_local_paths=True)
     layout = layout_of(spec, cfg.track)  # type: ignore[arg-type]
     backend = cfg.backend or default_backend(cfg.track)
-    worker_args = [a for a in argv if a != "launch"]
+    # The ranks get this process's resolved settings as environment variables, never as flags: torchrun's own
+    # parser would take a rank flag such as --run for an abbreviation of one of its options (--run-path).
+    settings = {"DUALTRACK_SPEC_URI": cfg.spec_uri, "DUALTRACK_TRACK": cfg.track, "DUALTRACK_RUN_DIR": cfg.run_dir,
+                "DUALTRACK_RESUME_FROM": cfg.resume_from, "DUALTRACK_RUN": cfg.run,
+                "DUALTRACK_TRIAL_ID": cfg.trial_id, "NEURON_COMPILE_CACHE_URL": cfg.compile_cache_url}
+    worker_args = ["--quiet"] if not cfg.progress else []
     try:
         address = socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -72,4 +77,8 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     # Replace this process, so Batch's SIGTERM (and the exit code) reach the ranks' launcher directly.
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(plan.argv[0], plan.argv, {**os.environ, **plan.env, "DUALTRACK_BACKEND": backend})
+    env = {**os.environ, **{k: v for k, v in settings.items() if v}, **plan.env, "DUALTRACK_BACKEND": backend}
+    for name, value in settings.items():
+        if not value:
+            env.pop(name, None)  # "none" or unset here means unset for the ranks too
+    os.execve(plan.argv[0], plan.argv, env)

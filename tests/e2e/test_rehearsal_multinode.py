@@ -1,0 +1,45 @@
+"""End to end: a trial whose GPU track declares 2 nodes runs as a Batch multi-node parallel job.
+
+The local stage pins its tracks to one zone, so it has a multi-node job definition per node count; the workflow
+submits the 2-node definition with the run's settings as job parameters, the local Batch starts both nodes, and
+the ranks form one process group over gloo on loopback, training the layout's 16 data-parallel ranks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from dualtrack.local.progress import Progress
+from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
+from lambdas.domain.trial import parse_trial
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_two_node_gpu_run_trains_on_both_nodes_and_is_billed_for_both(tmp_path: Path) -> None:
+    doc = json.loads((ROOT / "examples" / "trial-rehearsal-2node.json").read_text())
+    doc.update(max_steps=8)
+    doc["tracks"].pop("trn2")
+    for key in ("train_uri", "validation_uri"):
+        doc["data"][key] = str(ROOT / doc["data"][key])
+    spec = parse_trial(doc, allow_local_paths=True)
+    stream = io.StringIO()
+    result = Rehearsal(spec, RehearsalOptions(out=tmp_path, fresh=True, timeout_s=800),
+                       progress=Progress(stream, max_steps=spec.max_steps)).run()
+    printed = stream.getvalue()
+    assert result.succeeded, printed[-3000:]
+    assert "-> SubmitGpuMultiNodeJob" in printed
+    gpu = result.report["tracks"]["gpu"] if result.report else {}
+    assert gpu["status"] == "succeeded" and gpu["steps_completed"] == 8, printed[-3000:]
+    logs = sorted(p.name for p in (tmp_path / "logs").glob("*-gpu.attempt-1.node-*.log"))
+    assert logs == [f"{result.trial_id}-gpu.attempt-1.node-0.log", f"{result.trial_id}-gpu.attempt-1.node-1.log"]
+    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    nodes = {json.loads(e["body"])["nodes"] if isinstance(e["body"], str) else e["body"]["nodes"]
+             for e in ledger if e["run_key"].endswith("#gpu") and e["kind"] == "transition"}
+    assert nodes == {2}  # the ledger prices both nodes the job held
