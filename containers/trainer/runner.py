@@ -60,6 +60,15 @@ def lr_lambda(max_steps: int):  # type: ignore[no-untyped-def]
     return factor
 
 
+def neuron_environment(spec: TrialSpec, track: str, backend_name: str) -> dict[str, str]:
+    """What the Neuron runtime must be told of the spec before it starts: the logical NeuronCore size the layout
+    (and so the launcher's process count) was planned with."""
+    trn2 = spec.tracks.trn2
+    if backend_name != "neuron" or track != "trn2" or trn2 is None:
+        return {}
+    return {"NEURON_LOGICAL_NC_CONFIG": str(trn2.logical_nc_config)}
+
+
 def optimizer_record(spec: TrialSpec) -> dict[str, Any]:
     return {"name": "adamw", "learning_rate": spec.learning_rate, "weight_decay": WEIGHT_DECAY,
             "grad_clip_norm": GRAD_CLIP_NORM, "lr_schedule": "linear warmup, then linear decay",
@@ -95,6 +104,7 @@ def run(cfg: RunConfig) -> int:
     backend_name = cfg.backend or default_backend(cfg.track)
     trn2 = spec.tracks.trn2
     flags = list(trn2.compiler_flags) if (trn2 is not None and cfg.track == "trn2") else []
+    os.environ.update(neuron_environment(spec, cfg.track, backend_name))
     backend = make_backend(backend_name, spec.precision, flags)
     dist = Distributed.from_env(backend)
     publisher: Any = (CloudWatchPublisher(trial_id, run_name, cfg.attempt)

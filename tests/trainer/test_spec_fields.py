@@ -34,3 +34,14 @@ def test_lora_dropout_comes_from_the_spec(write_spec: Any) -> None:
 def test_zero_lora_dropout_is_the_identity(write_spec: Any) -> None:
     found = _lora_dropouts(_model(write_spec, 0.0))
     assert found and all(isinstance(m, torch.nn.Identity) for m in found)
+
+
+def test_the_logical_neuroncore_size_reaches_the_neuron_runtime(write_spec: Any) -> None:
+    from trainer.runner import neuron_environment
+
+    trn2 = {"instance_type": "trn2.48xlarge", "nodes": 1, "tensor_parallel": 64, "pipeline_parallel": 1,
+            "neuron_sdk": "2.26.0", "logical_nc_config": 1}
+    spec = parse_trial(Path(write_spec(tracks={"trn2": trn2}, fault_injection=None)).read_text(),
+                       allow_local_paths=True)
+    assert neuron_environment(spec, "trn2", "neuron") == {"NEURON_LOGICAL_NC_CONFIG": "1"}
+    assert neuron_environment(spec, "trn2", "cpu") == {} and neuron_environment(spec, "gpu", "neuron") == {}
