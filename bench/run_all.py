@@ -10,6 +10,9 @@ under ``/usr/bin/time -v``, reporting its wall time and the peak resident memory
 (the rehearsal itself or one of its trainer jobs).
 
     python bench/run_all.py [--only ledger,workflow] [--timeout 900] [--json out/bench.json] [--skip-rehearsal]
+
+``bench_scaling.py`` starts its own torchrun process groups (1, 2 and 4 CPU ranks), so it too runs alone; its
+efficiency lines are the ratio lines collected here.
 """
 
 from __future__ import annotations
