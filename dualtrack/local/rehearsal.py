@@ -80,6 +80,8 @@ class Rehearsal:
             shutil.rmtree(self.state_dir)
         for name in (*REPORT_FILES, "ledger.json", "execution-history.json"):
             (self.out / name).unlink(missing_ok=True)
+        # The jobs' logs are this run's: a rerun of the same trial would otherwise append to the last run's files.
+        shutil.rmtree(self.out / "logs", ignore_errors=True)
         self.progress.phase("synthesizing the CDK app (cached by source hash)")
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None

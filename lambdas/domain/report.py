@@ -146,6 +146,36 @@ def _track(
             {"prompt": s.get("prompt"), "completion": s.get("completion")} for s in (last.get("final_samples") or [])
         ],
         "cost": cost_view,
+        "parallel": _parallel(last),
+    }
+
+
+def _parallel(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The document's multi-node figures for one run, from its last attempt: how many devices were billed, how many
+    ranks the layout trains on them (utilisation), how many processes ran them (fewer on a CPU stand-in, which
+    simulates ranks), and the collectives' cost. None for a summary that predates the layout record."""
+    layout = summary.get("layout") or {}
+    if not layout:
+        return None
+    comm = summary.get("communication") or {}
+    nodes = int(layout.get("nodes") or 1)
+    billed = nodes * int(layout.get("devices_per_node") or 1)
+    ranks = (int(layout.get("data_parallel") or 1) * int(layout.get("tensor_parallel") or 1)
+             * int(layout.get("pipeline_parallel") or 1))
+    processes = int(layout.get("world_size_run") or 1)
+    return {
+        "nodes": nodes,
+        "devices_billed": billed,
+        "layout_ranks": ranks,
+        "device_utilisation": round(ranks / billed, 4) if billed else None,
+        "processes": processes,
+        "basis": (f"{processes} process(es) ran the layout's {ranks} ranks on backend {summary.get('backend')}"
+                  + (" (a stand-in simulating ranks)" if processes < ranks else "")),
+        "communication_s": _num(comm.get("communication_s")),
+        "communication_share": _num(comm.get("communication_share")),
+        "sync_wait_median_s": _num(comm.get("sync_wait_median_s")),
+        "sync_wait_max_s": _num(comm.get("sync_wait_max_s")),
+        "communication_measured": comm.get("measured"),
     }
 
 

@@ -44,6 +44,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         out.append(f"| {row['item']} | " + " | ".join(cells) + " |")
     out += ["", "## Acceptance checks", "", "| check | status | detail |", "|---|---|---|"]
     out += [f"| {c['check']} | {c['status']} | {c['detail']} |" for c in report["acceptance"]]
+    parallel = {run: tracks[run].get("parallel") for run in runs if tracks[run].get("parallel")}
+    if parallel:
+        out += ["", "## Parallel layout", "",
+                "| run | nodes | devices billed | layout ranks | utilisation | processes | communication_s | "
+                "communication share | sync wait median_s | basis |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [f"| {run} | {p['nodes']} | {p['devices_billed']} | {p['layout_ranks']} | "
+                f"{_cell(p['device_utilisation'])} | {p['processes']} | {_cell(p['communication_s'])} | "
+                f"{_cell(p['communication_share'])} | {_cell(p['sync_wait_median_s'])} | {p['basis']} |"
+                for run, p in parallel.items()]
     out += [
         "",
         "## Cost (USD)",

@@ -119,3 +119,22 @@ def test_a_trn2_job_that_found_no_capacity_is_its_own_outcome_not_a_training_fai
     ledger[1] = transition_entry(spec.trial_id, "trn2", job_id="j1", attempt=0, status="FAILED", at=at,
                                  status_reason=misconfigured)
     assert build_trial_report(spec, {}, {}, ledger)["tracks"]["trn2"]["outcome"] == "not_placed"
+
+
+def test_the_parallel_layout_says_what_ran_on_what() -> None:
+    """Every device a run is billed for trains: the report gives devices billed, the layout's ranks on them
+    (utilisation 1.0), how many processes ran those ranks (a stand-in simulates them) and the collectives' cost."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    layout = {"devices_per_node": 8, "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 16,
+              "gradient_accumulation_steps": 4, "micro_batch_size": 1, "effective_batch_size": 64,
+              "world_size_run": 2}
+    communication = {"world_size": 2, "measured": True, "communication_s": 3.5, "communication_share": 0.25,
+                     "sync_wait_median_s": 0.004, "sync_wait_max_s": 0.02}
+    report = build_trial_report(
+        spec, {"gpu": [summary("gpu", 1.2, 1.25, layout=layout, communication=communication)]}, {"gpu": cost("10")})
+    parallel = report["tracks"]["gpu"]["parallel"]
+    assert (parallel["devices_billed"], parallel["layout_ranks"], parallel["device_utilisation"]) == (16, 16, 1.0)
+    assert parallel["processes"] == 2 and "simulating ranks" in parallel["basis"]
+    assert (parallel["communication_s"], parallel["communication_share"]) == (3.5, 0.25)
+    assert "| gpu | 2 | 16 | 16 | 1 | 2 | 3.5 | 0.25 | 0.004 |" in render_markdown(report)
+    assert build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {})["tracks"]["gpu"]["parallel"] is None
