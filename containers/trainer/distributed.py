@@ -151,9 +151,19 @@ class Distributed:
             self.synchronize()  # on a device, arrival means the backward has finished, not just been queued
         arrived = time.perf_counter()
         started = stats.start() if stats is not None else None
+        # One collective per dtype rather than one per tensor: a LoRA model has dozens of small gradients, and each
+        # all-reduce pays the ranks' round trip.
+        buckets: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
         for p in params:
             if p.grad is not None:
-                dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+                buckets.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
+        for grads in buckets.values():
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
         if stats is not None:
             stats.stop(started)
             if sample:
