@@ -8,13 +8,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/rehearsal
 
-.PHONY: help install demo check lint typecheck test test-fast bench check-xla synth clean
+.PHONY: help install demo check lint typecheck test test-fast bench check-xla check-gpu synth clean
 
 help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/)"
 	@echo "make check      ruff + mypy + hadolint + the full test suite (what CI runs)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
 	@echo "make check-xla  the Neuron backend's XLA code path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
+	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
 	@echo "make synth      npx aws-cdk@2 synth (offline) into cdk.out/"
 
 install: $(STAMP)
@@ -48,6 +49,10 @@ test-fast: install
 
 bench: install
 	$(BIN)/python bench/run_all.py
+
+check-gpu: install
+	$(BIN)/python -m pytest -q -rs tests/trainer/test_cuda.py
+	$(BIN)/python bench/bench_trainer.py --backend cuda --repeats 6 --threads 0
 
 check-xla: install
 	bash scripts/xla-check.sh

@@ -11,7 +11,9 @@ variant: steps/s over the whole loop (best run), and 1 / median optimizer-step t
 on the machine disturbs far less. Prints both and the ratios trainer/bare (target >= 0.97) and trainer/HF
 (target >= 1.0), plus a paired figure: the median over repeats of each repeat's own ratio, the one least moved by
 load that drifts between repeats.
-Usage: .venv/bin/python bench/bench_trainer.py [--steps 40] [--repeats 12] [--threads 1]
+``--backend cuda`` runs all three on an NVIDIA GPU in the spec's precision (bf16 autocast); the bare loop then
+synchronizes once at the end of its loop, so its per-step times are host dispatch times.
+Usage: .venv/bin/python bench/bench_trainer.py [--steps 40] [--repeats 12] [--threads 1] [--backend cpu|cuda]
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def _spec(steps: int, workdir: Path) -> Path:
 Result = tuple[float, list[float]]  # (steps/s over the loop, per-step seconds)
 
 
-def bare_loop(spec_path: Path) -> Result:
+def bare_loop(spec_path: Path, backend: str) -> Result:
+    import contextlib as ctx
+
     import torch
     from trainer.data import BatchPlan, SampleStream, TokenisedSet, loss_tokens, read_rows
     from trainer.modeling import build_model, build_tokenizer, token_loss_sum, trainable_parameters
@@ -61,6 +65,9 @@ def bare_loop(spec_path: Path) -> Result:
     plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
     tok = build_tokenizer(spec)
     model = build_model(spec, tok)
+    device = torch.device("cuda" if backend == "cuda" else "cpu")
+    model.to(device)
+    bf16 = backend == "cuda" and spec.precision == "bf16"
     stream = SampleStream(TokenisedSet.build(read_rows(spec.data.train_uri), tok, spec.sequence_length),
                           spec.data.shuffle_seed)
     params = trainable_parameters(model)
@@ -72,22 +79,26 @@ def bare_loop(spec_path: Path) -> Result:
         t = time.perf_counter()
         ids, labels = stream.take(step * plan.global_batch, plan.global_batch)
         norm = float(loss_tokens(labels))
-        for mids, mlabels in plan.micro_batches(ids, labels):
-            (token_loss_sum(model, mids, mlabels) / norm).backward()
+        for mids, mlabels in plan.micro_batches(ids.to(device), labels.to(device)):
+            with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else ctx.nullcontext():
+                loss = token_loss_sum(model, mids, mlabels) / norm
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t)
+    if backend == "cuda":
+        torch.cuda.synchronize()
     return spec.max_steps / (time.perf_counter() - started), times
 
 
-def this_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
+def this_trainer(spec_path: Path, workdir: Path, index: int, backend: str) -> Result:
     from trainer.config import RunConfig
     from trainer.runner import run
 
     run_dir = workdir / f"trainer-{index}"
-    cfg = RunConfig(spec_uri=str(spec_path), track="gpu", run_dir=str(run_dir), backend="cpu", trial_id="bench",
+    cfg = RunConfig(spec_uri=str(spec_path), track="gpu", run_dir=str(run_dir), backend=backend, trial_id="bench",
                     run="gpu", attempt=1, progress=True)
     with contextlib.redirect_stdout(io.StringIO()):  # progress lines are produced, just not shown
         assert run(cfg) == 0
@@ -97,7 +108,7 @@ def this_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
     return summary["steps_this_attempt"] / summary["phases"]["train_s"], times
 
 
-def hf_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
+def hf_trainer(spec_path: Path, workdir: Path, index: int, backend: str) -> Result:
     import torch
     from trainer.data import TokenisedSet, read_rows
     from trainer.modeling import build_model, build_tokenizer
@@ -124,7 +135,8 @@ def hf_trainer(spec_path: Path, workdir: Path, index: int) -> Result:
         gradient_accumulation_steps=spec.effective_batch_size // spec.micro_batch_size, max_steps=spec.max_steps,
         learning_rate=spec.learning_rate, weight_decay=0.0, max_grad_norm=1.0, lr_scheduler_type="linear",
         warmup_steps=max(1, spec.max_steps // 10), save_strategy="no", eval_strategy="no", report_to=[],
-        logging_steps=spec.max_steps, use_cpu=True, dataloader_num_workers=0, seed=spec.seed,
+        logging_steps=spec.max_steps, use_cpu=backend != "cuda", bf16=backend == "cuda" and spec.precision == "bf16",
+        dataloader_num_workers=0, seed=spec.seed,
         disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=rows,
                       data_collator=lambda b: {k: torch.stack([r[k] for r in b]) for k in b[0]},
@@ -139,6 +151,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=12)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (0: torch's default); 1 is far steadier on a shared 2-core VM")
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (the stand-in, fp32) or cuda (an NVIDIA GPU, the spec's precision)")
     args = parser.parse_args()
     import torch
 
@@ -148,8 +162,9 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     spec = _spec(args.steps, workdir)
     results: dict[str, list[Result]] = {"bare": [], "trainer": [], "hf": []}
-    variants = {"bare": lambda i: bare_loop(spec), "trainer": lambda i: this_trainer(spec, workdir, i),
-                "hf": lambda i: hf_trainer(spec, workdir, i)}
+    variants = {"bare": lambda i: bare_loop(spec, args.backend),
+                "trainer": lambda i: this_trainer(spec, workdir, i, args.backend),
+                "hf": lambda i: hf_trainer(spec, workdir, i, args.backend)}
     names = list(variants)
     for i in range(args.repeats):
         # Rotate the order each repeat: a run is slower right after another variant's (its garbage, its caches),
@@ -160,7 +175,8 @@ def main() -> int:
     best = {k: max(r[0] for r in v) for k, v in results.items()}
     # The first step of each run pays one-off set-up in every variant; medians skip it.
     median = {k: 1.0 / statistics.median([t for r in v for t in r[1][1:]]) for k, v in results.items()}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps x "
+    device = torch.cuda.get_device_name() if args.backend == "cuda" else "CPU (stand-in, fp32)"
+    print(f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, {args.steps} steps x "
           f"{args.repeats} repeats, tiny Llama + LoRA (examples/trial-rehearsal.json)")
     for name, values in results.items():
         print(f"  {name:8s} best {best[name]:7.2f} steps/s  median-step {median[name]:7.2f} steps/s   "

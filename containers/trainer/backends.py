@@ -41,6 +41,9 @@ def count_files(directory: Path | None) -> int:
 class Backend:
     name = "cpu"
     stand_in = True
+    # Full-parameter runs with several processes shard the optimizer state ZeRO-1 style (trainer.optim). On Neuron
+    # the gradient all-reduce lives in xm.optimizer_step's graph over every parameter, so the state stays replicated.
+    shards_optimizer = True
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.
@@ -173,6 +176,7 @@ class NeuronBackend(Backend):
     """torch-xla device (torch-neuronx on Trainium2; XLA:CPU under ``PJRT_DEVICE=CPU`` in the XLA check)."""
 
     name = "neuron"
+    shards_optimizer = False
 
     def __init__(self, precision: str, compiler_flags: list[str] | None = None):
         try:

@@ -1,10 +1,21 @@
 """Sharded checkpoints with a manifest written last, once (``<run-dir>/checkpoints/step-<N>/``).
 
-Shards: ``adapter_model.safetensors`` (LoRA, peft's standard adapter format, with ``adapter_config.json``) or
-``model.safetensors`` (full), ``optimizer.pt``, ``scheduler.pt``, ``rng.pt``, ``trainer_state.json``. The manifest
-lists every shard's sha256 and size; a step directory without a manifest (torn) or whose shards do not match it
-(corrupt) is skipped on resume and never loaded. Both tracks write and read the same format, so a GPU fallback can
-resume a Trainium2 run's checkpoint.
+A step directory holds:
+
+- the weights, consolidated in a standard format a plain single-process loader opens: ``adapter_model.safetensors``
+  with ``adapter_config.json`` (LoRA, peft's adapter format) or ``model.safetensors`` (full-parameter);
+- the optimizer state, written with ``torch.distributed.checkpoint`` (``.metadata`` and one ``__<p>_0.distcp`` per
+  process): each process writes the state of the parameters it owns under ``optim/<parameter name>/<key>``, so
+  the checkpoint loads at any process count (each process reads the names it owns now, wherever they were
+  written) and on either track (a GPU fallback resumes a Trainium2 run whatever its layout);
+- ``scheduler.pt``, ``rng.pt`` and ``trainer_state.json`` (step, data position, spec hash);
+- ``manifest.json``, written once by process 0 after every process's files are durable: every file with its sha256
+  and size, the step, the data position and the spec hash.
+
+A checkpoint is refused (skipped on resume, never loaded; resume falls back to the newest one that verifies) when it
+has no manifest (torn), when its manifest is of another format or belongs to another spec, when a file it lists
+would lie outside its own step directory, or when a file is missing or differs from its sha256 and size. A step
+whose manifest is already committed is never written again.
 """
 
 from __future__ import annotations
@@ -15,9 +26,14 @@ import io
 import json
 import random
 import re
+import tempfile
 import time
+import warnings
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,13 +43,20 @@ from safetensors.torch import save as save_safetensors
 from trainer import storage
 
 FORMAT = "dualtrack-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 STEP_DIR = re.compile(r"^step-(\d+)$")
+# A file a manifest lists is a plain name inside its step directory: no separators, no "." or "..".
+FILE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]+$")
+OPTIM_PREFIX = "optim/"
 
 
 def step_uri(run_dir: str, step: int) -> str:
     return storage.join(run_dir, "checkpoints", f"step-{step}")
+
+
+def manifest_uri(run_dir: str, step: int) -> str:
+    return storage.join(step_uri(run_dir, step), MANIFEST)
 
 
 def to_cpu(value: Any) -> Any:
@@ -66,26 +89,160 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-@dataclass
-class SavedCheckpoint:
-    step: int
-    uri: str
-    bytes: int
-    files: int
-    save_s: float
+def _file_record(name: str, data: bytes) -> dict[str, Any]:
+    return {"name": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
+# ---- what one process contributes to a checkpoint ---------------------------------------------------------------
 @dataclass
-class LoadedCheckpoint:
-    step: int
-    uri: str
-    manifest: dict[str, Any]
+class MainFiles:
+    """Process 0's part: the consolidated weights and the state every process shares."""
+
     weights: dict[str, torch.Tensor]
-    optimizer: dict[str, Any]
+    lora_config: dict[str, Any] | None
     scheduler: dict[str, Any]
     rng: dict[str, Any]
     state: dict[str, Any]
-    restore_s: float
+    meta: dict[str, Any]
+
+    def files(self) -> dict[str, bytes]:
+        weights_name = "adapter_model.safetensors" if self.lora_config is not None else "model.safetensors"
+        out = {weights_name: save_safetensors(self.weights, metadata={"format": "pt"}),
+               "scheduler.pt": _torch_bytes(self.scheduler), "rng.pt": _torch_bytes(self.rng),
+               "trainer_state.json": json.dumps(self.state, sort_keys=True).encode()}
+        if self.lora_config is not None:
+            out["adapter_config.json"] = json.dumps(self.lora_config, sort_keys=True, default=str).encode()
+        return out
+
+
+@dataclass
+class Snapshot:
+    """One process's copy of a step's state, taken on the training thread; written in the background."""
+
+    step: int
+    optimizer: dict[str, dict[str, torch.Tensor]]  # parameter name -> AdamW state, this process's part, on the CPU
+    main: MainFiles | None  # process 0 only
+
+
+def _flat_optimizer(shard: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {f"{OPTIM_PREFIX}{name}/{key}": value for name, state in shard.items() for key, value in state.items()}
+
+
+def _nested_optimizer(flat: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in flat.items():
+        name, _, leaf = key.removeprefix(OPTIM_PREFIX).rpartition("/")
+        out.setdefault(name, {})[leaf] = value
+    return out
+
+
+@contextlib.contextmanager
+def _single_process_quiet(group: Any | None) -> Iterator[None]:
+    """A single process (no process group) is the intended use, not a condition worth a warning per save."""
+    with warnings.catch_warnings():
+        if group is None:
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def write_process_files(base: str, snapshot: Snapshot, group: Any | None) -> list[dict[str, Any]]:
+    """Write this process's files into the step directory ``base``; returns their manifest records.
+
+    ``torch.distributed.checkpoint`` writes into a local staging directory (collective over ``group`` when there
+    are several processes), then each file goes to the run directory, local or S3."""
+    import torch.distributed.checkpoint as dcp
+
+    files: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="dualtrack-ckpt-") as staging:
+        with _single_process_quiet(group):
+            dcp.save(_flat_optimizer(snapshot.optimizer), storage_writer=dcp.FileSystemWriter(staging),
+                     process_group=group, no_dist=group is None)
+        for path in sorted(Path(staging).iterdir()):
+            if path.is_file():
+                files[path.name] = path.read_bytes()
+    if snapshot.main is not None:
+        files.update(snapshot.main.files())
+    for name, data in files.items():
+        storage.write_bytes(storage.join(base, name), data)
+    return [_file_record(name, data) for name, data in files.items()]
+
+
+def commit(base: str, *, step: int, files: list[dict[str, Any]], main: MainFiles, processes: int,
+           sharding: str, save_s: float) -> int:
+    """Write the manifest once; returns its size. Another attempt may have committed the step first: its
+    checkpoint stands and this one's manifest is not needed."""
+    weights = next(f["name"] for f in files if f["name"].endswith(".safetensors"))
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "weights": weights,
+        "lora": main.lora_config is not None, "data_position": main.state.get("data_position"),
+        "spec_hash": main.state.get("spec_hash"),
+        "optimizer": {"format": "torch.distributed.checkpoint", "sharding": sharding, "processes": processes},
+        "shards": sorted(files, key=lambda f: f["name"]), "bytes": sum(int(f["bytes"]) for f in files),
+        "save_s": round(save_s, 6),
+        "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"), **main.meta,
+    }
+    body = json.dumps(manifest, indent=2, sort_keys=True).encode()
+    with contextlib.suppress(storage.AlreadyExists):
+        storage.write_once(storage.join(base, MANIFEST), body)
+    return len(body)
+
+
+# ---- reading -------------------------------------------------------------------------------------------------
+def list_steps(run_dir: str) -> list[int]:
+    steps = []
+    for name in storage.list_prefixes(storage.join(run_dir, "checkpoints")):
+        match = STEP_DIR.match(name)
+        if match:
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def read_manifest(base: str) -> dict[str, Any]:
+    try:
+        manifest = json.loads(storage.read_bytes(storage.join(base, MANIFEST)))
+    except FileNotFoundError:
+        raise ValueError("no manifest.json (torn: the save did not finish)") from None
+    except Exception as exc:  # S3 NoSuchKey, bad JSON
+        if "NoSuchKey" in repr(exc) or "Not Found" in repr(exc) or "404" in repr(exc):
+            raise ValueError("no manifest.json (torn: the save did not finish)") from None
+        raise ValueError(f"unreadable manifest.json: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
+            or manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"not a {FORMAT} v{FORMAT_VERSION} manifest")
+    return manifest
+
+
+def _checked(base: str, record: dict[str, Any]) -> bytes:
+    name = str(record.get("name", ""))
+    if not FILE_NAME.match(name):
+        raise ValueError(f"the manifest lists {name!r}, which is outside its own step directory")
+    try:
+        data = storage.read_bytes(storage.join(base, name))
+    except Exception:
+        raise ValueError(f"shard {name} is missing") from None
+    if len(data) != record.get("bytes") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise ValueError(f"shard {name} does not match its sha256/size in the manifest (corrupt)")
+    return data
+
+
+def verify(base: str, *, spec_hash: str | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and every file's bytes, or ValueError naming what is wrong."""
+    manifest = read_manifest(base)
+    if spec_hash is not None and manifest.get("spec_hash") != spec_hash:
+        raise ValueError(f"belongs to another spec (spec_hash {str(manifest.get('spec_hash'))[:12]}, this run's "
+                         f"{spec_hash[:12]})")
+    records = manifest.get("shards")
+    if not isinstance(records, list) or not records:
+        raise ValueError("the manifest lists no shards")
+    names = [str(r.get("name")) for r in records if isinstance(r, dict)]
+    if len(names) != len(records) or len(set(names)) != len(names):
+        raise ValueError("the manifest's shard list is malformed (entries without a name, or a name twice)")
+    shards = {str(r["name"]): _checked(base, r) for r in records}
+    missing = [n for n in (manifest.get("weights"), ".metadata", "scheduler.pt", "rng.pt", "trainer_state.json")
+               if n not in shards]
+    if missing:
+        raise ValueError(f"the manifest lacks {', '.join(map(str, missing))}")
+    return manifest, shards
 
 
 @dataclass
@@ -96,104 +253,235 @@ class Skipped:
 
 
 @dataclass
+class Found:
+    step: int
+    uri: str
+    manifest: dict[str, Any]
+
+
+def find_newest(run_dirs: list[str], *, spec_hash: str | None = None,
+                max_step: int | None = None) -> tuple[Found | None, list[Skipped]]:
+    """The newest checkpoint that verifies across ``run_dirs`` (own run dir first, then --resume-from)."""
+    candidates = sorted({(step, i, d) for i, d in enumerate(run_dirs) for step in list_steps(d)
+                         if max_step is None or step <= max_step}, key=lambda c: (-c[0], c[1]))
+    skipped: list[Skipped] = []
+    for step, _, run_dir in candidates:
+        base = step_uri(run_dir, step)
+        try:
+            manifest, _ = verify(base, spec_hash=spec_hash)
+        except ValueError as exc:
+            skipped.append(Skipped(step, base, str(exc)))
+            continue
+        if int(manifest.get("step", -1)) != step:
+            skipped.append(Skipped(step, base, f"the manifest says step {manifest.get('step')}, not {step}"))
+            continue
+        return Found(step, base, manifest), skipped
+    return None, skipped
+
+
+@dataclass
+class LoadedCheckpoint:
+    step: int
+    uri: str
+    manifest: dict[str, Any]
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, dict[str, torch.Tensor]]  # parameter name -> state, for the names asked for
+    scheduler: dict[str, Any]
+    rng: dict[str, Any]
+    state: dict[str, Any]
+    restore_s: float
+
+
+def load(found: Found, *, names: list[str] | None, group: Any | None) -> LoadedCheckpoint:
+    """Read a verified checkpoint: the weights and shared state, and the optimizer state of ``names`` (every
+    parameter when None). Collective over ``group`` when there are several processes."""
+    import torch.distributed.checkpoint as dcp
+
+    started = time.perf_counter()
+    records = {str(r["name"]): r for r in found.manifest["shards"]}
+    with tempfile.TemporaryDirectory(prefix="dualtrack-ckpt-") as staging:
+        for name, record in records.items():
+            if name == ".metadata" or name.endswith(".distcp"):
+                (Path(staging) / name).write_bytes(_checked(found.uri, record))
+        reader = dcp.FileSystemReader(staging)
+        entries = reader.read_metadata().state_dict_metadata
+        wanted = None if names is None else set(names)
+        template: dict[str, Any] = {}
+        for key, meta in entries.items():
+            name = key.removeprefix(OPTIM_PREFIX).rpartition("/")[0]
+            if key.startswith(OPTIM_PREFIX) and (wanted is None or name in wanted):
+                template[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)  # type: ignore[union-attr]
+        if wanted is not None:
+            absent = wanted - {k.removeprefix(OPTIM_PREFIX).rpartition("/")[0] for k in template}
+            if absent:
+                raise ValueError(f"checkpoint {found.uri} has no optimizer state for {sorted(absent)[:3]}")
+        with _single_process_quiet(group):
+            dcp.load(template, storage_reader=reader, process_group=group, no_dist=group is None)
+    loaded = LoadedCheckpoint(
+        step=found.step, uri=found.uri, manifest=found.manifest,
+        weights=load_safetensors(_checked(found.uri, records[found.manifest["weights"]])),
+        optimizer=_nested_optimizer(template),
+        scheduler=torch.load(io.BytesIO(_checked(found.uri, records["scheduler.pt"])), weights_only=False),
+        rng=torch.load(io.BytesIO(_checked(found.uri, records["rng.pt"])), weights_only=False),
+        state=json.loads(_checked(found.uri, records["trainer_state.json"])), restore_s=0.0)
+    loaded.restore_s = time.perf_counter() - started
+    return loaded
+
+
+@dataclass
 class ResumeSearch:
     loaded: LoadedCheckpoint | None
     skipped: list[Skipped] = field(default_factory=list)
 
 
+def load_newest(run_dirs: list[str], *, spec_hash: str | None = None, max_step: int | None = None) -> ResumeSearch:
+    """One process: the newest checkpoint that verifies, with every parameter's optimizer state."""
+    found, skipped = find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step)
+    return ResumeSearch(None if found is None else load(found, names=None, group=None), skipped)
+
+
+# ---- the checkpointer: when to save, saving in the background, committing ---------------------------------------
 class InjectedSaveFailure(RuntimeError):
     pass
 
 
-def save(run_dir: str, *, step: int, weights: dict[str, torch.Tensor], lora_config: dict[str, Any] | None,
-         optimizer: dict[str, Any], scheduler: dict[str, Any], rng: dict[str, Any], state: dict[str, Any],
-         meta: dict[str, Any], fail_before_manifest: bool = False) -> SavedCheckpoint:
-    """Write the shards, then the manifest (write-once). ``fail_before_manifest`` leaves a torn checkpoint."""
-    started = time.perf_counter()
-    base = step_uri(run_dir, step)
-    weights_name = "adapter_model.safetensors" if lora_config is not None else "model.safetensors"
-    shards: dict[str, bytes] = {
-        weights_name: save_safetensors(weights, metadata={"format": "pt"}),
-        "optimizer.pt": _torch_bytes(to_cpu(optimizer)),
-        "scheduler.pt": _torch_bytes(scheduler),
-        "rng.pt": _torch_bytes(rng),
-        "trainer_state.json": json.dumps(state, sort_keys=True).encode(),
-    }
-    if lora_config is not None:
-        shards["adapter_config.json"] = json.dumps(lora_config, sort_keys=True, default=str).encode()
-    for name, data in shards.items():
-        storage.write_bytes(storage.join(base, name), data)
-    if fail_before_manifest:
-        raise InjectedSaveFailure(f"DUALTRACK_FORCE_FAIL=save: stopped before writing {base}/{MANIFEST}")
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "weights": weights_name,
-        "lora": lora_config is not None, "optimizer": True, "scheduler": True, "rng": True,
-        "data_position": state.get("data_position"),
-        "shards": [{"name": n, "sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)} for n, d in shards.items()],
-        "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"), **meta,
-    }
-    body = json.dumps(manifest, indent=2, sort_keys=True).encode()
-    # Another attempt may already have completed this step: its checkpoint stands and ours is not needed.
-    with contextlib.suppress(storage.AlreadyExists):
-        storage.write_once(storage.join(base, MANIFEST), body)
-    total = sum(len(d) for d in shards.values()) + len(body)
-    return SavedCheckpoint(step=step, uri=base, bytes=total, files=len(shards) + 1,
-                           save_s=time.perf_counter() - started)
+class CheckpointError(RuntimeError):
+    pass
 
 
-def list_steps(run_dir: str) -> list[int]:
-    steps = []
-    for name in storage.list_prefixes(storage.join(run_dir, "checkpoints")):
-        match = STEP_DIR.match(name)
-        if match:
-            steps.append(int(match.group(1)))
-    return sorted(steps)
+@dataclass
+class SavedCheckpoint:
+    step: int
+    uri: str
+    bytes: int
+    files: int
+    save_s: float  # from the snapshot to the committed manifest
+    blocked_s: float = 0.0  # of which the training waited
 
 
-def verify(base: str) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and the shard bytes, or ValueError naming what is wrong."""
-    try:
-        manifest = json.loads(storage.read_bytes(storage.join(base, MANIFEST)))
-    except FileNotFoundError:
-        raise ValueError("no manifest.json (torn: the save did not finish)") from None
-    except Exception as exc:  # S3 NoSuchKey, bad JSON
-        if "NoSuchKey" in repr(exc) or "Not Found" in repr(exc) or "404" in repr(exc):
-            raise ValueError("no manifest.json (torn: the save did not finish)") from None
-        raise ValueError(f"unreadable manifest.json: {exc}") from None
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"not a {FORMAT} v{FORMAT_VERSION} manifest")
-    shards: dict[str, bytes] = {}
-    for shard in manifest.get("shards", []):
-        try:
-            data = storage.read_bytes(storage.join(base, shard["name"]))
-        except Exception:
-            raise ValueError(f"shard {shard['name']} is missing") from None
-        if len(data) != shard["bytes"] or hashlib.sha256(data).hexdigest() != shard["sha256"]:
-            raise ValueError(f"shard {shard['name']} does not match its sha256/size in the manifest (corrupt)")
-        shards[shard["name"]] = data
-    return manifest, shards
+@dataclass
+class _Pending:
+    step: int
+    started: float
+    future: Future[list[dict[str, Any]]]
+    main: MainFiles | None
+    fail_before_manifest: bool
+    blocked_s: float
 
 
-def load_newest(run_dirs: list[str], *, max_step: int | None = None) -> ResumeSearch:
-    """The newest verifying checkpoint across ``run_dirs`` (own run dir first, then --resume-from)."""
-    candidates = sorted({(step, i, d) for i, d in enumerate(run_dirs) for step in list_steps(d)
-                         if max_step is None or step <= max_step}, key=lambda c: (-c[0], c[1]))
-    skipped: list[Skipped] = []
-    for step, _, run_dir in candidates:
+class Checkpointer:
+    """Owns when a save is due, the saves (in the background where allowed; one in flight at a time) and their
+    commit: once every process's files are durable, process 0 writes the manifest.
+
+    ``poll`` and ``wait`` are collective: every process calls them at the same points of the loop."""
+
+    def __init__(self, run_dir: str, *, interval: int, max_steps: int, dist: Any, sharding: str,
+                 asynchronous: bool, on_commit: Callable[[SavedCheckpoint], None] | None = None):
+        self.run_dir, self.interval, self.max_steps, self.dist = run_dir, interval, max_steps, dist
+        self.on_commit = on_commit
+        self.sharding = sharding
+        self.asynchronous = asynchronous
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint") if asynchronous else None
+        self.pending: _Pending | None = None
+        self.saved: list[SavedCheckpoint] = []
+
+    def due(self, step: int) -> bool:
+        return step % self.interval == 0 or step == self.max_steps
+
+    @property
+    def in_flight(self) -> bool:
+        return self.pending is not None
+
+    def committed(self, step: int) -> bool:
+        """Whether the step's manifest already exists (process 0 looks; everyone gets the answer)."""
+        found = storage.exists(manifest_uri(self.run_dir, step)) if self.dist.is_main else False
+        return bool(self.dist.broadcast_object(found))
+
+    def save(self, snapshot: Snapshot, *, blocking: bool, fail_before_manifest: bool = False) -> bool:
+        """Start saving ``snapshot``; returns False when the step was already committed (nothing is written).
+        A blocking save (the last step, before an interruption, a forced failure) is committed on return."""
         started = time.perf_counter()
-        base = step_uri(run_dir, step)
-        try:
-            manifest, shards = verify(base)
-        except ValueError as exc:
-            skipped.append(Skipped(step, base, str(exc)))
-            continue
-        weights = load_safetensors(shards[manifest["weights"]])
-        loaded = LoadedCheckpoint(
-            step=int(manifest["step"]), uri=base, manifest=manifest, weights=weights,
-            optimizer=torch.load(io.BytesIO(shards["optimizer.pt"]), weights_only=False),
-            scheduler=torch.load(io.BytesIO(shards["scheduler.pt"]), weights_only=False),
-            rng=torch.load(io.BytesIO(shards["rng.pt"]), weights_only=False),
-            state=json.loads(shards["trainer_state.json"]), restore_s=0.0)
-        loaded.restore_s = time.perf_counter() - started
-        return ResumeSearch(loaded, skipped)
-    return ResumeSearch(None, skipped)
+        self.wait()
+        if self.committed(snapshot.step):
+            return False
+        base = step_uri(self.run_dir, snapshot.step)
+        group = self.dist.checkpoint_group
+        future: Future[list[dict[str, Any]]]
+        if self._executor is not None and not blocking and not fail_before_manifest:
+            future = self._executor.submit(write_process_files, base, snapshot, group)
+        else:
+            future = Future()
+            try:
+                future.set_result(write_process_files(base, snapshot, group))
+            except Exception as exc:
+                future.set_exception(exc)
+        self.pending = _Pending(snapshot.step, started, future, snapshot.main, fail_before_manifest,
+                                blocked_s=time.perf_counter() - started)
+        if blocking or fail_before_manifest:
+            self.wait()
+        return True
+
+    def poll(self) -> SavedCheckpoint | None:
+        """Commit the pending save if every process has finished writing it (collective)."""
+        if self.pending is None or not self.dist.all_true(self.pending.future.done()):
+            return None
+        return self._commit()
+
+    def wait(self) -> SavedCheckpoint | None:
+        """Finish and commit the pending save, if any (collective)."""
+        if self.pending is None:
+            return None
+        t = time.perf_counter()
+        with contextlib.suppress(Exception):  # the error is reported by _commit
+            self.pending.future.result()
+        self.pending.blocked_s += time.perf_counter() - t
+        return self._commit()
+
+    def _commit(self) -> SavedCheckpoint:
+        pending, self.pending = self.pending, None
+        assert pending is not None
+        error = pending.future.exception()
+        mine: Any = f"{type(error).__name__}: {error}" if error is not None else pending.future.result()
+        gathered = self.dist.gather_objects(mine)
+        base = step_uri(self.run_dir, pending.step)
+        outcome = "ok"
+        size, files = 0, 0
+        if self.dist.is_main:
+            assert gathered is not None and pending.main is not None
+            errors = [g for g in gathered if isinstance(g, str)]
+            records = [r for g in gathered if not isinstance(g, str) for r in g]
+            if errors:
+                outcome = f"process files failed: {errors[0]}"
+            elif pending.fail_before_manifest:
+                outcome = "injected"
+            else:
+                save_s = time.perf_counter() - pending.started
+                size = sum(int(r["bytes"]) for r in records) + commit(
+                    base, step=pending.step, files=records, main=pending.main, processes=self.dist.world_size,
+                    sharding=self.sharding, save_s=save_s)
+                files = len(records) + 1
+        outcome = self.dist.broadcast_object(outcome)
+        if outcome == "injected":
+            raise InjectedSaveFailure(f"DUALTRACK_FORCE_FAIL=save: stopped before writing {base}/{MANIFEST}")
+        if outcome != "ok":
+            raise CheckpointError(f"checkpoint step {pending.step} was not committed: {outcome}")
+        saved = SavedCheckpoint(step=pending.step, uri=base, bytes=size, files=files,
+                                save_s=time.perf_counter() - pending.started, blocked_s=pending.blocked_s)
+        self.saved.append(saved)
+        if self.on_commit is not None:
+            self.on_commit(saved)
+        return saved
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    # ---- resume ----------------------------------------------------------------------------------------------
+    def restore(self, run_dirs: list[str], *, spec_hash: str, names: list[str]) -> ResumeSearch:
+        """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads
+        the optimizer state of ``names`` (the parameters it owns now) from it."""
+        decision = find_newest(run_dirs, spec_hash=spec_hash) if self.dist.is_main else None
+        found, skipped = self.dist.broadcast_object(decision)
+        if found is None:
+            return ResumeSearch(None, skipped)
+        return ResumeSearch(load(found, names=names, group=self.dist.checkpoint_group), skipped)

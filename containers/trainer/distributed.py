@@ -104,6 +104,11 @@ class Distributed:
     backend_name: str = "cpu"
     stats: CollectiveStats | None = None  # None for a single process: nothing is timed
     synchronize: Callable[[], None] | None = None
+    # Two gloo groups beside the training group: one for checkpoint writes (torch.distributed.checkpoint, which may
+    # run on a background thread), one for the training thread's small control messages. Gloo carries CPU objects
+    # whatever the training backend, and separate groups keep the two threads' collectives apart.
+    checkpoint_group: Any = None
+    control_group: Any = None
 
     @classmethod
     def from_env(cls, backend: Backend) -> Distributed:
@@ -122,7 +127,8 @@ class Distributed:
         stats = CollectiveStats(sample_every=_sample_every(backend.name), measured=backend.name != "neuron",
                                 use_events=backend.name == "cuda")
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend_name=backend.name, stats=stats,
-                   synchronize=backend.synchronize)
+                   synchronize=backend.synchronize, checkpoint_group=dist.new_group(backend="gloo"),
+                   control_group=dist.new_group(backend="gloo"))
 
     def begin_step(self, step: int) -> None:
         """Mark the step's start (the reference for this rank's arrival at the gradient all-reduce)."""
@@ -193,6 +199,37 @@ class Distributed:
             if self.backend_name == "neuron":
                 loss = loss / self.world_size
         return loss
+
+    # ---- control messages (the training thread, gloo) ---------------------------------------------------------
+    def broadcast_object(self, obj: Any) -> Any:
+        """Process 0's ``obj`` on every process."""
+        if self.world_size <= 1:
+            return obj
+        import torch.distributed as dist
+
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, group=self.control_group)
+        return holder[0]
+
+    def gather_objects(self, obj: Any) -> list[Any] | None:
+        """Every process's ``obj`` on process 0 (None elsewhere)."""
+        if self.world_size <= 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0, group=self.control_group)
+        return out
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every process."""
+        if self.world_size <= 1:
+            return flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self.control_group)
+        return bool(value.item())
 
     def communication(self) -> dict[str, Any] | None:
         """The summary's ``communication`` block, or None for a single process (the schema's zeros apply)."""

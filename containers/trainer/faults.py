@@ -40,8 +40,11 @@ class FaultPlan:
         # retryable: only the first attempt faults, so the retry can resume; permanent: every attempt does.
         return cls(fault.at_step, fault.mode, fault.mode == "permanent" or attempt == 1)
 
+    def fires(self, step: int) -> bool:
+        return self.fires_this_attempt and step == self.at_step
+
     def check(self, step: int) -> None:
-        if self.fires_this_attempt and step == self.at_step:
+        if self.fires(step):
             code = PERMANENT_FAULT_EXIT_CODE if self.mode == "permanent" else FAULT_EXIT_CODE
             raise PlannedFault(step, str(self.mode), code)
 

@@ -9,7 +9,8 @@ one node they still form one process group across the nodes (``torchrun``, one p
 ``r`` of ``N`` simulating the data-parallel ranks ``r, r + N, ...`` (``trainer.data.simulated_ranks``).
 
 ``DUALTRACK_RENDEZVOUS_PORT`` sets the main node's rendezvous port (default 29500), e.g. for several jobs whose
-nodes share one machine.
+nodes share one machine. ``DUALTRACK_STANDIN_PROCESSES_PER_NODE`` (default 1) gives the CPU stand-ins that many
+processes per node, so several ranks per node can be rehearsed on a machine without devices.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 RENDEZVOUS_PORT = 29500
 RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"
+STANDIN_PROCESSES_VARIABLE = "DUALTRACK_STANDIN_PROCESSES_PER_NODE"
 NEURON_ROOT_COMM_PORT = 62182
 
 
@@ -62,6 +64,18 @@ def rendezvous_port(env: Mapping[str, str]) -> int:
     return port
 
 
+def standin_processes(env: Mapping[str, str], devices_per_node: int) -> int:
+    raw = env.get(STANDIN_PROCESSES_VARIABLE) or "1"
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= devices_per_node:
+        raise LaunchError(f"{STANDIN_PROCESSES_VARIABLE} must be a whole number from 1 to the node's "
+                          f"{devices_per_node} device(s), got {raw!r}")
+    return count
+
+
 def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
                 local_address: str = "127.0.0.1", expected_nodes: int | None = None,
                 python: str = "python") -> LaunchPlan:
@@ -71,11 +85,12 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
         raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
                           "(AWS_BATCH_JOB_NUM_NODES); fix the job definition's node count")
     worker = [python, "-m", "trainer", "run", *worker_args]
-    if nodes == 1 and (backend in ("cpu", "compiled") or devices_per_node == 1):
+    stand_in = backend in ("cpu", "compiled")
+    # The CPU stand-ins run one process per node unless told otherwise, joined across the nodes (gloo).
+    per_node = standin_processes(env, devices_per_node) if stand_in else devices_per_node
+    if nodes == 1 and per_node == 1:
         return LaunchPlan(argv=worker, nodes=nodes, node_rank=index, main_address=main)
     port = rendezvous_port(env)
-    # The CPU stand-ins have one "device" per node: a single rank per node, joined across the nodes (gloo).
-    per_node = 1 if backend in ("cpu", "compiled") else devices_per_node
     argv = [python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
             f"--nproc_per_node={per_node}", f"--master_addr={main}", f"--master_port={port}",
             "-m", "trainer", "run", *worker_args]

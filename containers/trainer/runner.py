@@ -9,6 +9,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,14 +30,20 @@ from trainer.modeling import (
     greedy_complete,
     load_weights,
     token_loss_sum,
-    trainable_parameters,
     weights_state,
 )
+from trainer.optim import Optimizer
 from trainer.summary import SummaryInputs, build_summary, previous_losses, write_summary
 
 # A final checkpoint after SIGTERM is attempted when the last save took less than this (Batch's stop timeout
 # before SIGKILL is 30 s by default; Spot gives two minutes' notice before that).
 SIGTERM_SAVE_BUDGET_S = float(os.environ.get("DUALTRACK_SIGTERM_SAVE_BUDGET_S", "20"))
+# Checkpoints are written on a background thread while training goes on, unless this is "0".
+ASYNC_CHECKPOINT_VARIABLE = "DUALTRACK_ASYNC_CHECKPOINT"
+
+
+def asynchronous_checkpoints() -> bool:
+    return os.environ.get(ASYNC_CHECKPOINT_VARIABLE, "1").strip() != "0"
 
 
 # What the loop applies beyond the spec's peak learning rate (recorded in the summary's ``optimizer`` block).
@@ -69,10 +76,10 @@ def neuron_environment(spec: TrialSpec, track: str, backend_name: str) -> dict[s
     return {"NEURON_LOGICAL_NC_CONFIG": str(trn2.logical_nc_config)}
 
 
-def optimizer_record(spec: TrialSpec) -> dict[str, Any]:
+def optimizer_record(spec: TrialSpec, sharding: str) -> dict[str, Any]:
     return {"name": "adamw", "learning_rate": spec.learning_rate, "weight_decay": WEIGHT_DECAY,
             "grad_clip_norm": GRAD_CLIP_NORM, "lr_schedule": "linear warmup, then linear decay",
-            "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR}
+            "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR, "sharding": sharding}
 
 
 @dataclass
@@ -88,6 +95,7 @@ class Attempt:
     losses: dict[int, float] = field(default_factory=dict)
     evals: dict[int, float] = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)
+    step_overlaps: list[bool] = field(default_factory=list)
     saved: list[checkpoint.SavedCheckpoint] = field(default_factory=list)
 
 
@@ -129,7 +137,7 @@ def run(cfg: RunConfig) -> int:
     finally:
         flag.uninstall()
     inputs.phases, inputs.losses, inputs.evals = job.phases, job.losses, job.evals
-    inputs.step_times, inputs.saved = job.step_times, job.saved
+    inputs.step_times, inputs.step_overlaps, inputs.saved = job.step_times, job.step_overlaps, job.saved
     inputs.memory_peak_mib = backend.memory_peak_mib()
     with contextlib.suppress(Exception):  # a broken process group must not cost the summary
         inputs.communication = dist.communication()
@@ -181,14 +189,21 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     cache_setup_s = time.perf_counter() - t
     step_model = backend.prepare(model)
     # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
-    params = trainable_parameters(model)
-    optimizer = torch.optim.AdamW(params, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(spec.max_steps))
-    inputs.optimizer = optimizer_record(spec)
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    optimizer = Optimizer(named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY, dist=job.dist,
+                          sharded=spec.method in ("full", "continued_pretraining") and backend.shards_optimizer)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer.local, lr_lambda(spec.max_steps))
+    inputs.optimizer = optimizer_record(spec, optimizer.sharding)
+    checkpointer = checkpoint.Checkpointer(cfg.run_dir, interval=spec.checkpoint_interval_steps,
+                                           max_steps=spec.max_steps, dist=job.dist, sharding=optimizer.sharding,
+                                           asynchronous=asynchronous_checkpoints(),
+                                           on_commit=lambda saved: _committed(job, saved, log))
+    inputs.asynchronous_checkpoints = checkpointer.asynchronous
 
     t = time.perf_counter()
     sources = [cfg.run_dir] + ([cfg.resume_from] if cfg.resume_from else [])
-    found = checkpoint.load_newest(sources)
+    found = checkpointer.restore(sources, spec_hash=spec.spec_hash(), names=optimizer.loaded_names())
     inputs.skipped = found.skipped
     for skipped in found.skipped:
         emit("checkpoint_skipped", step=skipped.step, uri=skipped.uri, reason=skipped.reason)
@@ -196,8 +211,11 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     if found.loaded is not None:
         ckpt = found.loaded
         load_weights(model, {k: v.to(backend.device) for k, v in ckpt.weights.items()})
-        optimizer.load_state_dict(ckpt.optimizer)
+        optimizer.load_shard(ckpt.optimizer)
         scheduler.load_state_dict(ckpt.scheduler)
+        # The scheduler's state holds the step's rate; the param group (rebuilt, not loaded) must carry it too.
+        for group, rate in zip(optimizer.local.param_groups, scheduler.get_last_lr(), strict=True):
+            group["lr"] = rate
         checkpoint.restore_rng(ckpt.rng)
         start_step, position = ckpt.step, int(ckpt.state["data_position"]["samples_consumed"])
         inputs.resumed_from_step, inputs.resumed_from_uri = ckpt.step, ckpt.uri
@@ -214,8 +232,9 @@ def _train(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminati
     loop_started = time.perf_counter()
     try:
         _loop(job, inputs, log, flag, stream, plan, step_model, model, optimizer, scheduler, params, valid,
-              fault, force, start_step, position)
+              fault, force, start_step, position, checkpointer)
     finally:
+        checkpointer.close()
         loop_s = time.perf_counter() - loop_started
         _finish_compile(job, inputs, cache_setup_s, compiling)
         job.phases["train_s"] = max(0.0, loop_s - job.phases["eval_s"] - job.phases["checkpoint_save_s"]
@@ -232,6 +251,7 @@ class _Dispatched:
     started: float
     read: Callable[[], float]  # from Backend.read_later
     lr: float
+    overlapping: bool = False  # a checkpoint was being written while the step ran
 
 
 class _StepLog:
@@ -265,6 +285,7 @@ class _StepLog:
                     job.progress.emit("compile", step=entry.step, first_step_s=round(elapsed, 3))
             else:
                 job.step_times.append(elapsed)
+                job.step_overlaps.append(entry.overlapping)
             tokens = self.plan.global_batch * spec.sequence_length
             self.log.step(entry.step, value, elapsed, tokens, self.plan.global_batch, entry.lr)
             job.progress.emit("step", step=entry.step, loss=round(value, 6), step_time_s=round(elapsed, 4),
@@ -272,13 +293,25 @@ class _StepLog:
 
 
 def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: TerminationFlag, stream: SampleStream,
-          plan: BatchPlan, step_model: torch.nn.Module, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+          plan: BatchPlan, step_model: torch.nn.Module, model: torch.nn.Module, optimizer: Optimizer,
           scheduler: Any, params: list[torch.nn.Parameter], valid: TokenisedSet, fault: FaultPlan,
-          force: str | None, start_step: int, position: int) -> None:
+          force: str | None, start_step: int, position: int, checkpointer: checkpoint.Checkpointer) -> None:
     spec, backend, emit = job.spec, job.backend, job.progress.emit
     steps = _StepLog(job, inputs, log, plan, compiling=backend.name in ("compiled", "neuron"))
+
+    def saving(call: Callable[[], Any]) -> None:
+        """Run a checkpointer call on the training thread, counting its time as checkpoint time."""
+        t = time.perf_counter()
+        try:
+            call()
+        finally:
+            job.phases["checkpoint_save_s"] += time.perf_counter() - t
+
     try:
         for step in range(start_step + 1, spec.max_steps + 1):
+            if checkpointer.in_flight:
+                saving(checkpointer.poll)
+            overlapping = checkpointer.in_flight
             t = time.perf_counter()
             job.dist.begin_step(step)
             ids, labels = stream.take(position, plan.global_batch)
@@ -296,31 +329,40 @@ def _loop(job: Attempt, inputs: SummaryInputs, log: MetricsLog, flag: Terminatio
                 step_loss = step_loss + loss.detach()
             job.dist.reduce_gradients(params)
             torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP_NORM)
-            backend.optimizer_step(optimizer)
+            optimizer.step(backend)
             lr = scheduler.get_last_lr()[0]
             scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             global_loss = job.dist.reduce_loss(step_loss)  # before step_end: on XLA it belongs in this step's graph
             backend.step_end()
             position += plan.global_batch
             inputs.global_step, inputs.position = step, position
-            steps.dispatched(_Dispatched(step, t, backend.read_later(global_loss), lr), lag=backend.loss_read_lag)
+            steps.dispatched(_Dispatched(step, t, backend.read_later(global_loss), lr, overlapping),
+                             lag=backend.loss_read_lag)
 
             evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
-            due = step % spec.checkpoint_interval_steps == 0 or step == spec.max_steps
+            due = checkpointer.due(step)
             if evaluate or due or flag.requested:
                 steps.drain()  # the step's own record first, and no device work left behind the pause
             if evaluate:
                 _evaluate(job, model, valid, step, log)
             if due:
-                _save(job, model, optimizer, scheduler, step, position, log, fail=force == "save")
+                # The last step's checkpoint and one a stop is waiting for are committed before going on.
+                blocking = step == spec.max_steps or flag.requested
+                saving(partial(_save, job, checkpointer, model, optimizer, scheduler, step, position,
+                               blocking=blocking, fail=force == "save"))
+            if fault.fires(step):
+                saving(checkpointer.wait)  # a planned fault fires after the step's checkpoint is durable
             fault.check(step)
             if flag.requested:
+                saving(checkpointer.wait)
                 last_save = job.saved[-1].save_s if job.saved else 0.0
                 if not due and last_save <= SIGTERM_SAVE_BUDGET_S:
-                    _save(job, model, optimizer, scheduler, step, position, log, fail=False)
+                    saving(partial(_save, job, checkpointer, model, optimizer, scheduler, step, position,
+                                   blocking=True, fail=False))
                 emit("interrupted", step=step, checkpointed=bool(job.saved and job.saved[-1].step == step))
                 raise _Interrupted
+        saving(checkpointer.wait)
     finally:
         # A planned fault or an interruption still records every step it ran; if the device itself failed, the
         # original error is the one to report.
@@ -362,26 +404,31 @@ def _evaluate(job: Attempt, model: torch.nn.Module, valid: TokenisedSet, step: i
     job.progress.emit("eval", step=step, loss=round(value, 6), eval_s=round(seconds, 3))
 
 
-def _save(job: Attempt, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, step: int,
-          position: int, log: MetricsLog, *, fail: bool) -> None:
-    if not job.dist.is_main:
-        return
-    t = time.perf_counter()
+def _save(job: Attempt, checkpointer: checkpoint.Checkpointer, model: torch.nn.Module, optimizer: Optimizer,
+          scheduler: Any, step: int, position: int, *, blocking: bool, fail: bool) -> None:
+    """Snapshot the step's state to the CPU (every process its optimizer part, process 0 the rest) and hand it to
+    the checkpointer (which reports each commit to ``_committed``)."""
     job.backend.synchronize()
-    saved = checkpoint.save(
-        job.cfg.run_dir, step=step, weights=weights_state(model), lora_config=adapter_config(model),
-        optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), rng=checkpoint.rng_state(),
-        state={"global_step": step, "data_position": {"samples_consumed": position},
-               "trial": job.spec.name, "spec_hash": job.spec.spec_hash()},
-        meta={"track": job.cfg.track, "run": job.cfg.run, "backend": job.backend.name,
-              "method": job.spec.method, "attempt": job.cfg.attempt, "spec_hash": job.spec.spec_hash()},
-        fail_before_manifest=fail)
-    saved.save_s = time.perf_counter() - t
-    job.phases["checkpoint_save_s"] += saved.save_s
+    main = None
+    if job.dist.is_main:
+        main = checkpoint.MainFiles(
+            weights=weights_state(model), lora_config=adapter_config(model), scheduler=scheduler.state_dict(),
+            rng=checkpoint.rng_state(),
+            state={"global_step": step, "data_position": {"samples_consumed": position},
+                   "trial": job.spec.name, "spec_hash": job.spec.spec_hash()},
+            meta={"track": job.cfg.track, "run": job.cfg.run, "backend": job.backend.name,
+                  "method": job.spec.method, "attempt": job.cfg.attempt})
+    started = checkpointer.save(checkpoint.Snapshot(step, optimizer.state_shard(), main), blocking=blocking,
+                                fail_before_manifest=fail)
+    if not started:
+        job.progress.emit("checkpoint_exists", step=step, uri=checkpoint.step_uri(job.cfg.run_dir, step))
+
+
+def _committed(job: Attempt, saved: checkpoint.SavedCheckpoint, log: MetricsLog) -> None:
     job.saved.append(saved)
-    log.checkpoint(step, saved.bytes, saved.files, saved.save_s, saved.uri)
-    job.progress.emit("checkpoint", step=step, uri=saved.uri, bytes=saved.bytes, files=saved.files,
-                      save_s=round(saved.save_s, 3))
+    log.checkpoint(saved.step, saved.bytes, saved.files, saved.save_s, saved.uri)
+    job.progress.emit("checkpoint", step=saved.step, uri=saved.uri, bytes=saved.bytes, files=saved.files,
+                      save_s=round(saved.save_s, 3), blocked_s=round(saved.blocked_s, 3))
 
 
 def _final_samples(job: Attempt, model: torch.nn.Module, tokenizer: Any) -> list[dict[str, Any]]:

@@ -50,6 +50,8 @@ class SummaryInputs:
     losses: dict[int, float] = field(default_factory=dict)
     evals: dict[int, float] = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)
+    step_overlaps: list[bool] = field(default_factory=list)  # per entry of step_times: a save was in flight
+    asynchronous_checkpoints: bool = False
     first_step_s: float | None = None
     saved: list[SavedCheckpoint] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
@@ -135,6 +137,17 @@ def _communication(inputs: SummaryInputs) -> dict[str, Any]:
     return record
 
 
+def checkpoint_overlap(step_times: list[float], overlaps: list[bool], asynchronous: bool) -> dict[str, Any]:
+    """Median step time of steps that ran during a background save against steps that did not."""
+    during = [t for t, o in zip(step_times, overlaps, strict=False) if o]
+    clear = [t for t, o in zip(step_times, overlaps, strict=False) if not o]
+    busy = statistics.median(during) if during else None
+    idle = statistics.median(clear) if clear else None
+    return {"asynchronous": asynchronous, "steps_overlapping": len(during), "steps_clear": len(clear),
+            "step_time_overlapping_s": busy, "step_time_clear_s": idle,
+            "slowdown": busy / idle if busy is not None and idle else None}
+
+
 def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunSummary:
     spec, cfg, backend, phases = inputs.spec, inputs.cfg, inputs.backend, inputs.phases
     steps_done = len(inputs.losses)
@@ -175,6 +188,8 @@ def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunS
                         for c in inputs.saved],
         "checkpoints_skipped": [{"step": s.step, "uri": s.uri, "reason": s.reason} for s in inputs.skipped],
         "checkpoint_restore_s": phases.get("checkpoint_restore_s", 0.0),
+        "checkpoint_overlap": checkpoint_overlap(inputs.step_times, inputs.step_overlaps,
+                                                 inputs.asynchronous_checkpoints),
         "compile": {"seconds": phases.get("compile_s", 0.0), "cache": outcome,
                     "cache_url": cache.url if cache else None, "cache_key": cache_key,
                     "status": "failed" if inputs.compile_failed else ("ok" if steps_done else "not_run"),

@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("SUCCEEDED", "FAILED")
 ESSENTIAL_EXITED = "Essential container in task exited"
@@ -507,7 +509,7 @@ class LocalBatch:
         with self._lock:
             procs = list(self._procs.get(job.job_id, ()))
         if procs:
-            threading.Thread(target=_terminate_all, args=(procs, self.terminate_grace_s), daemon=True).start()
+            threading.Thread(target=stop_nodes, args=(procs, self.terminate_grace_s), daemon=True).start()
 
     def start(self, job: Any) -> None:
         fields = getattr(_submission, "fields", None)
@@ -526,7 +528,7 @@ class LocalBatch:
     def stop_all(self, reason: str) -> None:
         with self._lock:
             procs = [proc for nodes in self._procs.values() for proc in nodes]
-        _terminate_all(procs, self.terminate_grace_s)
+        stop_nodes(procs, self.terminate_grace_s)
 
     # ---- one job --------------------------------------------------------------------------------------------
     def _set(self, job: Any, status: str, reason: str | None = None) -> None:
@@ -819,10 +821,10 @@ class LocalBatch:
             watcher.join()
             self._report_exits(job, procs, main, reported, attempt)
             # The main node has exited: the attempt is over and the child nodes are stopped.
-            _terminate_all([p for index, p in procs.items() if index != main], self.terminate_grace_s)
+            stop_nodes([p for index, p in procs.items() if index != main], self.terminate_grace_s)
         finally:
             if procs:
-                _terminate_all(list(procs.values()), 0.0)  # nothing outlives its attempt (an error above)
+                stop_nodes(list(procs.values()), 0.0)  # nothing outlives its attempt (an error above)
             with self._lock:
                 self._procs.pop(job.job_id, None)
             for log in logs:
@@ -841,12 +843,12 @@ class LocalBatch:
         proc = procs[main]
         while proc.poll() is None:
             if job.stop:
-                _terminate_all(list(procs.values()), self.terminate_grace_s)
+                stop_nodes(list(procs.values()), self.terminate_grace_s)
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 timed_out.set()
                 self._note(job, "timeout", {"message": TIMED_OUT})
-                _terminate_all(list(procs.values()), self.terminate_grace_s)
+                stop_nodes(list(procs.values()), self.terminate_grace_s)
                 return
             self._report_exits(job, procs, main, reported, attempt)
             time.sleep(0.05)
@@ -878,12 +880,17 @@ class LocalBatch:
 
 def _terminate(proc: subprocess.Popen[str], grace_s: float) -> None:
     """SIGTERM (the trainer checkpoints if it can), then SIGKILL after the grace period, like ECS's stop timeout."""
-    _terminate_all([proc], grace_s)
+    stop_nodes([proc], grace_s)
 
 
-def _terminate_all(procs: Sequence[subprocess.Popen[str]], grace_s: float) -> None:
-    """:func:`_terminate` for several process groups (the nodes of one job) at once: one grace period for all."""
+def stop_nodes(procs: Sequence[subprocess.Popen[str]], grace_s: float) -> None:
+    """:func:`_terminate` for several nodes of one job at once: one grace period for all.
+
+    A node is its launcher and every process under it. ``torchrun`` starts its ranks in sessions of their own, so
+    signalling the launcher's process group alone would orphan them; a stopped container takes every process in
+    it, so the ranks found under each launcher before the SIGTERM are killed with it at the end of the grace."""
     live = [proc for proc in procs if proc.poll() is None]
+    trees = [_descendants(proc.pid) for proc in live]
     if grace_s > 0:
         for proc in live:
             with contextlib.suppress(ProcessLookupError):
@@ -892,7 +899,18 @@ def _terminate_all(procs: Sequence[subprocess.Popen[str]], grace_s: float) -> No
         for proc in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc in live:
+    for proc, tree in zip(live, trees, strict=True):
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        for child in tree:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(tree, timeout=5)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []

@@ -70,6 +70,9 @@ def _track(
     first_loss = first.get("loss") or {}
     tokens = sum(int(s.get("tokens_this_attempt") or 0) for s in summaries)
     steps = int(last.get("global_step") or 0)
+    executed = sum(int(s.get("steps_this_attempt") or 0) for s in summaries)
+    rerun = sum(int(s.get("rerun_steps") or 0) for s in summaries)
+    overlap = _checkpoint_overlap(summaries)
     cost_view: dict[str, Any] = {
         name: str(Decimal(str((cost or {}).get(name, 0)))) for name in (*COMPONENTS, "total_usd")
     }
@@ -132,12 +135,18 @@ def _track(
             "files": sum(int(c.get("files") or 0) for c in checkpoints.values()),
             "save_s": sum(float(c.get("save_s") or 0) for c in checkpoints.values()),
             "restore_s": sum(float(p.get("checkpoint_restore_s") or 0) for p in phases),
+            "asynchronous": overlap.get("asynchronous"),
+            "step_time_overlapping_save_s": _num(overlap.get("step_time_overlapping_s")),
+            "step_time_clear_s": _num(overlap.get("step_time_clear_s")),
+            "save_slowdown": _num(overlap.get("slowdown")),
         },
         "resume": {
             "injected_at_step": fault.get("injected_at_step"),
             "fault_mode": fault.get("mode"),
             "resumed_from_step": resumed.get("resumed_from_step") if resumed else None,
-            "rerun_steps": sum(int(s.get("rerun_steps") or 0) for s in summaries),
+            "rerun_steps": rerun,
+            "steps_executed": executed,
+            "rerun_share": round(rerun / executed, 4) if executed else None,
             "global_step_continuous": continuity.get("global_step_continuous") if resumed else None,
             "loss_continuous": continuity.get("loss_continuous") if resumed else None,
             "max_rel_loss_delta": _num(continuity.get("max_rel_delta")) if resumed else None,
@@ -148,6 +157,14 @@ def _track(
         "cost": cost_view,
         "parallel": _parallel(last),
     }
+
+
+def _checkpoint_overlap(summaries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Whether background saves slowed the steps they overlapped: the record of the attempt that timed the most
+    steps (medians of different attempts do not combine)."""
+    records = [s.get("checkpoint_overlap") or {} for s in summaries]
+    return max(records, key=lambda r: int(r.get("steps_overlapping") or 0) + int(r.get("steps_clear") or 0),
+               default={})
 
 
 def _parallel(summary: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -199,6 +216,7 @@ def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
                 "tokens_per_s": t["throughput"]["tokens_per_s"],
                 "validation_loss": t["loss"]["validation"],
                 "effective_steps": t["steps_completed"],
+                "steps_executed": t["resume"]["steps_executed"],
             },
         ),
         (
@@ -208,6 +226,7 @@ def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
                 "files": t["checkpoint"]["files"],
                 "total_bytes": t["checkpoint"]["total_bytes"],
                 "restore_s": t["checkpoint"]["restore_s"],
+                "save_slowdown": t["checkpoint"]["save_slowdown"],
                 "global_step_continuous": t["resume"]["global_step_continuous"],
                 "loss_continuous": t["resume"]["loss_continuous"],
             },
@@ -217,6 +236,7 @@ def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
             lambda t: {
                 "failures": max(0, t["attempts"] - 1),
                 "rerun_steps": t["resume"]["rerun_steps"],
+                "rerun_share": t["resume"]["rerun_share"],
                 "data_load_s": t["data_load_s"],
             },
         ),

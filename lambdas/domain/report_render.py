@@ -68,14 +68,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     out += [
         "## Resume evidence",
         "",
-        "| run | injected_at_step | resumed_from_step | rerun_steps | global_step_continuous | loss_continuous |",
-        "|---|---|---|---|---|---|",
+        "| run | injected_at_step | resumed_from_step | rerun_steps | rerun share | global_step_continuous | "
+        "loss_continuous |",
+        "|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         r = tracks[run]["resume"]
         out.append(
             f"| {run} | {_cell(r['injected_at_step'])} | {_cell(r['resumed_from_step'])} | "
-            f"{r['rerun_steps']} | {_cell(r['global_step_continuous'])} | {_cell(r['loss_continuous'])} |"
+            f"{r['rerun_steps']} | {_cell(r['rerun_share'])} | {_cell(r['global_step_continuous'])} | "
+            f"{_cell(r['loss_continuous'])} |"
         )
     out += [
         "",

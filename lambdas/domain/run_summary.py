@@ -150,6 +150,22 @@ class OptimizerRecord(_Model):
     lr_schedule: str | None = Field(default=None, description="Shape of the learning-rate schedule.")
     warmup_steps: Annotated[int, Field(ge=0)] | None = None
     final_lr_factor: float | None = Field(default=None, description="Rate at max_steps as a fraction of the peak.")
+    sharding: Literal["replicated", "zero-1"] | None = Field(
+        default=None, description="replicated: every process holds all optimizer state; zero-1: each process holds "
+                                  "the state of the parameters it owns (1/N of it) and broadcasts their updates.")
+
+
+class CheckpointOverlap(_Model):
+    """Whether saving fights the gradient updates: step times of steps that ran while a checkpoint was being written
+    in the background against steps that did not (first step excluded; medians)."""
+
+    asynchronous: bool = False
+    steps_overlapping: Annotated[int, Field(ge=0)] = 0
+    steps_clear: Annotated[int, Field(ge=0)] = 0
+    step_time_overlapping_s: Seconds | None = None
+    step_time_clear_s: Seconds | None = None
+    slowdown: Annotated[float, Field(ge=0)] | None = Field(
+        default=None, description="step_time_overlapping_s / step_time_clear_s; None unless both were measured.")
 
 
 class CommunicationRecord(_Model):
@@ -208,6 +224,7 @@ class RunSummary(_Model):
     checkpoints: list[CheckpointRecord] = Field(default_factory=list)
     checkpoints_skipped: list[SkippedCheckpoint] = Field(default_factory=list)
     checkpoint_restore_s: Seconds = 0.0
+    checkpoint_overlap: CheckpointOverlap = Field(default_factory=CheckpointOverlap)
     compile: CompileRecord = Field(default_factory=CompileRecord)
     continuity: Continuity = Field(default_factory=Continuity)
     fault: FaultRecord = Field(default_factory=FaultRecord)

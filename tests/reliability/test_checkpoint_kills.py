@@ -110,9 +110,9 @@ def test_trn2_failure_falls_back_to_gpu_resuming_its_checkpoint(tmp_path: Path, 
                                                                 fail_at: str) -> None:
     spec = _spec(tmp_path, max_steps=12, checkpoint_interval_steps=4)
     trn2, fallback = tmp_path / "trn2", tmp_path / "gpu-fallback"
-    # Attempt 1 on Trn2 runs cleanly to step 8, then a later attempt fails at the forced point.
-    spec_8 = _spec(tmp_path / "short", max_steps=12, checkpoint_interval_steps=4)
-    code, _ = attempt(spec_8, str(trn2), track="trn2", number=1)
+    # Attempt 1 on Trn2 runs cleanly to step 8, then a later attempt fails at the forced point. (The same spec
+    # throughout: a checkpoint of another spec is refused on resume.)
+    code, _ = attempt(spec, str(trn2), track="trn2", number=1)
     assert code == 0
     for step in (12,):  # keep steps 4 and 8 only, as if attempt 1 had stopped after step 8
         for path in sorted((trn2 / "checkpoints" / f"step-{step}").rglob("*"), reverse=True):

@@ -30,7 +30,8 @@ def test_a_single_process_calls_no_collective_and_records_zeros(write_spec: Any,
     assert comm["sync_wait_median_s"] is None and comm["sync_wait_max_s"] is None and comm["sync_samples"] == 0
     opt = summary["optimizer"]
     assert opt == {"name": "adamw", "learning_rate": 0.01, "weight_decay": 0.0, "grad_clip_norm": 1.0,
-                   "lr_schedule": "linear warmup, then linear decay", "warmup_steps": 1, "final_lr_factor": 0.1}
+                   "lr_schedule": "linear warmup, then linear decay", "warmup_steps": 1, "final_lr_factor": 0.1,
+                   "sharding": "replicated"}
 
 
 def test_summaries_written_before_the_communication_fields_still_parse(write_spec: Any, tmp_path: Path) -> None:

@@ -182,3 +182,21 @@ def test_the_rendezvous_port_comes_from_the_environment() -> None:
     # A single-node run never rendezvouses, so it never reads the port.
     assert launch_plan(backend="cpu", devices_per_node=1, worker_args=ARGS,
                        env={"DUALTRACK_RENDEZVOUS_PORT": "port"}).argv[:4] == ["python", "-m", "trainer", "run"]
+
+
+def test_cpu_stand_ins_can_run_several_processes_per_node() -> None:
+    env = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_NODE_INDEX": "0",
+           "DUALTRACK_STANDIN_PROCESSES_PER_NODE": "2"}
+    plan = launch_plan(backend="cpu", devices_per_node=4, worker_args=ARGS, env=env)
+    assert "--nproc_per_node=2" in plan.argv and plan.processes_per_node == 2
+    one_node = launch_plan(backend="compiled", devices_per_node=4, worker_args=ARGS,
+                           env={"DUALTRACK_STANDIN_PROCESSES_PER_NODE": "2"})
+    assert one_node.argv[:3] == ["python", "-m", "torch.distributed.run"] and "--nnodes=1" in one_node.argv
+    for bad in ("0", "5", "two"):
+        with pytest.raises(LaunchError, match="DUALTRACK_STANDIN_PROCESSES_PER_NODE must be a whole number"):
+            launch_plan(backend="cpu", devices_per_node=4, worker_args=ARGS,
+                        env={"DUALTRACK_STANDIN_PROCESSES_PER_NODE": bad})
+    # A device backend runs one process per device whatever the variable says.
+    cuda = launch_plan(backend="cuda", devices_per_node=4, worker_args=ARGS,
+                       env={"DUALTRACK_STANDIN_PROCESSES_PER_NODE": "2"})
+    assert "--nproc_per_node=4" in cuda.argv

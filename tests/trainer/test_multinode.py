@@ -9,11 +9,13 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dualtrack.local.batch_runner import stop_nodes
 from tests.trainer.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -139,3 +141,70 @@ def test_two_processes_simulate_sixteen_data_parallel_ranks_like_one(write_spec:
         for where in (run_dir, tmp_path / "one"):
             state = json.loads((where / "checkpoints" / f"step-{step}" / "trainer_state.json").read_text())
             assert state["data_position"]["samples_consumed"] == step * 32
+
+
+# Two nodes of four GPUs (data_parallel 8), two CPU processes per node, each simulating two ranks.
+KILL_STEPS = 40
+KILL_TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1}}
+
+
+def _start_nodes(spec: str, run_dir: Path, attempt: int) -> list[subprocess.Popen[str]]:
+    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+             "DUALTRACK_RENDEZVOUS_PORT": str(_free_port()), "DUALTRACK_STANDIN_PROCESSES_PER_NODE": "2",
+             "AWS_BATCH_JOB_ATTEMPT": str(attempt)}
+    # Each node in its own session, so a node can be killed whole (launcher and ranks), as a lost host would be.
+    return [subprocess.Popen([sys.executable, "-m", "trainer", "launch", "--quiet"],
+                             env=_env(spec, run_dir, **nodes, AWS_BATCH_JOB_NODE_INDEX=str(index),
+                                      **({"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
+                                         if index else {})),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            for index in (0, 1)]
+
+
+def _kill_node(proc: subprocess.Popen[str]) -> None:
+    stop_nodes([proc], 0.0)  # the launcher and the ranks torchrun started in sessions of their own
+
+
+def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninterrupted_run(
+        write_spec: Any, tmp_path: Path) -> None:
+    spec = write_spec(max_steps=KILL_STEPS, checkpoint_interval_steps=4, fault_injection=None, tracks=KILL_TRACKS,
+                      evaluation={"interval_steps": KILL_STEPS, "prompts": [], "max_new_tokens": 1})
+    single = subprocess.run([sys.executable, "-m", "trainer", "run", "--quiet"], env=_env(spec, tmp_path / "one"),
+                            capture_output=True, text=True, timeout=240)
+    assert single.returncode == 0, single.stderr[-3000:]
+    expected = _losses(tmp_path / "one")
+
+    run_dir = tmp_path / "two-by-two"
+    first = _start_nodes(spec, run_dir, 1)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run_dir / "checkpoints" / "step-4" / "manifest.json").exists():
+            assert time.monotonic() < deadline and first[0].poll() is None, "no checkpoint before the kill"
+            time.sleep(0.02)
+        _kill_node(first[1])  # node 1 is lost: its launcher and both its ranks die at once
+        # The surviving node's ranks find their peers gone at the next collective and the attempt fails.
+        code = first[0].wait(timeout=120)
+    finally:
+        for proc in first:
+            _kill_node(proc)
+            proc.wait()
+    assert code != 0
+    killed = json.loads((run_dir / "attempt-1" / "summary.json").read_text())
+    assert killed["status"] == "failed" and killed["global_step"] < KILL_STEPS
+
+    second = _start_nodes(spec, run_dir, 2)  # Batch retries the whole job: every node, attempt 2
+    try:
+        errors = [proc.communicate(timeout=240)[1] for proc in second]
+    finally:
+        for proc in second:
+            _kill_node(proc)
+    assert [p.returncode for p in second] == [0, 0], [e[-3000:] for e in errors]
+    resumed = json.loads((run_dir / "attempt-2" / "summary.json").read_text())
+    assert resumed["status"] == "succeeded" and resumed["layout"]["world_size_run"] == 4
+    assert resumed["resumed_from_step"] is not None and resumed["resumed_from_step"] >= 4
+    assert resumed["continuity"]["global_step_continuous"] is True
+    records = [json.loads(line) for line in (run_dir / "attempt-2" / "metrics.jsonl").read_text().splitlines()]
+    after = {r["step"]: r["loss"] for r in records if r["kind"] == "step"}
+    assert sorted(after) == list(range(resumed["resumed_from_step"] + 1, KILL_STEPS + 1))
+    for step, value in after.items():
+        assert value == pytest.approx(expected[step], abs=1e-5), (step, expected[step], value)

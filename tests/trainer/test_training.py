@@ -47,7 +47,11 @@ def test_loss_falls_and_summary_is_complete(uninterrupted: dict) -> None:
     assert [p.step for p in summary.loss.eval] == [6, 12]
     assert summary.validation_loss == summary.loss.eval[-1].loss
     assert [c.step for c in summary.checkpoints] == [4, 8, 12]
-    assert all(c.files == 7 and c.bytes > 0 for c in summary.checkpoints)
+    # The adapter and its config, the optimizer (.metadata and one .distcp), scheduler, RNG, trainer state, manifest.
+    assert all(c.files == 8 and c.bytes > 0 for c in summary.checkpoints)
+    # Saves run in the background: the steps after 4 and 8 may overlap one, and the record says which did.
+    overlap = summary.checkpoint_overlap
+    assert overlap.asynchronous and overlap.steps_overlapping + overlap.steps_clear == 11
     assert summary.stand_in and summary.backend == "cpu" and summary.precision == "fp32"
     assert summary.layout is not None and summary.layout.data_parallel == 8
     assert summary.tokens_this_attempt == 12 * 8 * 32 and summary.samples_consumed == 96

@@ -138,3 +138,29 @@ def test_the_parallel_layout_says_what_ran_on_what() -> None:
     assert (parallel["communication_s"], parallel["communication_share"]) == (3.5, 0.25)
     assert "| gpu | 2 | 16 | 16 | 1 | 2 | 3.5 | 0.25 | 0.004 |" in render_markdown(report)
     assert build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {})["tracks"]["gpu"]["parallel"] is None
+
+
+def test_a_node_failure_reports_effective_steps_rerun_share_and_whether_saves_slowed_the_steps() -> None:
+    """The document's multi-node questions after a node failure: effective steps (the global step reached), steps
+    executed over all attempts, the share of them executed again after the resume, and whether background
+    checkpoint saves slowed the steps they overlapped (the attempt that timed the most steps)."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    first = summary("gpu", 1.3, 1.35, status="failed", global_step=600, steps_this_attempt=600,
+                    checkpoint_overlap={"asynchronous": True, "steps_overlapping": 40, "steps_clear": 559,
+                                        "step_time_overlapping_s": 0.21, "step_time_clear_s": 0.2,
+                                        "slowdown": 1.05})
+    second = summary("gpu", 1.2, 1.25, attempt=2, start_step=500, steps_this_attempt=500, resumed_from_step=500,
+                     rerun_steps=100, checkpoint_overlap={"asynchronous": True, "steps_overlapping": 30,
+                                                          "steps_clear": 469, "slowdown": 1.1})
+    report = build_trial_report(spec, {"gpu": [first, second]}, {"gpu": cost("10")})
+    gpu = report["tracks"]["gpu"]
+    assert gpu["steps_completed"] == 1000
+    assert (gpu["resume"]["steps_executed"], gpu["resume"]["rerun_steps"]) == (1100, 100)
+    assert gpu["resume"]["rerun_share"] == round(100 / 1100, 4)
+    assert gpu["checkpoint"]["asynchronous"] is True and gpu["checkpoint"]["save_slowdown"] == 1.05
+    rows = {row["item"]: row["gpu"] for row in report["record_table"]}
+    assert rows["effective training"]["effective_steps"] == 1000
+    assert rows["effective training"]["steps_executed"] == 1100
+    assert rows["failed reruns"]["rerun_share"] == 0.0909
+    assert rows["checkpoint"]["save_slowdown"] == 1.05
+    assert "| gpu | - | 500 | 100 | 0.0909 | " in render_markdown(report)
