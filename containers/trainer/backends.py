@@ -44,6 +44,13 @@ class Backend:
     # Full-parameter runs with several processes shard the optimizer state ZeRO-1 style (trainer.optim). On Neuron
     # the gradient all-reduce lives in xm.optimizer_step's graph over every parameter, so the state stays replicated.
     shards_optimizer = True
+    # What the process group, the loop and the summary ask of a backend (instead of checking its name):
+    process_group = "gloo"  # the torch.distributed backend of the training collectives
+    reduces_in_optimizer_step = False  # the optimizer step all-reduces the gradients itself (nothing to time)
+    times_with_device_events = False  # collectives run on a device stream: time them with device events
+    sync_sample_every = 1  # steps between gradient-sync-wait samples (a sample synchronizes the device)
+    compiles = False  # the step runs as compiled graphs: compile time and a compile-cache outcome are measured
+    generates_on_device = True  # greedy generation runs on the device (else on a CPU copy of the weights)
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.
@@ -84,6 +91,10 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for queued device work so wall-clock timings are honest."""
 
+    def collective_device(self) -> torch.device:
+        """Where small tensors for the training process group's collectives live (NCCL takes device tensors)."""
+        return torch.device("cpu")
+
     # ---- bookkeeping ---------------------------------------------------------------------------------------
     def compile_counters(self) -> tuple[int, int] | None:
         """(cache hits, cache misses) this process saw, when the compiler reports them; None otherwise."""
@@ -104,6 +115,7 @@ class CompiledBackend(Backend):
     """Eager CPU model under ``torch.compile``: compile time and cache hits are real measurements locally."""
 
     name = "compiled"
+    compiles = True
 
     def configure_cache(self, directory: Path | None) -> None:
         super().configure_cache(directory)
@@ -129,6 +141,9 @@ class CompiledBackend(Backend):
 class CudaBackend(Backend):
     name = "cuda"
     stand_in = False
+    process_group = "nccl"
+    times_with_device_events = True
+    sync_sample_every = 10
 
     def __init__(self, precision: str):
         super().__init__(precision)
@@ -147,6 +162,9 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)
+
+    def collective_device(self) -> torch.device:
+        return self.device
 
     loss_read_lag = 1
 
@@ -177,6 +195,11 @@ class NeuronBackend(Backend):
 
     name = "neuron"
     shards_optimizer = False
+    process_group = "xla"
+    reduces_in_optimizer_step = True
+    compiles = True
+    # Generation grows the sequence every token: on a graph-compiling device that is one graph per length.
+    generates_on_device = False
 
     def __init__(self, precision: str, compiler_flags: list[str] | None = None):
         try:

@@ -19,9 +19,10 @@ class CompileCache:
     files_before: int = 0
 
     @classmethod
-    def open(cls, url: str | None, backend: str, on_neuron: bool) -> CompileCache:
-        if not url or backend in ("cpu", "cuda"):
-            return cls(url if backend not in ("cpu", "cuda") else None, None)
+    def open(cls, url: str | None, *, compiles: bool, on_neuron: bool) -> CompileCache:
+        """The cache a backend that ``compiles`` uses; none (outcome "none") for an eager backend."""
+        if not url or not compiles:
+            return cls(url if compiles else None, None)
         if on_neuron:
             # torch-neuronx reads and writes NEURON_COMPILE_CACHE_URL (local or s3://) itself.
             cache = cls(url, None)

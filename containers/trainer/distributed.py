@@ -24,8 +24,8 @@ from trainer.backends import Backend
 SYNC_SAMPLE_EVERY_VARIABLE = "DUALTRACK_SYNC_SAMPLE_EVERY"
 
 
-def _sample_every(backend_name: str) -> int:
-    raw = os.environ.get(SYNC_SAMPLE_EVERY_VARIABLE) or ("10" if backend_name == "cuda" else "1")
+def _sample_every(backend: Backend) -> int:
+    raw = os.environ.get(SYNC_SAMPLE_EVERY_VARIABLE) or str(backend.sync_sample_every)
     try:
         return max(1, int(raw))
     except ValueError:
@@ -101,7 +101,7 @@ class CollectiveStats:
 class Distributed:
     rank: int = 0
     world_size: int = 1
-    backend_name: str = "cpu"
+    backend: Backend | None = None  # None: a CPU process (tests)
     stats: CollectiveStats | None = None  # None for a single process: nothing is timed
     synchronize: Callable[[], None] | None = None
     # Two gloo groups beside the training group: one for checkpoint writes (torch.distributed.checkpoint, which may
@@ -114,19 +114,16 @@ class Distributed:
     def from_env(cls, backend: Backend) -> Distributed:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
-            return cls(backend_name=backend.name)
+            return cls(backend=backend)
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            if backend.name == "neuron":
+            if backend.process_group == "xla":
                 import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" process group
-
-                dist.init_process_group("xla")
-            else:
-                dist.init_process_group("nccl" if backend.name == "cuda" else "gloo")
-        stats = CollectiveStats(sample_every=_sample_every(backend.name), measured=backend.name != "neuron",
-                                use_events=backend.name == "cuda")
-        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend_name=backend.name, stats=stats,
+            dist.init_process_group(backend.process_group)
+        stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.reduces_in_optimizer_step,
+                                use_events=backend.times_with_device_events)
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=backend, stats=stats,
                    synchronize=backend.synchronize, checkpoint_group=dist.new_group(backend="gloo"),
                    control_group=dist.new_group(backend="gloo"))
 
@@ -141,13 +138,17 @@ class Distributed:
         return self.rank == 0
 
     @property
+    def _reduced_by_optimizer(self) -> bool:
+        return self.backend is not None and self.backend.reduces_in_optimizer_step
+
+    @property
     def loss_scale(self) -> float:
         # xm.optimizer_step averages gradients over replicas; scaling the loss by the world size turns that
         # average back into the global-batch token mean. Elsewhere gradients are summed explicitly.
-        return float(self.world_size) if self.backend_name == "neuron" else 1.0
+        return float(self.world_size) if self._reduced_by_optimizer else 1.0
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        if self.world_size <= 1 or self.backend_name == "neuron":
+        if self.world_size <= 1 or self._reduced_by_optimizer:
             return
         import torch.distributed as dist
 
@@ -179,7 +180,7 @@ class Distributed:
         """Latest minus earliest arrival at the gradient all-reduce over the ranks (one small MAX all-reduce)."""
         import torch.distributed as dist
 
-        device = torch.device("cuda") if self.backend_name == "cuda" else torch.device("cpu")
+        device = self.backend.collective_device() if self.backend is not None else torch.device("cpu")
         both = torch.tensor([arrival, -arrival], dtype=torch.float64, device=device)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
         latest, neg_earliest = both.tolist()
@@ -191,12 +192,12 @@ class Distributed:
             import torch.distributed as dist
 
             loss = loss.clone()
-            stats = self.stats if self.backend_name != "neuron" else None
+            stats = self.stats if not self._reduced_by_optimizer else None
             started = stats.start() if stats is not None else None
             dist.all_reduce(loss, op=dist.ReduceOp.SUM)
             if stats is not None:
                 stats.stop(started)
-            if self.backend_name == "neuron":
+            if self._reduced_by_optimizer:
                 loss = loss / self.world_size
         return loss
 

@@ -28,8 +28,15 @@ HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}
 
 
+PHASES = ("environment_s", "data_load_s", "compile_s", "train_s", "checkpoint_save_s", "checkpoint_restore_s",
+          "eval_s")
+
+
 @dataclass
-class SummaryInputs:
+class AttemptRecord:
+    """What one attempt did, as the trainer records it while it runs (``trainer.runner.Trainer.record``); the run
+    summary is built from it once, at the end, on every path out."""
+
     cfg: RunConfig
     spec: TrialSpec
     trial_id: str
@@ -46,7 +53,7 @@ class SummaryInputs:
     resumed_from_uri: str | None = None
     resume_position_ok: bool = True
     previous: dict[int, float] = field(default_factory=dict)
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     losses: dict[int, float] = field(default_factory=dict)
     evals: dict[int, float] = field(default_factory=dict)
     step_times: list[float] = field(default_factory=list)
@@ -92,7 +99,7 @@ def previous_losses(run_dirs: list[str], attempt: int, own_run_dir: str) -> dict
     return out
 
 
-def continuity(inputs: SummaryInputs) -> dict[str, Any]:
+def continuity(inputs: AttemptRecord) -> dict[str, Any]:
     if inputs.resumed_from_step is None:
         return {}
     tolerance = TOLERANCE.get(inputs.backend.precision, 2e-2)
@@ -126,7 +133,7 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
     return cache_key(spec).key
 
 
-def _communication(inputs: SummaryInputs) -> dict[str, Any]:
+def _communication(inputs: AttemptRecord) -> dict[str, Any]:
     """Collective timings with their share of the step time; zeros / None for a single process."""
     if inputs.communication is None:
         return {"world_size": inputs.world_size_run}
@@ -148,7 +155,7 @@ def checkpoint_overlap(step_times: list[float], overlaps: list[bool], asynchrono
             "slowdown": busy / idle if busy is not None and idle else None}
 
 
-def build_summary(inputs: SummaryInputs, *, status: str, exit_code: int) -> RunSummary:
+def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunSummary:
     spec, cfg, backend, phases = inputs.spec, inputs.cfg, inputs.backend, inputs.phases
     steps_done = len(inputs.losses)
     plan, layout = inputs.plan, inputs.layout

@@ -188,7 +188,7 @@ def test_compile_cache_on_s3_syncs_down_and_up(s3_bucket: str, tmp_path: Path) -
 
     url = "s3://artifacts/neuron/tiny/sdk-2.26.0/abc/"
     storage.write_bytes(storage.join(url, "graph-1.bin"), b"old")
-    cache = CompileCache.open(url, "compiled", on_neuron=False)
+    cache = CompileCache.open(url, compiles=True, on_neuron=False)
     assert cache.directory is not None and cache.files_before == 1
     (cache.directory / "graph-2.bin").write_bytes(b"new")
     assert cache.outcome(None) == "miss" and cache.publish() == 1

@@ -105,7 +105,7 @@ def test_a_run_refuses_a_process_count_its_layout_cannot_share(write_spec, tmp_p
 
     tracks = {"gpu": {"instance_type": "p5.48xlarge", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1}}
     spec = write_spec(tracks=tracks, effective_batch_size=16, micro_batch_size=1, fault_injection=None)
-    monkeypatch.setattr(runner.Distributed, "from_env", classmethod(lambda cls, backend: Distributed(0, 3, "cpu")))
+    monkeypatch.setattr(runner.Distributed, "from_env", classmethod(lambda cls, backend: Distributed(0, 3)))
     code, summary = attempt(spec, str(tmp_path / "run"))
     assert code != 0 and summary["status"] == "failed"
     assert "p5.48xlarge x 2 node(s)" in summary["error"] and "data_parallel 16" in summary["error"]
