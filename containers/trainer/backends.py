@@ -51,6 +51,9 @@ class Backend:
     sync_sample_every = 1  # steps between gradient-sync-wait samples (a sample synchronizes the device)
     compiles = False  # the step runs as compiled graphs: compile time and a compile-cache outcome are measured
     generates_on_device = True  # greedy generation runs on the device (else on a CPU copy of the weights)
+    # Shards the model over a layout's tensor_parallel x pipeline_parallel groups. No backend does yet: every
+    # data-parallel rank trains a whole replica on one device, and the summary and report say so.
+    model_parallel = False
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.

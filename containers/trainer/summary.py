@@ -182,7 +182,7 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
             "tensor_parallel": layout.tensor_parallel, "pipeline_parallel": layout.pipeline_parallel,
             "data_parallel": layout.data_parallel, "gradient_accumulation_steps": plan.accumulation,
             "micro_batch_size": plan.micro_batch_size, "effective_batch_size": plan.global_batch,
-            "world_size_run": inputs.world_size_run},
+            "world_size_run": inputs.world_size_run, "model_parallel_run": backend.model_parallel},
         "phases": {k: round(v, 6) for k, v in phases.items()},
         "throughput": {"tokens_per_s": tokens / train_s if train_s > 0 else None,
                        "step_time_s": statistics.median(inputs.step_times) if inputs.step_times else None,

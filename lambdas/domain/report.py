@@ -169,25 +169,33 @@ def _checkpoint_overlap(summaries: Sequence[Mapping[str, Any]]) -> Mapping[str, 
 
 def _parallel(summary: Mapping[str, Any]) -> dict[str, Any] | None:
     """The document's multi-node figures for one run, from its last attempt: how many devices were billed, how many
-    ranks the layout trains on them (utilisation), how many processes ran them (fewer on a CPU stand-in, which
-    simulates ranks), and the collectives' cost. None for a summary that predates the layout record."""
+    of them train (utilisation), how many processes ran them (fewer on a CPU stand-in, which simulates ranks), and
+    the collectives' cost. A layout's model-parallel ranks count as training only when the trainer sharded the model
+    over them (``layout.model_parallel_run``); otherwise one device per group trains and the report says so. None
+    for a summary that predates the layout record."""
     layout = summary.get("layout") or {}
     if not layout:
         return None
     comm = summary.get("communication") or {}
     nodes = int(layout.get("nodes") or 1)
     billed = nodes * int(layout.get("devices_per_node") or 1)
-    ranks = (int(layout.get("data_parallel") or 1) * int(layout.get("tensor_parallel") or 1)
-             * int(layout.get("pipeline_parallel") or 1))
+    data_parallel = int(layout.get("data_parallel") or 1)
+    model_parallel = int(layout.get("tensor_parallel") or 1) * int(layout.get("pipeline_parallel") or 1)
+    sharded = bool(layout.get("model_parallel_run"))
+    ranks = data_parallel * (model_parallel if sharded else 1)
     processes = int(layout.get("world_size_run") or 1)
+    idle = "" if sharded or model_parallel == 1 else (
+        f"; tensor_parallel x pipeline_parallel = {model_parallel} is not run by the trainer: one device of each "
+        f"group of {model_parallel} trains, {billed - ranks} of {billed} billed devices hold replicas and no samples")
     return {
         "nodes": nodes,
         "devices_billed": billed,
         "layout_ranks": ranks,
         "device_utilisation": round(ranks / billed, 4) if billed else None,
         "processes": processes,
-        "basis": (f"{processes} process(es) ran the layout's {ranks} ranks on backend {summary.get('backend')}"
-                  + (" (a stand-in simulating ranks)" if processes < ranks else "")),
+        "basis": (f"{processes} process(es) ran the layout's {ranks} training ranks on backend "
+                  f"{summary.get('backend')}" + (" (a stand-in simulating ranks)" if processes < ranks else "")
+                  + idle),
         "communication_s": _num(comm.get("communication_s")),
         "communication_share": _num(comm.get("communication_share")),
         "sync_wait_median_s": _num(comm.get("sync_wait_median_s")),

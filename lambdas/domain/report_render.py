@@ -47,7 +47,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     parallel = {run: tracks[run].get("parallel") for run in runs if tracks[run].get("parallel")}
     if parallel:
         out += ["", "## Parallel layout", "",
-                "| run | nodes | devices billed | layout ranks | utilisation | processes | communication_s | "
+                "| run | nodes | devices billed | training ranks | utilisation | processes | communication_s | "
                 "communication share | sync wait median_s | basis |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         out += [f"| {run} | {p['nodes']} | {p['devices_billed']} | {p['layout_ranks']} | "

@@ -138,6 +138,11 @@ class LayoutRecord(_Model):
     micro_batch_size: int
     effective_batch_size: int
     world_size_run: int = Field(description="Processes this attempt actually ran (1 when the layout is simulated).")
+    model_parallel_run: bool = Field(
+        default=False, description="Whether the trainer sharded the model over each tensor_parallel x "
+        "pipeline_parallel group. When False, only the first device of each group trains (the others of the group "
+        "hold a replica and no samples), so a layout with tensor_parallel or pipeline_parallel above 1 trains on "
+        "data_parallel of its devices.")
 
 
 class OptimizerRecord(_Model):

@@ -105,6 +105,8 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
         "fault_mode": "retryable",
         "resumed_from_step": 200,
         "rerun_steps": 100,
+        "steps_executed": 1100,  # 300 before the fault, 800 after resuming from step 200
+        "rerun_share": 0.0909,
         "global_step_continuous": True,
         "loss_continuous": True,
         "max_rel_loss_delta": 0.01,

@@ -167,6 +167,11 @@ def _kill_node(proc: subprocess.Popen[str]) -> None:
 
 def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninterrupted_run(
         write_spec: Any, tmp_path: Path) -> None:
+    """AWS Batch, "Multi-node parallel jobs" (https://docs.aws.amazon.com/batch/latest/userguide/
+    multi-node-parallel-jobs.html): the job's final status is its main node's, the job ends only when the main node
+    exits, and a child node's failure causes no further attempt by itself. So when a child node is lost, the main
+    node's ranks must notice the missing peer and exit non-zero on their own; only then does the retry strategy
+    start a new attempt of every node, which resumes from the sharded checkpoint."""
     spec = write_spec(max_steps=KILL_STEPS, checkpoint_interval_steps=4, fault_injection=None, tracks=KILL_TRACKS,
                       evaluation={"interval_steps": KILL_STEPS, "prompts": [], "max_new_tokens": 1})
     single = subprocess.run([sys.executable, "-m", "trainer", "run", "--quiet"], env=_env(spec, tmp_path / "one"),

@@ -164,3 +164,20 @@ def test_a_node_failure_reports_effective_steps_rerun_share_and_whether_saves_sl
     assert rows["failed reruns"]["rerun_share"] == 0.0909
     assert rows["checkpoint"]["save_slowdown"] == 1.05
     assert "| gpu | - | 500 | 100 | 0.0909 | " in render_markdown(report)
+
+
+def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_devices_that_train() -> None:
+    """tensor_parallel 8 on a trn2.48xlarge (64 logical NeuronCores): unless the trainer sharded the model over each
+    group of 8, one device per group trains and the other 56 hold replicas. Utilisation says 8 / 64, not 100 %."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    layout = {"devices_per_node": 64, "nodes": 1, "tensor_parallel": 8, "pipeline_parallel": 1, "data_parallel": 8,
+              "gradient_accumulation_steps": 1, "micro_batch_size": 1, "effective_batch_size": 8,
+              "world_size_run": 1}
+    report = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25, layout=layout)]}, {"trn2": cost("10")})
+    parallel = report["tracks"]["trn2"]["parallel"]
+    assert (parallel["devices_billed"], parallel["layout_ranks"], parallel["device_utilisation"]) == (64, 8, 0.125)
+    assert "56 of 64 billed devices hold replicas" in parallel["basis"]
+    sharded = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25,
+                                                         layout={**layout, "model_parallel_run": True})]},
+                                 {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
+    assert sharded["device_utilisation"] == 1.0 and "replicas" not in sharded["basis"]
