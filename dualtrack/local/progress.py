@@ -105,11 +105,16 @@ class Progress:
             lines.append(
                 f"  {run:<12} {track.get('status', '?'):<9} backend {track.get('backend', '?')}"
                 f"{' (stand-in)' if track.get('stand_in') else ''}, {track.get('steps_completed', '?')} steps, "
-                f"{track.get('attempts', '?')} attempt(s), compile {compile_.get('cache', '-')}"
-                f" {compile_.get('seconds', '')}s, cost {cost} USD at the declared instance's rate")
+                f"{track.get('attempts', '?')} attempt(s), compile cache {compile_.get('cache', '-')}"
+                f"{_seconds(compile_.get('total_s'))}, cost {cost} USD at the declared instance's rate")
         comparison = report.get("comparison") or {}
         if comparison:
             lines.append(f"  verdict: {comparison.get('verdict')}")
         lines.append(f"  reports: {', '.join(str(p) for p in result.files) or 'none written'}")
         with self._lock:
             print("\n".join(lines), file=self.stream, flush=True)
+
+
+def _seconds(value: object) -> str:
+    """`` (12.3 s compiling)`` for a compile time in seconds; nothing when there is none."""
+    return f" ({float(value):.1f} s compiling)" if isinstance(value, int | float) and value > 0 else ""

@@ -1,0 +1,25 @@
+"""The rehearsal's closing lines: one per run, with what the report says of it."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from dualtrack.local.progress import Progress
+
+
+def test_the_closing_line_gives_each_runs_compile_cache_outcome_and_compile_seconds() -> None:
+    stream = io.StringIO()
+    report = {"tracks": {
+        "gpu": {"status": "succeeded", "backend": "cpu", "stand_in": True, "steps_completed": 12, "attempts": 1,
+                "compile": {"cache": "none", "total_s": 0.0}, "cost": {"total_usd": "1.25"}},
+        "trn2": {"status": "succeeded", "backend": "compiled", "stand_in": True, "steps_completed": 12,
+                 "attempts": 2, "compile": {"cache": "miss", "total_s": 35.44}, "cost": {"total_usd": "0.5"}}},
+        "comparison": {"verdict": "inconclusive"}}
+    Progress(stream).summary(SimpleNamespace(trial_id="t-1", status="SUCCEEDED", wall_s=63.2, report=report, files=[],
+                                             out_dir="out"))
+    lines = stream.getvalue().splitlines()
+    gpu = next(line for line in lines if line.strip().startswith("gpu"))
+    trn2 = next(line for line in lines if line.strip().startswith("trn2"))
+    assert "compile cache none, cost 1.25 USD" in gpu
+    assert "2 attempt(s), compile cache miss (35.4 s compiling), cost 0.5 USD" in trn2
