@@ -51,7 +51,7 @@ bench: install
 	$(BIN)/python bench/run_all.py
 
 check-gpu: install
-	$(BIN)/python -m pytest -q -rs tests/trainer/test_cuda.py
+	$(BIN)/python -m pytest -q -rs tests/trainer/test_cuda.py tests/trainer/test_fsdp.py
 	$(BIN)/python bench/bench_trainer.py --backend cuda --repeats 6 --threads 0
 
 check-xla: install

@@ -54,6 +54,9 @@ class Backend:
     # Shards the model over a layout's tensor_parallel x pipeline_parallel groups. No backend does yet: every
     # data-parallel rank trains a whole replica on one device, and the summary and report say so.
     model_parallel = False
+    # Shards parameters, gradients and optimizer state over the processes (FSDP2) for full-parameter runs on the
+    # GPU track; the trn2 track's stand-ins shard the optimizer only (ZeRO-1), as Trainium2 runs would.
+    fully_shards = False
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.
@@ -112,6 +115,7 @@ class Backend:
 
 class CpuBackend(Backend):
     name = "cpu"
+    fully_shards = True
 
 
 class CompiledBackend(Backend):
@@ -144,6 +148,7 @@ class CompiledBackend(Backend):
 class CudaBackend(Backend):
     name = "cuda"
     stand_in = False
+    fully_shards = True
     process_group = "nccl"
     times_with_device_events = True
     sync_sample_every = 10

@@ -292,9 +292,15 @@ class LoadedCheckpoint:
     restore_s: float
 
 
-def load(found: Found, *, names: list[str] | None, group: Any | None) -> LoadedCheckpoint:
+TemplateFactory = Callable[[str, str, tuple[int, ...], torch.dtype], torch.Tensor]
+
+
+def load(found: Found, *, names: list[str] | None, group: Any | None,
+         make: TemplateFactory | None = None) -> LoadedCheckpoint:
     """Read a verified checkpoint: the weights and shared state, and the optimizer state of ``names`` (every
-    parameter when None). Collective over ``group`` when there are several processes."""
+    parameter when None). Collective over ``group`` when there are several processes. ``make(name, key, size,
+    dtype)`` makes the tensor each state entry is read into (default: a whole CPU tensor); a sharded one (a DTensor)
+    is filled with this process's part only, whatever layout wrote the checkpoint."""
     import torch.distributed.checkpoint as dcp
 
     started = time.perf_counter()
@@ -310,7 +316,9 @@ def load(found: Found, *, names: list[str] | None, group: Any | None) -> LoadedC
         for key, meta in entries.items():
             name = key.removeprefix(OPTIM_PREFIX).rpartition("/")[0]
             if key.startswith(OPTIM_PREFIX) and (wanted is None or name in wanted):
-                template[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)  # type: ignore[union-attr]
+                size, dtype = tuple(meta.size), meta.properties.dtype  # type: ignore[union-attr]
+                template[key] = (torch.empty(size, dtype=dtype) if make is None
+                                 else make(name, key.rpartition("/")[2], size, dtype))
         if wanted is not None:
             absent = wanted - {k.removeprefix(OPTIM_PREFIX).rpartition("/")[0] for k in template}
             if absent:
@@ -477,11 +485,12 @@ class Checkpointer:
             self._executor.shutdown(wait=True)
 
     # ---- resume ----------------------------------------------------------------------------------------------
-    def restore(self, run_dirs: list[str], *, spec_hash: str, names: list[str]) -> ResumeSearch:
+    def restore(self, run_dirs: list[str], *, spec_hash: str, names: list[str],
+                make: TemplateFactory | None = None) -> ResumeSearch:
         """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads
         the optimizer state of ``names`` (the parameters it owns now) from it."""
         decision = find_newest(run_dirs, spec_hash=spec_hash) if self.dist.is_main else None
         found, skipped = self.dist.broadcast_object(decision)
         if found is None:
             return ResumeSearch(None, skipped)
-        return ResumeSearch(load(found, names=names, group=self.dist.checkpoint_group), skipped)
+        return ResumeSearch(load(found, names=names, group=self.dist.checkpoint_group, make=make), skipped)

@@ -10,6 +10,7 @@ collective and times nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -109,6 +110,8 @@ class Distributed:
     # whatever the training backend, and separate groups keep the two threads' collectives apart.
     checkpoint_group: Any = None
     control_group: Any = None
+    # FSDP2 reduce-scatters the gradients inside the backward: nothing left to all-reduce, nothing this class times.
+    gradients_reduced_by_model: bool = False
 
     @classmethod
     def from_env(cls, backend: Backend) -> Distributed:
@@ -148,7 +151,7 @@ class Distributed:
         return float(self.world_size) if self._reduced_by_optimizer else 1.0
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        if self.world_size <= 1 or self._reduced_by_optimizer:
+        if self.world_size <= 1 or self._reduced_by_optimizer or self.gradients_reduced_by_model:
             return
         import torch.distributed as dist
 
@@ -237,8 +240,12 @@ class Distributed:
         return None if self.stats is None else self.stats.record(self.world_size)
 
     def close(self) -> None:
+        """Leave together: a process that tore its groups down while another still used them (process 0 writing
+        the summary, a collective still draining) would abort both."""
         if self.world_size > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():
+                with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
+                    dist.barrier(group=self.control_group)
                 dist.destroy_process_group()

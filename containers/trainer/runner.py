@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
-from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, storage
+from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, fsdp, storage
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
@@ -131,6 +131,7 @@ class Trainer:
                                     started_at=self.started_at)
         self.force = forced_failure_point()
         self.cache_setup_s = 0.0
+        self.fully_sharded = False  # FSDP2 (decided in _set_up)
         self.position = 0
         self.pending: list[_Dispatched] = []  # dispatched steps whose loss is not read yet
         self.last_read = 0.0
@@ -208,12 +209,24 @@ class Trainer:
         backend.configure_cache(record.cache.directory)
         self.cache_setup_s = time.perf_counter() - t
         self.step_model = backend.prepare(self.model)
+        full_parameter = spec.method in ("full", "continued_pretraining")
+        # Full-parameter on the GPU track with several processes, each running at least one micro-batch: FSDP2.
+        self.fully_sharded = (full_parameter and cfg.track == "gpu" and backend.fully_shards
+                              and 1 < self.dist.world_size <= layout.data_parallel)
+        cpu_mesh = None
+        if self.fully_sharded:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            fsdp.shard_model(self.model, backend.device.type, self.dist.world_size)
+            cpu_mesh = DeviceMesh.from_group(self.dist.checkpoint_group, "cpu")
+            self.dist.gradients_reduced_by_model = True
+            if self.dist.stats is not None:
+                self.dist.stats.measured = False  # its collectives run inside forward and backward, untimed
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
-        full_parameter = spec.method in ("full", "continued_pretraining")
         self.optimizer = Optimizer(named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY, dist=self.dist,
-                                   sharded=full_parameter and backend.shards_optimizer)
+                                   sharded=full_parameter and backend.shards_optimizer, cpu_mesh=cpu_mesh)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.local, lr_lambda(spec.max_steps))
         record.optimizer = optimizer_record(spec, self.optimizer.sharding)
         self.checkpointer = checkpoint.Checkpointer(cfg.run_dir, interval=spec.checkpoint_interval_steps,
@@ -229,14 +242,17 @@ class Trainer:
         t = time.perf_counter()
         sources = [cfg.run_dir] + ([cfg.resume_from] if cfg.resume_from else [])
         found = self.checkpointer.restore(sources, spec_hash=self.spec.spec_hash(),
-                                          names=self.optimizer.loaded_names())
+                                          names=self.optimizer.loaded_names(), make=self.optimizer.make_template)
         record.skipped = found.skipped
         for skipped in found.skipped:
             self.emit("checkpoint_skipped", step=skipped.step, uri=skipped.uri, reason=skipped.reason)
         start_step, position = 0, 0
         if found.loaded is not None:
             ckpt = found.loaded
-            load_weights(self.model, {k: v.to(self.backend.device) for k, v in ckpt.weights.items()})
+            if self.fully_sharded:
+                fsdp.load_full_weights(self.model, ckpt.weights)
+            else:
+                load_weights(self.model, {k: v.to(self.backend.device) for k, v in ckpt.weights.items()})
             self.optimizer.load_shard(ckpt.optimizer)
             self.scheduler.load_state_dict(ckpt.scheduler)
             # The scheduler's state holds the step's rate; the param group (rebuilt, not loaded) must carry it too.
@@ -311,7 +327,10 @@ class Trainer:
                 self.record.compile_failed = True
             raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={self.force}: failing in the {self.force} phase at step "
                                 f"{step}")
-        for mids, mlabels in plan.micro_batches(ids, labels, process=dist.rank, processes=dist.world_size):
+        batches = plan.micro_batches(ids, labels, process=dist.rank, processes=dist.world_size)
+        for index, (mids, mlabels) in enumerate(batches):
+            if self.fully_sharded:  # reduce-scatter once, after the last micro-batch's backward
+                fsdp.sync_gradients(self.model, index == len(batches) - 1)
             with backend.autocast():
                 loss = token_loss_sum(self.step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
             loss.backward()
@@ -395,11 +414,14 @@ class Trainer:
         """Snapshot the step's state to the CPU (every process its optimizer part, process 0 the rest) and hand it
         to the checkpointer (which reports each commit to ``_committed``)."""
         self.backend.synchronize()
+        # Fully sharded weights are gathered whole onto process 0 (every process takes part).
+        gathered = fsdp.full_weights(self.model, main=self.dist.is_main) if self.fully_sharded else None
         main = None
         if self.dist.is_main:
             cfg, spec = self.cfg, self.spec
             main = checkpoint.MainFiles(
-                weights=weights_state(self.model), lora_config=adapter_config(self.model),
+                weights=gathered if gathered is not None else weights_state(self.model),
+                lora_config=adapter_config(self.model),
                 scheduler=self.scheduler.state_dict(), rng=checkpoint.rng_state(),
                 state={"global_step": step, "data_position": {"samples_consumed": self.position},
                        "trial": spec.name, "spec_hash": spec.spec_hash()},
@@ -430,7 +452,8 @@ class Trainer:
                 record.cache.publish()
 
     def _final_samples(self) -> list[dict[str, Any]]:
-        if not self.dist.is_main or not self.spec.evaluation.prompts:
+        """Process 0 completes the fixed prompts (every process runs a fully sharded model's forward with it)."""
+        if not self.spec.evaluation.prompts or not (self.dist.is_main or self.fully_sharded):
             return []
         t = time.perf_counter()
         backend, model, evaluation = self.backend, self.model, self.spec.evaluation
@@ -443,4 +466,4 @@ class Trainer:
                 text, ids = greedy_complete(model, self.tokenizer, prompt, evaluation.max_new_tokens, device)
                 out.append({"prompt": prompt, "completion": text, "token_ids": ids})
         self.phases["eval_s"] += time.perf_counter() - t
-        return out
+        return out if self.dist.is_main else []

@@ -155,9 +155,11 @@ class OptimizerRecord(_Model):
     lr_schedule: str | None = Field(default=None, description="Shape of the learning-rate schedule.")
     warmup_steps: Annotated[int, Field(ge=0)] | None = None
     final_lr_factor: float | None = Field(default=None, description="Rate at max_steps as a fraction of the peak.")
-    sharding: Literal["replicated", "zero-1"] | None = Field(
+    sharding: Literal["replicated", "zero-1", "fsdp2"] | None = Field(
         default=None, description="replicated: every process holds all optimizer state; zero-1: each process holds "
-                                  "the state of the parameters it owns (1/N of it) and broadcasts their updates.")
+                                  "the state of the parameters it owns (1/N of it) and broadcasts their updates; "
+                                  "fsdp2: parameters, gradients and optimizer state are all sharded 1/N per "
+                                  "process (torch FSDP2).")
 
 
 class CheckpointOverlap(_Model):

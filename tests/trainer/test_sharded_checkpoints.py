@@ -1,5 +1,7 @@
-"""Full-parameter training with the optimizer state sharded ZeRO-1 style over the processes, checkpointed with
-``torch.distributed.checkpoint``: saved by 4 processes, resumed by 2, and the same losses as one process."""
+"""Full-parameter training sharded over the processes, checkpointed with ``torch.distributed.checkpoint``: the GPU
+track fully sharded (FSDP2: weights, gradients and optimizer state), the trn2 track's optimizer state sharded
+ZeRO-1 style. Saved by 4 processes, resumed by 2, across layouts too (a trn2 checkpoint resumed by the GPU fallback),
+and always the same losses as one process."""
 
 from __future__ import annotations
 
@@ -17,15 +19,22 @@ from tests.trainer.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 STEPS = 8
-# Four GPUs on one node: data_parallel 4, run by 1, 2 or 4 CPU processes.
-TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1}}
+# data_parallel 4 on both tracks (four GPUs; one Trainium2 chip as four logical NeuronCores), run by 1, 2 or 4 CPU
+# processes: the same global batch, accumulation and data order, so the same losses.
+TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1},
+          "trn2": {"instance_type": "trn2.3xlarge", "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
+                   "neuron_sdk": "2.26.0"}}
+COMMON = {"method": "full", "lora": None, "max_steps": STEPS, "checkpoint_interval_steps": 4, "tracks": TRACKS,
+          "evaluation": {"interval_steps": STEPS, "prompts": ["What is 2 plus 3?"], "max_new_tokens": 2}}
 
 
-def _run(spec: str, run_dir: Path, processes: int, attempt: int) -> subprocess.CompletedProcess[str]:
+def _run(spec: str, run_dir: Path, processes: int, attempt: int, track: str = "gpu",
+         resume_from: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_JOB_")}
     env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]), "DUALTRACK_SPEC_URI": spec,
-                "DUALTRACK_TRACK": "gpu", "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
-                "AWS_BATCH_JOB_ATTEMPT": str(attempt), "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1"})
+                "DUALTRACK_TRACK": track, "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
+                "AWS_BATCH_JOB_ATTEMPT": str(attempt), "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1",
+                **({"DUALTRACK_RESUME_FROM": str(resume_from)} if resume_from else {})})
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
                 if processes > 1 else [sys.executable])
     return subprocess.run([*launcher, "-m", "trainer", "run", "--quiet"], env=env, capture_output=True, text=True,
@@ -36,41 +45,89 @@ def _summary(run_dir: Path, attempt: int) -> dict[str, Any]:
     return json.loads((run_dir / f"attempt-{attempt}" / "summary.json").read_text())
 
 
+def _error(run_dir: Path, attempt: int) -> str | None:
+    path = run_dir / f"attempt-{attempt}" / "summary.json"
+    return json.loads(path.read_text()).get("error") if path.exists() else "no summary"
+
+
 def _losses(summary: dict[str, Any]) -> dict[int, float]:
     return {int(p["step"]): float(p["loss"]) for p in summary["loss"]["per_step"]}
 
 
-def test_sharded_optimizer_state_saved_by_four_processes_resumes_on_two(write_spec: Any, tmp_path: Path) -> None:
-    common = {"method": "full", "lora": None, "max_steps": STEPS, "checkpoint_interval_steps": 4, "tracks": TRACKS,
-              "evaluation": {"interval_steps": STEPS, "prompts": [], "max_new_tokens": 1}}
-    reference = write_spec("reference.json", fault_injection=None, **common)
-    faulted = write_spec("faulted.json", fault_injection={"track": "gpu", "at_step": 6, "mode": "retryable"},
-                         **common)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One process, no fault: the losses and final samples every sharded run must reproduce."""
+    from tests.trainer.conftest import tiny_trial
 
-    one = _run(reference, tmp_path / "one", 1, 1)
-    assert one.returncode == 0, one.stderr[-3000:]
-    expected = _losses(_summary(tmp_path / "one", 1))
+    base = tmp_path_factory.mktemp("reference")
+    data = base / "data"
+    data.mkdir()
+    (data / "train.jsonl").write_text("\n".join((ROOT / "examples/data/train.jsonl").read_text().splitlines()[:96])
+                                      + "\n")
+    (data / "validation.jsonl").write_text(
+        "\n".join((ROOT / "examples/data/validation.jsonl").read_text().splitlines()[:8]) + "\n")
+    spec = base / "spec.json"
+    spec.write_text(json.dumps(tiny_trial(str(data), **{**COMMON, "fault_injection": None})))
+    done = _run(str(spec), base / "one", 1, 1)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"data": data, **_summary(base / "one", 1)}
 
+
+def _faulted_spec(tmp_path: Path, reference: dict[str, Any], track: str) -> str:
+    from tests.trainer.conftest import tiny_trial
+
+    spec = tmp_path / f"faulted-{track}.json"
+    spec.write_text(json.dumps(tiny_trial(str(reference["data"]), **{
+        **COMMON, "fault_injection": {"track": track, "at_step": 6, "mode": "retryable"}})))
+    return str(spec)
+
+
+def _assert_like_reference(before: dict[str, Any], after: dict[str, Any], reference: dict[str, Any]) -> None:
+    assert after["resumed_from_step"] == 4 and after["layout"]["world_size_run"] == 2
+    assert after["continuity"]["loss_continuous"] is True and after["continuity"]["compared_steps"] == [5, 6]
+    losses = {**_losses(before), **_losses(after)}
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    for step, value in _losses(reference).items():
+        assert losses[step] == pytest.approx(value, abs=1e-5), (step, value, losses[step])
+    assert after["final_samples"] == reference["final_samples"]
+
+
+@pytest.mark.parametrize(("track", "sharding"), [("gpu", "fsdp2"), ("trn2", "zero-1")])
+def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, sharding: str, tmp_path: Path,
+                                                              reference: dict[str, Any]) -> None:
+    faulted = _faulted_spec(tmp_path, reference, track)
     run_dir = tmp_path / "sharded"
-    first = _run(faulted, run_dir, 4, 1)
+    first = _run(faulted, run_dir, 4, 1, track)
     assert first.returncode != 0
     step_dir = run_dir / "checkpoints" / "step-4"
     manifest = json.loads((step_dir / "manifest.json").read_text())
-    assert manifest["optimizer"] == {"format": "torch.distributed.checkpoint", "sharding": "zero-1",
+    assert manifest["optimizer"] == {"format": "torch.distributed.checkpoint", "sharding": sharding,
                                      "processes": 4}
-    # Each process wrote the state of the parameters it owns: four files, none of them the whole state.
+    # Each process wrote its part of the state: four files, none of them the whole state.
     shards = {f["name"]: f["bytes"] for f in manifest["shards"] if f["name"].endswith(".distcp")}
     assert sorted(shards) == [f"__{p}_0.distcp" for p in range(4)]
     assert max(shards.values()) < 0.6 * sum(shards.values())
     assert (step_dir / "model.safetensors").exists()  # the consolidated weights, for a plain loader
 
-    second = _run(faulted, run_dir, 2, 2)
-    assert second.returncode == 0, second.stderr[-3000:]
+    second = _run(faulted, run_dir, 2, 2, track)
+    assert second.returncode == 0, (_error(run_dir, 2), second.stderr[-2000:])
     before, after = _summary(run_dir, 1), _summary(run_dir, 2)
-    assert before["optimizer"]["sharding"] == after["optimizer"]["sharding"] == "zero-1"
-    assert after["resumed_from_step"] == 4 and after["layout"]["world_size_run"] == 2
-    assert after["continuity"]["loss_continuous"] is True and after["continuity"]["compared_steps"] == [5, 6]
-    losses = {**_losses(before), **_losses(after)}
-    assert sorted(losses) == list(range(1, STEPS + 1))
-    for step, value in expected.items():
-        assert losses[step] == pytest.approx(value, abs=1e-5), (step, value, losses[step])
+    assert before["optimizer"]["sharding"] == after["optimizer"]["sharding"] == sharding
+    _assert_like_reference(before, after, reference)
+
+
+def test_the_gpu_fallback_resumes_a_zero1_trn2_checkpoint_fully_sharded(tmp_path: Path,
+                                                                        reference: dict[str, Any]) -> None:
+    """The trn2 run (4 processes, ZeRO-1) stops after its step-4 checkpoint; the GPU fallback (2 processes, FSDP2)
+    resumes from it: one layout's shards are read into another's, and the losses stay the reference's."""
+    faulted = _faulted_spec(tmp_path, reference, "trn2")
+    trn2_dir = tmp_path / "trn2"
+    first = _run(faulted, trn2_dir, 4, 1, "trn2")
+    assert first.returncode != 0 and _summary(trn2_dir, 1)["optimizer"]["sharding"] == "zero-1"
+    fallback_dir = tmp_path / "gpu-fallback"
+    second = _run(faulted, fallback_dir, 2, 1, "gpu", resume_from=trn2_dir)
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = _summary(fallback_dir, 1)
+    assert after["optimizer"]["sharding"] == "fsdp2"
+    assert after["resumed_from_uri"] == str(trn2_dir / "checkpoints" / "step-4")
+    _assert_like_reference(_summary(trn2_dir, 1), after, reference)
