@@ -11,8 +11,6 @@ from dualtrack.client.endpoint import Endpoint, session
 from dualtrack.client.errors import ConfigFailure
 from dualtrack.client.http import RetryPolicy, SignedClient
 
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-
 
 @dataclass(frozen=True)
 class Submission:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dualtrack.client.api import TERMINAL_STATUSES
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import status_lines, trial_list_lines
 from dualtrack.client.errors import EXIT_OK, EXIT_TRIAL_FAILED
+from lambdas.domain.vocabulary import TRIAL_TERMINAL
 
 HELP = describe(
     """\
@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def exit_code_for(trial: dict[str, Any]) -> int:
     status = trial.get("status")
-    return EXIT_TRIAL_FAILED if status in TERMINAL_STATUSES and status != "SUCCEEDED" else EXIT_OK
+    return EXIT_TRIAL_FAILED if status in TRIAL_TERMINAL and status != "SUCCEEDED" else EXIT_OK
 
 
 @remote_command

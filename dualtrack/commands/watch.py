@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dualtrack.client.api import TERMINAL_STATUSES, TrialApi
+from dualtrack.client.api import TrialApi
 from dualtrack.client.cli_support import add_connection_arguments, describe, open_api, remote_command
 from dualtrack.client.display import status_lines
 from dualtrack.client.errors import EXIT_INVALID
 from dualtrack.commands.status import exit_code_for
+from lambdas.domain.vocabulary import TRIAL_TERMINAL
 
 HELP = describe(
     """\
@@ -58,7 +59,7 @@ def watch(api: TrialApi, trial_id: str, *, interval_s: float, as_json: bool, liv
         elif fingerprint != last:
             out(time.strftime("%H:%M:%S ") + "\n".join(status_lines(trial)) + "\n")
         last = fingerprint
-        if trial.get("status") in TERMINAL_STATUSES:
+        if trial.get("status") in TRIAL_TERMINAL:
             return trial
         sleep(interval_s)
 

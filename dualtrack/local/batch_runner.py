@@ -39,7 +39,6 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
-TERMINAL = ("SUCCEEDED", "FAILED")
 ESSENTIAL_EXITED = "Essential container in task exited"
 TIMED_OUT = "Job attempt duration exceeded timeout"
 MIN_ATTEMPT_DURATION_S = 60

@@ -32,12 +32,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lambdas.domain.vocabulary import SIGTERM_EXIT_CODE
+
 MOTO_CONFIG: dict[str, Any] = {
     "stepfunctions": {"execute_state_machine": True},
     "batch": {"use_docker": False},
     "lambda": {"use_docker": False},
 }
-TERMINATED_EXIT_CODE = 143  # what the trainer reports after SIGTERM
 _ENV_LOCK = threading.RLock()
 
 
@@ -264,7 +265,7 @@ class ScriptedJobs:
 
     def terminate(self, job: Any, reason: str) -> None:
         self.terminated.append((job.job_id, reason))
-        finish_job(job, exit_code=TERMINATED_EXIT_CODE, reason=reason)
+        finish_job(job, exit_code=SIGTERM_EXIT_CODE, reason=reason)
 
     def runs(self) -> list[str]:
         return [job_environment(job).get("DUALTRACK_RUN", "") for job in self.submitted]

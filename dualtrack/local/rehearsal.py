@@ -25,8 +25,8 @@ from typing import Any
 from dualtrack.local.progress import Progress
 from lambdas.domain import telemetry
 from lambdas.domain.trial import TrialSpec
+from lambdas.domain.vocabulary import EXECUTION_TERMINAL
 
-TERMINAL = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 CAPACITY_QUEUES = {"gpu": "GpuCapacity", "trn2": "Trn2Capacity"}  # track → its job queues' logical id part
 QUEUE_TIME_SCALE = 200.0  # a queue's 600 s RUNNABLE time limit takes 3 s in a rehearsal
 REPORT_FILES = ("report.json", "report.md", "report.html")
@@ -258,7 +258,7 @@ class Rehearsal:
                 self.progress.workflow(dict(event))
             seen = len(history)
             status = sfn.describe_execution(executionArn=execution_arn)["status"]
-            if status in TERMINAL:
+            if status in EXECUTION_TERMINAL:
                 return str(status)
             if time.monotonic() > deadline:
                 self.progress.warn(f"gave up after {self.options.timeout_s:.0f} s; stopping the workflow")

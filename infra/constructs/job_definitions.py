@@ -31,10 +31,9 @@ from infra.constructs.batch_compute import QueueTarget
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import telemetry
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.vocabulary import FAULT_EXIT_CODE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAULT_EXIT_CODE = 75
-PERMANENT_FAULT_EXIT_CODE = 76
 DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
 BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
 # The image build context is the repository root, but the images copy only lambdas/ and containers/: send just

@@ -21,8 +21,7 @@ from typing import Any
 from lambdas.adapters.ports import Ledger, Objects, Trials
 from lambdas.domain import ledger as L
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, unreadable_inputs
-
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+from lambdas.domain.vocabulary import TRIAL_TERMINAL
 
 
 class SubmissionRefused(Exception):
@@ -286,7 +285,7 @@ def cancel(trial_id: str, *, trials: Trials, workflow: Any, now: str, reason: st
     item = trials.get(trial_id)
     if item is None:
         raise TrialNotFound(trial_id)
-    if item.get("status") in TERMINAL_STATUSES:
+    if item.get("status") in TRIAL_TERMINAL:
         return {"trial_id": trial_id, "status": item["status"], "changed": False}
     execution = workflow.stop(item["execution_arn"], reason) if item.get("execution_arn") else "NOT_STARTED"
     trials.update(trial_id, status="CANCELLED", status_cause=reason, updated_at=now)

@@ -18,11 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.domain.cost import AttemptUsage, Phases, RunUsage
 from lambdas.domain.trial import canonical_json
+from lambdas.domain.vocabulary import BATCH_TERMINAL
 
 EntryKind = Literal["transition", "attempt", "summary", "metrics", "checkpoint", "cost"]
 RunName = Literal["gpu", "trn2", "gpu-fallback"]
 RUNS: tuple[RunName, ...] = ("gpu", "trn2", "gpu-fallback")
-TERMINAL = ("SUCCEEDED", "FAILED")
 COST_ENTRY_KEY = "cost"
 
 
@@ -236,7 +236,7 @@ def fold_run(
     ended_at: str | None = None
     for index, slot in enumerate(ordered, start=1):
         start, end = _bounds(slot)
-        status = next((s for s in TERMINAL if s in slot.transitions), None)
+        status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         if status is not None:
             terminal = status  # type: ignore[assignment]
             ended_at = slot.transitions[status]["at"]
@@ -267,7 +267,7 @@ def fold_run(
     if terminal is None or not ordered:
         complete = False
     # A later job for the run (a redrive) reopens it until that job ends too.
-    if ordered and not any(s in ordered[-1].transitions for s in TERMINAL):
+    if ordered and not any(s in ordered[-1].transitions for s in BATCH_TERMINAL):
         terminal, complete = None, False
 
     puts = sum(int(c.get("files") or 0) + 1 for c in checkpoints.values())
@@ -313,7 +313,7 @@ def _bounds(slot: _Attempt) -> tuple[int | None, int | None]:
         start = _ms(slot.transitions["RUNNING"]["at"])
     end: int | None = int(record["stopped_at_ms"]) if record.get("stopped_at_ms") else None
     if end is None:
-        status = next((s for s in TERMINAL if s in slot.transitions), None)
+        status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         end = _ms(slot.transitions[status]["at"]) if status else None
     return start, end
 

@@ -15,6 +15,7 @@ from typing import Any
 from lambdas.domain.cost import COMPONENTS
 from lambdas.domain.ledger import LedgerEntry
 from lambdas.domain.trial import TrialSpec
+from lambdas.domain.vocabulary import BATCH_TERMINAL
 
 REPORT_VERSION = 1
 RATE_NOTE = "priced at the declared instance's rate"
@@ -369,7 +370,7 @@ def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
     ``not_placed`` (cancelled while RUNNABLE by the queue's time limit: it never ran), with Batch's reason."""
     last: dict[str, LedgerEntry] = {}
     for entry in entries:
-        terminal = entry.kind == "transition" and entry.body["status"] in ("SUCCEEDED", "FAILED")
+        terminal = entry.kind == "transition" and entry.body["status"] in BATCH_TERMINAL
         if terminal and (entry.run not in last or entry.body["at"] >= last[entry.run].body["at"]):
             last[entry.run] = entry
     outcomes: dict[str, dict[str, Any]] = {}

@@ -12,8 +12,7 @@ from typing import Literal
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field
 
-BatchStatus = Literal["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
-TERMINAL: frozenset[str] = frozenset({"SUCCEEDED", "FAILED"})
+from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus
 
 
 class _Lenient(BaseModel):
@@ -70,7 +69,7 @@ class BatchJobStateChangeDetail(_Lenient):
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in BATCH_TERMINAL
 
     @property
     def attempt(self) -> int:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.domain.vocabulary import TrialStatus
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import LedgerSettings
-
-TrialStatus = Literal["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED", "FAILED", "CANCELLED"]
 
 
 class StatusRequest(BaseModel):

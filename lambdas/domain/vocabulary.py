@@ -1,0 +1,28 @@
+"""The statuses and exit codes the plane, the trainer, the infrastructure and the CLI share, defined once.
+
+Batch job statuses are AWS Batch's (``JobDetail.status``); a job is settled at SUCCEEDED or FAILED. Execution
+statuses are Step Functions' (``DescribeExecution.status``; PENDING_REDRIVE is a failed execution that may be
+redriven). Trial statuses are this plane's own (the trials table and ``GET /trials/{id}``). Exit codes are the
+trainer's contract with the job definitions' retry strategies (``infra.constructs.job_definitions``)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+BatchStatus = Literal["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
+BATCH_STATUSES: tuple[str, ...] = get_args(BatchStatus)
+BATCH_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED")  # in order of precedence: a success wins
+
+ExecutionStatus = Literal["RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE"]
+EXECUTION_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+TrialStatus = Literal["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED", "FAILED", "CANCELLED"]
+TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
+TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# Trainer exit codes. 75 and 76 are the planned fault injections (the job definitions retry 75, never 76); 143 is
+# 128 + SIGTERM, the trainer's exit after a stop it checkpointed for; 1 is any other failure.
+FAILURE_EXIT_CODE = 1
+FAULT_EXIT_CODE = 75
+PERMANENT_FAULT_EXIT_CODE = 76
+SIGTERM_EXIT_CODE = 143
