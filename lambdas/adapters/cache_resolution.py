@@ -8,8 +8,7 @@ from typing import Any
 from lambdas.adapters.cache_retention import entry_view, expired_entries
 from lambdas.adapters.objects import split_s3_uri
 from lambdas.adapters.ports import Objects, Trials
-
-ACTIVE_STATUSES = frozenset({"SUBMITTING", "SUBMITTED", "RUNNING", "CANCELLING"})
+from lambdas.domain.vocabulary import TRIAL_ACTIVE
 
 
 def now_iso() -> str:
@@ -82,7 +81,7 @@ def collect_garbage(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     active = {
-        str(t["cache_key"]) for t in trials.iter_all() if t.get("cache_key") and t.get("status") in ACTIVE_STATUSES
+        str(t["cache_key"]) for t in trials.iter_all() if t.get("cache_key") and t.get("status") in TRIAL_ACTIVE
     }
     expired = expired_entries(
         registry.iter_all(), now=now or datetime.now(UTC), retention_days=retention_days, active_keys=active

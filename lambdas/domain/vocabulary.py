@@ -16,8 +16,12 @@ BATCH_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED")  # in order of precede
 ExecutionStatus = Literal["RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE"]
 EXECUTION_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
-TrialStatus = Literal["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED", "FAILED", "CANCELLED"]
+# The values the trials table holds: SUBMITTING while the submission writes the trial and starts its execution,
+# SUBMITTED once the execution runs (the execution's own status says how far it got), then one terminal value set
+# by the workflow's last state or by a cancel.
+TrialStatus = Literal["SUBMITTING", "SUBMITTED", "SUCCEEDED", "FAILED", "CANCELLED"]
 TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
+TRIAL_ACTIVE: tuple[str, ...] = ("SUBMITTING", "SUBMITTED")
 TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 # Trainer exit codes. 75 and 76 are the planned fault injections (the job definitions retry 75, never 76); 143 is
