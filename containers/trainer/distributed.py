@@ -151,7 +151,10 @@ class Distributed:
         return float(self.world_size) if self._reduced_by_optimizer else 1.0
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        if self.world_size <= 1 or self._reduced_by_optimizer or self.gradients_reduced_by_model:
+        """Sum the gradients over the processes (one bucket per dtype), timing it and, on sampled steps, the skew of
+        the processes' arrival. Under FSDP2 the backward has already reduce-scattered them (timed by
+        ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the backward, is sampled here."""
+        if self.world_size <= 1 or self._reduced_by_optimizer:
             return
         import torch.distributed as dist
 
@@ -160,6 +163,10 @@ class Distributed:
         if sample and self.synchronize is not None:
             self.synchronize()  # on a device, arrival means the backward has finished, not just been queued
         arrived = time.perf_counter()
+        if self.gradients_reduced_by_model:
+            if stats is not None and sample:
+                stats.skews.append(self._skew(arrived - stats.step_started))
+            return
         started = stats.start() if stats is not None else None
         # One collective per dtype rather than one per tensor: a LoRA model has dozens of small gradients, and each
         # all-reduce pays the ranks' round trip.

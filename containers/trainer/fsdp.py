@@ -34,6 +34,43 @@ def shard_model(model: torch.nn.Module, device_type: str, world_size: int) -> An
     return mesh
 
 
+def time_collectives(model: torch.nn.Module, stats: Any) -> bool:
+    """Route every FSDP2 all-gather and reduce-scatter of ``model`` through timed wrappers that add their time to
+    ``stats`` (``trainer.distributed.CollectiveStats``: host clock on the CPU, CUDA events on the collective's
+    stream). The wrappers run each collective synchronously on its stream, so the time is the collective's own.
+    False where this torch release has no custom-collective hook (nothing is timed then)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    except ImportError:
+        return False
+    if not hasattr(FSDPModule, "set_custom_all_gather") or not hasattr(FSDPModule, "set_custom_reduce_scatter"):
+        return False
+
+    class TimedAllGather(DefaultAllGather):  # type: ignore[misc]
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
+                     async_op: bool = False) -> Any:
+            started = stats.start()
+            super().__call__(output_tensor, input_tensor, group, async_op=False)
+            stats.stop(started)
+            return None  # done: FSDP2 waits only on a Work it is given
+
+    class TimedReduceScatter(DefaultReduceScatter):  # type: ignore[misc]
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any,
+                     async_op: bool = False) -> Any:
+            started = stats.start()
+            super().__call__(output_tensor, input_tensor, group, op, async_op=False)
+            stats.stop(started)
+            return None
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_custom_all_gather(TimedAllGather())
+            module.set_custom_reduce_scatter(TimedReduceScatter())
+    return True
+
+
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)

@@ -220,7 +220,7 @@ class Trainer:
             fsdp.shard_model(self.model, backend.device.type, self.dist.world_size)
             cpu_mesh = DeviceMesh.from_group(self.dist.checkpoint_group, "cpu")
             self.dist.gradients_reduced_by_model = True
-            if self.dist.stats is not None:
+            if self.dist.stats is not None and not fsdp.time_collectives(self.model, self.dist.stats):
                 self.dist.stats.measured = False  # its collectives run inside forward and backward, untimed
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]

@@ -113,6 +113,11 @@ def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, shardi
     assert second.returncode == 0, (_error(run_dir, 2), second.stderr[-2000:])
     before, after = _summary(run_dir, 1), _summary(run_dir, 2)
     assert before["optimizer"]["sharding"] == after["optimizer"]["sharding"] == sharding
+    # The collectives are timed either way (FSDP2's all-gathers and reduce-scatters through timed wrappers), and
+    # every step samples how long the first process waited for the last.
+    for summary in (before, after):
+        comm = summary["communication"]
+        assert comm["measured"] is True and comm["communication_s"] > 0 and comm["sync_samples"] > 0
     _assert_like_reference(before, after, reference)
 
 
