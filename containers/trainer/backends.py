@@ -54,9 +54,10 @@ class Backend:
     # Shards the model over a layout's tensor_parallel x pipeline_parallel groups. No backend does yet: every
     # data-parallel rank trains a whole replica on one device, and the summary and report say so.
     model_parallel = False
-    # Shards parameters, gradients and optimizer state over the processes (FSDP2) for full-parameter runs on the
-    # GPU track; the trn2 track's stand-ins shard the optimizer only (ZeRO-1), as Trainium2 runs would.
-    fully_shards = False
+    # Runs torch's data-parallel wrappers on the GPU track: DDP (LoRA), and FSDP2 (full-parameter: parameters,
+    # gradients and optimizer state sharded over the processes). The trn2 track's stand-ins keep the explicit
+    # all-reduce and shard the optimizer only (ZeRO-1), as Trainium2 runs would.
+    torch_data_parallel = False
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.
@@ -115,7 +116,7 @@ class Backend:
 
 class CpuBackend(Backend):
     name = "cpu"
-    fully_shards = True
+    torch_data_parallel = True
 
 
 class CompiledBackend(Backend):
@@ -148,7 +149,7 @@ class CompiledBackend(Backend):
 class CudaBackend(Backend):
     name = "cuda"
     stand_in = False
-    fully_shards = True
+    torch_data_parallel = True
     process_group = "nccl"
     times_with_device_events = True
     sync_sample_every = 10

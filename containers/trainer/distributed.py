@@ -110,7 +110,7 @@ class Distributed:
     # whatever the training backend, and separate groups keep the two threads' collectives apart.
     checkpoint_group: Any = None
     control_group: Any = None
-    # FSDP2 reduce-scatters the gradients inside the backward: nothing left to all-reduce, nothing this class times.
+    # DDP or FSDP2 reduced the gradients inside the backward: nothing is left to all-reduce here.
     gradients_reduced_by_model: bool = False
 
     @classmethod
@@ -152,8 +152,9 @@ class Distributed:
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum the gradients over the processes (one bucket per dtype), timing it and, on sampled steps, the skew of
-        the processes' arrival. Under FSDP2 the backward has already reduce-scattered them (timed by
-        ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the backward, is sampled here."""
+        the processes' arrival. Under DDP or FSDP2 the backward has already reduced them (timed by ``trainer.ddp``'s
+        hook or ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the backward, is sampled
+        here."""
         if self.world_size <= 1 or self._reduced_by_optimizer:
             return
         import torch.distributed as dist

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
-from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, fsdp, storage
+from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, storage
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
@@ -131,7 +131,7 @@ class Trainer:
                                     started_at=self.started_at)
         self.force = forced_failure_point()
         self.cache_setup_s = 0.0
-        self.fully_sharded = False  # FSDP2 (decided in _set_up)
+        self.fully_sharded = self.data_parallel = False  # FSDP2, DDP (decided in _set_up)
         self.position = 0
         self.pending: list[_Dispatched] = []  # dispatched steps whose loss is not read yet
         self.last_read = 0.0
@@ -210,9 +210,12 @@ class Trainer:
         self.cache_setup_s = time.perf_counter() - t
         self.step_model = backend.prepare(self.model)
         full_parameter = spec.method in ("full", "continued_pretraining")
-        # Full-parameter on the GPU track with several processes, each running at least one micro-batch: FSDP2.
-        self.fully_sharded = (full_parameter and cfg.track == "gpu" and backend.fully_shards
-                              and 1 < self.dist.world_size <= layout.data_parallel)
+        # The GPU track with several processes, each running at least one micro-batch: FSDP2 for full-parameter
+        # runs, DDP for the others. Otherwise (and on the trn2 track) the gradients are all-reduced explicitly.
+        wrapped = (cfg.track == "gpu" and backend.torch_data_parallel
+                   and 1 < self.dist.world_size <= layout.data_parallel)
+        self.fully_sharded = wrapped and full_parameter
+        self.data_parallel = wrapped and not full_parameter
         cpu_mesh = None
         if self.fully_sharded:
             from torch.distributed.device_mesh import DeviceMesh
@@ -222,6 +225,9 @@ class Trainer:
             self.dist.gradients_reduced_by_model = True
             if self.dist.stats is not None and not fsdp.time_collectives(self.model, self.dist.stats):
                 self.dist.stats.measured = False  # its collectives run inside forward and backward, untimed
+        if self.data_parallel:
+            self.step_model = ddp.wrap(self.model, backend.device, self.dist.stats)
+            self.dist.gradients_reduced_by_model = True
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
@@ -329,11 +335,14 @@ class Trainer:
                                 f"{step}")
         batches = plan.micro_batches(ids, labels, process=dist.rank, processes=dist.world_size)
         for index, (mids, mlabels) in enumerate(batches):
+            last = index == len(batches) - 1
             if self.fully_sharded:  # reduce-scatter once, after the last micro-batch's backward
-                fsdp.sync_gradients(self.model, index == len(batches) - 1)
-            with backend.autocast():
-                loss = token_loss_sum(self.step_model, backend.to_device(mids), backend.to_device(mlabels)) / norm
-            loss.backward()
+                fsdp.sync_gradients(self.model, last)
+            with ddp.accumulating(self.step_model) if self.data_parallel and not last else contextlib.nullcontext():
+                with backend.autocast():
+                    loss = token_loss_sum(self.step_model, backend.to_device(mids),
+                                          backend.to_device(mlabels)) / norm
+                loss.backward()
             step_loss = step_loss + loss.detach()
         dist.reduce_gradients(self.params)
         torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP_NORM)
