@@ -41,22 +41,20 @@ def count_files(directory: Path | None) -> int:
 class Backend:
     name = "cpu"
     stand_in = True
-    # Full-parameter runs with several processes shard the optimizer state ZeRO-1 style (trainer.optim). On Neuron
-    # the gradient all-reduce lives in xm.optimizer_step's graph over every parameter, so the state stays replicated.
+    # Full-parameter runs with several processes shard the optimizer state ZeRO-1 style (trainer.optim) over the
+    # data-parallel processes. Not on Neuron: its owners' broadcasts would have to join the lazy graph.
     shards_optimizer = True
     # What the process group, the loop and the summary ask of a backend (instead of checking its name):
     process_group = "gloo"  # the torch.distributed backend of the training collectives
-    reduces_in_optimizer_step = False  # the optimizer step all-reduces the gradients itself (nothing to time)
+    collectives_in_graph = False  # collectives join the device's lazy graph (torch-xla): issued there, untimed
     times_with_device_events = False  # collectives run on a device stream: time them with device events
     sync_sample_every = 1  # steps between gradient-sync-wait samples (a sample synchronizes the device)
     compiles = False  # the step runs as compiled graphs: compile time and a compile-cache outcome are measured
     generates_on_device = True  # greedy generation runs on the device (else on a CPU copy of the weights)
-    # Shards the model over a layout's tensor_parallel x pipeline_parallel groups. No backend does yet: every
-    # data-parallel rank trains a whole replica on one device, and the summary and report say so.
-    model_parallel = False
     # Runs torch's data-parallel wrappers on the GPU track: DDP (LoRA), and FSDP2 (full-parameter: parameters,
     # gradients and optimizer state sharded over the processes). The trn2 track's stand-ins keep the explicit
-    # all-reduce and shard the optimizer only (ZeRO-1), as Trainium2 runs would.
+    # all-reduce and shard the optimizer only (ZeRO-1), as Trainium2 runs would. A tensor-parallel layout
+    # (trainer.tensor_parallel) uses the explicit all-reduce over its data-parallel groups on every backend.
     torch_data_parallel = False
 
     def __init__(self, precision: str):
@@ -205,7 +203,7 @@ class NeuronBackend(Backend):
     name = "neuron"
     shards_optimizer = False
     process_group = "xla"
-    reduces_in_optimizer_step = True
+    collectives_in_graph = True
     compiles = True
     # Generation grows the sequence every token: on a graph-compiling device that is one graph per length.
     generates_on_device = False
@@ -244,10 +242,6 @@ class NeuronBackend(Backend):
         if self.precision == "bf16" and self.on_neuron:
             return torch.autocast("xla", dtype=torch.bfloat16)
         return contextlib.nullcontext()
-
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        # Reduces gradients across data-parallel replicas when there are several, then steps.
-        self._xm.optimizer_step(optimizer)
 
     def step_end(self) -> None:
         # Cut the lazy graph here and run it (torch_xla.sync in current releases, xm.mark_step in older ones).

@@ -6,7 +6,11 @@ gradients over the processes are the one-process gradients.
 With more than one process the step's collectives are timed (``CollectiveStats``): wall time in the gradient and
 loss all-reduces, and every ``DUALTRACK_SYNC_SAMPLE_EVERY`` steps (default 1; 10 on CUDA, where a sample
 synchronizes the device) the skew between the ranks reaching the gradient all-reduce. A single process calls no
-collective and times nothing."""
+collective and times nothing.
+
+With tensor parallelism (``trainer.tensor_parallel``) the processes form groups of ``tensor_parallel`` consecutive
+ranks, each group one replica of the model; gradients and the loss are then summed over the data-parallel group
+(the processes holding the same slice), not over every process."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Any
 import torch
 
 from trainer.backends import Backend
+from trainer.tensor_parallel import Collectives, Groups, make_groups
 
 SYNC_SAMPLE_EVERY_VARIABLE = "DUALTRACK_SYNC_SAMPLE_EVERY"
 
@@ -40,7 +45,7 @@ class CollectiveStats:
     ``communication_s`` is the wall time inside the step's all-reduces, the wait for slower ranks included. On CUDA
     the collectives run on the device's stream, so they are timed with CUDA events, resolved once complete; on the
     CPU stand-ins (gloo) a collective returns when it is done, and the host clock times it. On Neuron the gradient
-    all-reduce is part of ``xm.optimizer_step``'s graph, so nothing is timed (``measured`` is False).
+    all-reduces are part of the step's lazy graph, so nothing is timed (``measured`` is False).
 
     Sync wait: each rank notes its arrival at the gradient all-reduce relative to its own step start (so clocks on
     different hosts need no alignment); one all-reduce with MAX over ``[arrival, -arrival]`` gives the latest and
@@ -112,6 +117,8 @@ class Distributed:
     control_group: Any = None
     # DDP or FSDP2 reduced the gradients inside the backward: nothing is left to all-reduce here.
     gradients_reduced_by_model: bool = False
+    # Tensor-parallel groups (None: every process holds a whole replica).
+    groups: Groups | None = None
 
     @classmethod
     def from_env(cls, backend: Backend) -> Distributed:
@@ -124,7 +131,7 @@ class Distributed:
             if backend.process_group == "xla":
                 import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" process group
             dist.init_process_group(backend.process_group)
-        stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.reduces_in_optimizer_step,
+        stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.collectives_in_graph,
                                 use_events=backend.times_with_device_events)
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=backend, stats=stats,
                    synchronize=backend.synchronize, checkpoint_group=dist.new_group(backend="gloo"),
@@ -140,22 +147,55 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    @property
-    def _reduced_by_optimizer(self) -> bool:
-        return self.backend is not None and self.backend.reduces_in_optimizer_step
+    def split_tensors(self, size: int) -> Collectives | None:
+        """Form tensor-parallel groups of ``size`` processes (collective); returns the group's collectives (None
+        when ``size`` is 1). Their time counts as communication."""
+        groups, comm = make_groups(self.world_size, self.rank, size, self.backend.process_group
+                                   if self.backend is not None else "gloo")
+        if comm is None:
+            return None
+        self.groups = groups
+        if not self.in_graph:
+            comm.stats = self.stats
+        return comm
 
     @property
-    def loss_scale(self) -> float:
-        # xm.optimizer_step averages gradients over replicas; scaling the loss by the world size turns that
-        # average back into the global-batch token mean. Elsewhere gradients are summed explicitly.
-        return float(self.world_size) if self._reduced_by_optimizer else 1.0
+    def replicas(self) -> int:
+        """Data-parallel processes: the model replicas the processes hold."""
+        return self.groups.replicas if self.groups is not None else self.world_size
+
+    @property
+    def replica(self) -> int:
+        """This process's replica (its data-parallel index)."""
+        return self.groups.replica if self.groups is not None else self.rank
+
+    @property
+    def data_group(self) -> Any:
+        """The processes to sum gradients and the loss over (None: every process)."""
+        return self.groups.data if self.groups is not None else None
+
+    @property
+    def in_graph(self) -> bool:
+        """The collectives are part of the device's lazy graph (torch-xla): issued there, untimed."""
+        return self.backend is not None and self.backend.collectives_in_graph
+
+    def _xla_sum(self, tensors: torch.Tensor | list[torch.Tensor]) -> Any:
+        import torch_xla.core.xla_model as xm
+
+        groups = self.groups.data_lists if self.groups is not None else None
+        return xm.all_reduce(xm.REDUCE_SUM, tensors, groups=groups)
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the gradients over the processes (one bucket per dtype), timing it and, on sampled steps, the skew of
-        the processes' arrival. Under DDP or FSDP2 the backward has already reduced them (timed by ``trainer.ddp``'s
-        hook or ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the backward, is sampled
-        here."""
-        if self.world_size <= 1 or self._reduced_by_optimizer:
+        """Sum the gradients over the data-parallel processes (one bucket per dtype), timing it and, on sampled
+        steps, the skew of the processes' arrival. Under DDP or FSDP2 the backward has already reduced them (timed
+        by ``trainer.ddp``'s hook or ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the
+        backward, is sampled here. On torch-xla the sum joins the step's graph (in place, over a list)."""
+        if self.replicas <= 1:
+            return
+        if self.in_graph:
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                self._xla_sum(grads)
             return
         import torch.distributed as dist
 
@@ -177,7 +217,7 @@ class Distributed:
                 buckets.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
         for grads in buckets.values():
             flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.data_group)
             offset = 0
             for g in grads:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
@@ -198,18 +238,20 @@ class Distributed:
         return max(0.0, latest + neg_earliest)
 
     def reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """The step's global loss, still on the device (reading it is the caller's choice of when to sync)."""
-        if self.world_size > 1:
-            import torch.distributed as dist
+        """The step's global loss, still on the device (reading it is the caller's choice of when to sync). Every
+        process of a tensor-parallel group holds the same loss, so the sum runs over the data-parallel group."""
+        if self.world_size <= 1 or self.replicas <= 1:
+            return loss
+        if self.in_graph:
+            return self._xla_sum(loss)  # type: ignore[no-any-return]
+        import torch.distributed as dist
 
-            loss = loss.clone()
-            stats = self.stats if not self._reduced_by_optimizer else None
-            started = stats.start() if stats is not None else None
-            dist.all_reduce(loss, op=dist.ReduceOp.SUM)
-            if stats is not None:
-                stats.stop(started)
-            if self._reduced_by_optimizer:
-                loss = loss / self.world_size
+        loss = loss.clone()
+        stats = self.stats
+        started = stats.start() if stats is not None else None
+        dist.all_reduce(loss, op=dist.ReduceOp.SUM, group=self.data_group)
+        if stats is not None:
+            stats.stop(started)
         return loss
 
     # ---- control messages (the training thread, gloo) ---------------------------------------------------------

@@ -91,7 +91,7 @@ def full_weights(model: torch.nn.Module, *, main: bool) -> dict[str, torch.Tenso
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not main:
         return None
-    return {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}
+    return {k: torch.as_tensor(v).detach().to("cpu").contiguous().clone() for k, v in state.items()}
 
 
 def load_full_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:

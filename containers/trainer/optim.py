@@ -12,6 +12,11 @@ communication). A checkpoint keeps each process's state under the parameters' na
 count: each process asks for the names it owns now. ``torch.distributed.optim.ZeroRedundancyOptimizer`` does the
 same partitioning but fuses the update and the broadcast in one ``step``, which leaves the broadcast untimeable.
 
+With tensor parallelism (``trainer.tensor_parallel``) each process holds slices of the split parameters: the
+owners are data-parallel indices (every slice of a parameter has the same owner), the broadcasts run over the
+processes holding the same slice, and a checkpoint keeps each parameter's state whole (the slices gathered by the
+first process of the group, sliced again on load), so it too loads at any process count and layout.
+
 Fully sharded (full-parameter on the GPU track with several processes, ``trainer.fsdp``): the parameters
 themselves are DTensor shards, so AdamW's state is sharded like them; every process writes and reads its shard of
 every parameter's state, and a checkpoint of any of the three layouts loads into any other.
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 
 from trainer.distributed import Distributed
+from trainer.tensor_parallel import Sharding
 
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
 
@@ -43,18 +49,19 @@ class Optimizer:
     """AdamW over the trainable parameters, replicated or sharded across the processes (see the module doc)."""
 
     def __init__(self, named: list[tuple[str, torch.nn.Parameter]], *, lr: float, weight_decay: float,
-                 dist: Distributed, sharded: bool, cpu_mesh: Any = None):
+                 dist: Distributed, sharded: bool, cpu_mesh: Any = None, split: Sharding | None = None):
         self.dist = dist
         self.named = named
         # A CPU device mesh over the checkpoint group: the parameters are FSDP2 shards (see the module doc).
         self.cpu_mesh = cpu_mesh
-        self.sharded = sharded and dist.world_size > 1 and cpu_mesh is None
-        self.owners = partition(named, dist.world_size) if self.sharded else {n: 0 for n, _ in named}
-        own = [p for n, p in named if not self.sharded or self.owners[n] == dist.rank]
+        self.split = split  # tensor-parallel slices (see the module doc)
+        self.sharded = sharded and dist.replicas > 1 and cpu_mesh is None
+        self.owners = partition(named, dist.replicas) if self.sharded else {n: 0 for n, _ in named}
+        own = [p for n, p in named if not self.sharded or self.owners[n] == dist.replica]
         # A process that owns nothing (more processes than parameters) still needs a param group for the schedule.
         self.local = torch.optim.AdamW(own or [torch.nn.Parameter(torch.zeros(0))], lr=lr,
                                        weight_decay=weight_decay)
-        self._by_owner = [[p for n, p in named if self.owners[n] == r] for r in range(dist.world_size)] \
+        self._by_owner = [[p for n, p in named if self.owners[n] == r] for r in range(dist.replicas)] \
             if self.sharded else []
 
     @property
@@ -82,8 +89,10 @@ class Optimizer:
                 if not params:
                     continue
                 flat = torch.cat([p.detach().reshape(-1) for p in params])
-                dist.broadcast(flat, src=owner)
-                if owner != self.dist.rank:
+                groups = self.dist.groups
+                dist.broadcast(flat, src=groups.data_rank(owner) if groups is not None else owner,
+                               group=self.dist.data_group)
+                if owner != self.dist.replica:
                     offset = 0
                     for p in params:
                         p.copy_(flat[offset:offset + p.numel()].view_as(p))
@@ -98,10 +107,10 @@ class Optimizer:
     # ---- state by parameter name ---------------------------------------------------------------------------
     def saved_names(self) -> list[str]:
         """The parameters whose state this process writes into a checkpoint (its shard of each when fully
-        sharded)."""
+        sharded; with tensor parallelism, the first process of the group writes what its group owns)."""
         if self.fully_sharded:
             return [n for n, _ in self.named]
-        return [n for n, _ in self.named if self.owners[n] == self.dist.rank]
+        return [n for n, _ in self.named if self.owners[n] == self.dist.replica]
 
     def loaded_names(self) -> list[str]:
         """The parameters whose state this process reads from a checkpoint (all of them when replicated)."""
@@ -112,10 +121,16 @@ class Optimizer:
     def state_shard(self) -> dict[str, dict[str, torch.Tensor]]:
         """This process's part of the state, on the CPU, keyed by parameter name."""
         params = dict(self.named)
+        split = self.split
+        writes = split is None or split.comm.rank == 0
         out: dict[str, dict[str, torch.Tensor]] = {}
-        for name in self.saved_names():
+        for name in self.saved_names():  # the same names, in the same order, on every process of a group
             state = self.local.state.get(params[name])
-            if state:
+            if not state:
+                continue
+            if split is not None and split.is_split(name):
+                state = {k: (state[k] if k == "step" else split.gather(name, state[k])) for k in STATE_KEYS}
+            if writes:
                 out[name] = {k: self._host_copy(state[k]) for k in STATE_KEYS}
         return out
 
@@ -140,10 +155,11 @@ class Optimizer:
         for name, state in shard.items():
             param = params[name]
             place = self._placer(param)
+            cut = (lambda value, n=name: self.split.slice(n, value)) if self.split is not None else (lambda v: v)
             self.local.state[param] = {
                 "step": state["step"].to(torch.float32),  # AdamW keeps a non-capturable step on the CPU
-                "exp_avg": place(state["exp_avg"]),
-                "exp_avg_sq": place(state["exp_avg_sq"])}
+                "exp_avg": place(cut(state["exp_avg"])),
+                "exp_avg_sq": place(cut(state["exp_avg_sq"]))}
 
     def _placer(self, param: torch.nn.Parameter) -> Any:
         if self.fully_sharded:

@@ -19,8 +19,14 @@ from typing import Any
 
 import torch
 
-from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
-from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, storage
+from lambdas.domain.trial import (
+    TrialSpec,
+    gradient_accumulation_steps,
+    parse_trial,
+    tensor_parallel_problems,
+    track_layout,
+)
+from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, storage, tensor_parallel
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
@@ -87,6 +93,18 @@ def optimizer_record(spec: TrialSpec, sharding: str) -> dict[str, Any]:
             "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR, "sharding": sharding}
 
 
+def check_tensor_parallel(model: torch.nn.Module, size: int) -> None:
+    """Refuse a tensor_parallel the model's heads or MLP cannot be split by (whether or not this run splits it)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    problems = tensor_parallel_problems(size, num_attention_heads=config.num_attention_heads,
+                                                     num_key_value_heads=config.num_key_value_heads,
+                                                     intermediate_size=config.intermediate_size)
+    if problems:
+        raise tensor_parallel.TensorParallelError("; ".join(f"model {name}: {text}" for name, text in problems))
+
+
 def run(cfg: RunConfig) -> int:
     """Run one attempt; returns the process exit code. The summary is written on every path out."""
     return Trainer(cfg).run()
@@ -132,6 +150,7 @@ class Trainer:
         self.force = forced_failure_point()
         self.cache_setup_s = 0.0
         self.fully_sharded = self.data_parallel = False  # FSDP2, DDP (decided in _set_up)
+        self.split: tensor_parallel.Sharding | None = None  # tensor-parallel slices (decided in _set_up)
         self.position = 0
         self.pending: list[_Dispatched] = []  # dispatched steps whose loss is not read yet
         self.last_read = 0.0
@@ -183,8 +202,13 @@ class Trainer:
         layout = track_layout(spec, cfg.track)  # type: ignore[arg-type]
         self.plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
         record.layout, record.plan, record.world_size_run = layout, self.plan, self.dist.world_size
+        # One process per device forms whole tensor-parallel groups; a stand-in with fewer processes runs replicas.
+        degree = tensor_parallel.degree(self.dist.world_size, layout.tensor_parallel, layout.data_parallel)
+        comm = self.dist.split_tensors(degree)
+        record.tensor_parallel_run = degree
+        record.model_parallel_run = layout.pipeline_parallel == 1
         try:
-            ranks = self.plan.ranks(self.dist.rank, self.dist.world_size)
+            ranks = self.plan.ranks(self.dist.replica, self.dist.replicas)
         except DataError as exc:
             track = spec.track(cfg.track)  # type: ignore[arg-type]
             raise DataError(f"track {cfg.track} layout {track.instance_type} x {layout.nodes} node(s), "
@@ -192,6 +216,10 @@ class Trainer:
                             f"{layout.pipeline_parallel} has data_parallel {layout.data_parallel}: {exc}") from None
         self.tokenizer = build_tokenizer(spec)
         self.model = build_model(spec, self.tokenizer)
+        if layout.tensor_parallel > 1:  # a layout one process per device could not run fails here too
+            check_tensor_parallel(self.model, layout.tensor_parallel)
+        if comm is not None:
+            self.split = tensor_parallel.split_model(self.model, comm)
         self.phases["environment_s"] = time.perf_counter() - self.t0
 
         t = time.perf_counter()
@@ -201,7 +229,7 @@ class Trainer:
         self.phases["data_load_s"] = time.perf_counter() - t
         self.emit("data", train_rows=len(train), validation_rows=len(self.valid), global_batch=self.plan.global_batch,
                   accumulation=self.plan.accumulation, data_parallel=self.plan.data_parallel,
-                  processes=self.dist.world_size, simulated_ranks=len(ranks))
+                  processes=self.dist.world_size, tensor_parallel=degree, simulated_ranks=len(ranks))
 
         t = time.perf_counter()
         record.cache = CompileCache.open(cfg.compile_cache_url, compiles=backend.compiles,
@@ -212,7 +240,7 @@ class Trainer:
         full_parameter = spec.method in ("full", "continued_pretraining")
         # The GPU track with several processes, each running at least one micro-batch: FSDP2 for full-parameter
         # runs, DDP for the others. Otherwise (and on the trn2 track) the gradients are all-reduced explicitly.
-        wrapped = (cfg.track == "gpu" and backend.torch_data_parallel
+        wrapped = (cfg.track == "gpu" and backend.torch_data_parallel and self.split is None
                    and 1 < self.dist.world_size <= layout.data_parallel)
         self.fully_sharded = wrapped and full_parameter
         self.data_parallel = wrapped and not full_parameter
@@ -229,10 +257,11 @@ class Trainer:
             self.step_model = ddp.wrap(self.model, backend.device, self.dist.stats)
             self.dist.gradients_reduced_by_model = True
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
-        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
-        self.params = [p for _, p in named]
-        self.optimizer = Optimizer(named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY, dist=self.dist,
-                                   sharded=full_parameter and backend.shards_optimizer, cpu_mesh=cpu_mesh)
+        self.named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in self.named]
+        self.optimizer = Optimizer(self.named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY, dist=self.dist,
+                                   sharded=full_parameter and backend.shards_optimizer, cpu_mesh=cpu_mesh,
+                                   split=self.split)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.local, lr_lambda(spec.max_steps))
         record.optimizer = optimizer_record(spec, self.optimizer.sharding)
         self.checkpointer = checkpoint.Checkpointer(cfg.run_dir, interval=spec.checkpoint_interval_steps,
@@ -258,7 +287,8 @@ class Trainer:
             if self.fully_sharded:
                 fsdp.load_full_weights(self.model, ckpt.weights)
             else:
-                load_weights(self.model, {k: v.to(self.backend.device) for k, v in ckpt.weights.items()})
+                with self._whole(gather=False):  # tensor-parallel slices cut from the whole weights loaded
+                    load_weights(self.model, {k: v.to(self.backend.device) for k, v in ckpt.weights.items()})
             self.optimizer.load_shard(ckpt.optimizer)
             self.scheduler.load_state_dict(ckpt.scheduler)
             # The scheduler's state holds the step's rate; the param group (rebuilt, not loaded) must carry it too.
@@ -326,14 +356,14 @@ class Trainer:
         t = time.perf_counter()
         dist.begin_step(step)
         ids, labels = self.stream.take(self.position, plan.global_batch)
-        norm = float(loss_tokens(labels)) / dist.loss_scale
+        norm = float(loss_tokens(labels))
         step_loss = torch.zeros((), device=backend.device)
         if self.force in ("compile", "step") and step == self.record.start_step + 1:
             if self.force == "compile":
                 self.record.compile_failed = True
             raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={self.force}: failing in the {self.force} phase at step "
                                 f"{step}")
-        batches = plan.micro_batches(ids, labels, process=dist.rank, processes=dist.world_size)
+        batches = plan.micro_batches(ids, labels, process=dist.replica, processes=dist.replicas)
         for index, (mids, mlabels) in enumerate(batches):
             last = index == len(batches) - 1
             if self.fully_sharded:  # reduce-scatter once, after the last micro-batch's backward
@@ -345,9 +375,12 @@ class Trainer:
                 loss.backward()
             step_loss = step_loss + loss.detach()
         dist.reduce_gradients(self.params)
-        torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP_NORM)
+        if self.split is not None:
+            self.split.clip_grad_norm_(self.named, GRAD_CLIP_NORM)
+        else:
+            torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP_NORM)
         self.optimizer.step(backend)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.optimizer.zero_grad()
         global_loss = dist.reduce_loss(step_loss)  # before step_end: on XLA it belongs in this step's graph
@@ -423,8 +456,12 @@ class Trainer:
         """Snapshot the step's state to the CPU (every process its optimizer part, process 0 the rest) and hand it
         to the checkpointer (which reports each commit to ``_committed``)."""
         self.backend.synchronize()
-        # Fully sharded weights are gathered whole onto process 0 (every process takes part).
+        # Fully sharded weights are gathered whole onto process 0 (every process takes part); tensor-parallel
+        # slices by the processes of process 0's group.
         gathered = fsdp.full_weights(self.model, main=self.dist.is_main) if self.fully_sharded else None
+        if self.split is not None and self.dist.replica == 0:
+            with self._whole(gather=True):
+                gathered = weights_state(self.model) if self.dist.is_main else None
         main = None
         if self.dist.is_main:
             cfg, spec = self.cfg, self.spec
@@ -440,6 +477,12 @@ class Trainer:
                                          blocking=blocking, fail_before_manifest=fail)
         if not started:
             self.emit("checkpoint_exists", step=step, uri=checkpoint.step_uri(self.cfg.run_dir, step))
+
+    def _whole(self, *, gather: bool) -> contextlib.AbstractContextManager[None]:
+        """Within the block the trainable parameters are whole (see ``tensor_parallel.Sharding.whole``)."""
+        if self.split is None:
+            return contextlib.nullcontext()
+        return self.split.whole(self.model, [n for n, _ in self.named], gather=gather)
 
     def _committed(self, saved: checkpoint.SavedCheckpoint) -> None:
         self.record.saved.append(saved)
@@ -461,13 +504,16 @@ class Trainer:
                 record.cache.publish()
 
     def _final_samples(self) -> list[dict[str, Any]]:
-        """Process 0 completes the fixed prompts (every process runs a fully sharded model's forward with it)."""
-        if not self.spec.evaluation.prompts or not (self.dist.is_main or self.fully_sharded):
+        """Process 0 completes the fixed prompts (every process runs a fully sharded model's forward with it, and
+        the processes of its tensor-parallel group theirs, on the device)."""
+        together = self.fully_sharded or (self.split is not None and self.dist.replica == 0)
+        if not self.spec.evaluation.prompts or not (self.dist.is_main or together):
             return []
         t = time.perf_counter()
         backend, model, evaluation = self.backend, self.model, self.spec.evaluation
-        device = backend.device if backend.generates_on_device else torch.device("cpu")
-        if not backend.generates_on_device:
+        on_device = backend.generates_on_device or self.split is not None
+        device = backend.device if on_device else torch.device("cpu")
+        if not on_device:
             model = model.to("cpu")  # a CPU copy of the trained weights
         out = []
         with no_grad_eval(model):

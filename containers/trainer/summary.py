@@ -46,6 +46,8 @@ class AttemptRecord:
     layout: Layout | None = None
     plan: BatchPlan | None = None
     world_size_run: int = 1
+    tensor_parallel_run: int = 1  # the tensor-parallel degree this attempt's processes ran
+    model_parallel_run: bool = False  # the layout's model parallelism is run (one process per device)
     start_step: int = 0
     global_step: int = 0
     position: int = 0
@@ -182,7 +184,8 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
             "tensor_parallel": layout.tensor_parallel, "pipeline_parallel": layout.pipeline_parallel,
             "data_parallel": layout.data_parallel, "gradient_accumulation_steps": plan.accumulation,
             "micro_batch_size": plan.micro_batch_size, "effective_batch_size": plan.global_batch,
-            "world_size_run": inputs.world_size_run, "model_parallel_run": backend.model_parallel},
+            "world_size_run": inputs.world_size_run, "model_parallel_run": inputs.model_parallel_run,
+            "tensor_parallel_run": inputs.tensor_parallel_run},
         "phases": {k: round(v, 6) for k, v in phases.items()},
         "throughput": {"tokens_per_s": tokens / train_s if train_s > 0 else None,
                        "step_time_s": statistics.median(inputs.step_times) if inputs.step_times else None,

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny_trial(data_dir: str, **overrides: Any) -> dict[str, Any]:
     spec = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
     spec["model"]["config"] = {"vocab_size": 264, "hidden_size": 32, "intermediate_size": 64,
-                               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+                               "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8}
     spec["data"]["train_uri"] = f"{data_dir}/train.jsonl"
     spec["data"]["validation_uri"] = f"{data_dir}/validation.jsonl"
     spec.update({"sequence_length": 32, "max_steps": 12, "checkpoint_interval_steps": 4, "learning_rate": 0.01})

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from trainer import storage
 from trainer.config import RunConfig
 from trainer.runner import run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def attempt(spec: str, run_dir: str, *, track: str = "gpu", number: int = 1, backend: str = "cpu",
@@ -23,3 +29,26 @@ def attempt(spec: str, run_dir: str, *, track: str = "gpu", number: int = 1, bac
 
 def losses(summary: dict[str, Any]) -> dict[int, float]:
     return {int(p["step"]): float(p["loss"]) for p in summary["loss"]["per_step"]}
+
+
+def launched(spec: str, run_dir: Path, processes: int, attempt: int, track: str = "gpu",
+             resume_from: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """One attempt as its own processes: ``processes`` > 1 under torchrun, on the CPU backend."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_JOB_")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]), "DUALTRACK_SPEC_URI": spec,
+                "DUALTRACK_TRACK": track, "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
+                "AWS_BATCH_JOB_ATTEMPT": str(attempt), "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1",
+                **({"DUALTRACK_RESUME_FROM": str(resume_from)} if resume_from else {})})
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+                if processes > 1 else [sys.executable])
+    return subprocess.run([*launcher, "-m", "trainer", "run", "--quiet"], env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+def summary_of(run_dir: Path, attempt: int) -> dict[str, Any]:
+    return json.loads((run_dir / f"attempt-{attempt}" / "summary.json").read_text())
+
+
+def run_error(run_dir: Path, attempt: int) -> str | None:
+    path = run_dir / f"attempt-{attempt}" / "summary.json"
+    return json.loads(path.read_text()).get("error") if path.exists() else "no summary"

@@ -52,25 +52,8 @@ def test_two_nodes_train_like_one_process(write_spec: Any, tmp_path: Path) -> No
                             capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr[-3000:]
 
-    port = str(_free_port())
-    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-             "DUALTRACK_RENDEZVOUS_PORT": port}
     run_dir = tmp_path / "two"
-    procs = [subprocess.Popen([sys.executable, "-m", "trainer", "launch", "--quiet"],
-                              env=_env(spec, run_dir, **nodes, AWS_BATCH_JOB_NODE_INDEX=str(index),
-                                       **({"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
-                                          if index else {})),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for index in (0, 1)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=180))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+    _run_nodes(spec, run_dir, 1, per_node=1, timeout=180)
 
     one, two = _losses(tmp_path / "one"), _losses(run_dir)
     assert sorted(one) == sorted(two) == list(range(1, STEPS + 1))
@@ -106,25 +89,8 @@ def test_two_processes_simulate_sixteen_data_parallel_ranks_like_one(write_spec:
                             capture_output=True, text=True, timeout=120)
     assert single.returncode == 0, single.stderr[-3000:]
 
-    port = str(_free_port())
-    nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-             "DUALTRACK_RENDEZVOUS_PORT": port}
     run_dir = tmp_path / "two"
-    procs = [subprocess.Popen([sys.executable, "-m", "trainer", "launch", "--quiet"],
-                              env=_env(spec, run_dir, **nodes, AWS_BATCH_JOB_NODE_INDEX=str(index),
-                                       **({"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
-                                          if index else {})),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for index in (0, 1)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=180))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outputs]
+    _run_nodes(spec, run_dir, 1, per_node=1, timeout=180)
 
     one, two = _losses(tmp_path / "one"), _losses(run_dir)
     assert sorted(one) == sorted(two) == list(range(1, WIDE_STEPS + 1))
@@ -148,17 +114,40 @@ KILL_STEPS = 40
 KILL_TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1}}
 
 
-def _start_nodes(spec: str, run_dir: Path, attempt: int) -> list[subprocess.Popen[str]]:
+def _start_nodes(spec: str, run_dir: Path, attempt: int, per_node: int = 2) -> list[subprocess.Popen[str]]:
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-             "DUALTRACK_RENDEZVOUS_PORT": str(_free_port()), "DUALTRACK_STANDIN_PROCESSES_PER_NODE": "2",
+             "DUALTRACK_RENDEZVOUS_PORT": str(_free_port()), "DUALTRACK_STANDIN_PROCESSES_PER_NODE": str(per_node),
              "AWS_BATCH_JOB_ATTEMPT": str(attempt)}
-    # Each node in its own session, so a node can be killed whole (launcher and ranks), as a lost host would be.
-    return [subprocess.Popen([sys.executable, "-m", "trainer", "launch", "--quiet"],
-                             env=_env(spec, run_dir, **nodes, AWS_BATCH_JOB_NODE_INDEX=str(index),
-                                      **({"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"}
-                                         if index else {})),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-            for index in (0, 1)]
+    # Each node in its own session, so a node can be killed whole (launcher and ranks), as a lost host would be. Its
+    # output goes to a file: a pipe nobody reads while the test waits would fill up (the failing ranks' tracebacks)
+    # and block the launcher on its write, which would then look like a node that never noticed its lost peer.
+    procs = []
+    for index in (0, 1):
+        log = _log(run_dir, attempt, index).open("w")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "trainer", "launch", "--quiet"],
+            env=_env(spec, run_dir, **nodes, AWS_BATCH_JOB_NODE_INDEX=str(index),
+                     **({"AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "127.0.0.1"} if index else {})),
+            stdout=subprocess.DEVNULL, stderr=log, text=True, start_new_session=True))
+        log.close()  # the child holds its own copy
+    return procs
+
+
+def _run_nodes(spec: str, run_dir: Path, attempt: int, *, per_node: int, timeout: float) -> None:
+    """Both nodes of one attempt, to the end; each must exit 0 (their logs say why not)."""
+    procs = _start_nodes(spec, run_dir, attempt, per_node)
+    try:
+        for proc in procs:
+            proc.wait(timeout=timeout)
+    finally:
+        for proc in procs:
+            _kill_node(proc)
+    assert [p.returncode for p in procs] == [0, 0], [_log(run_dir, attempt, i).read_text()[-3000:] for i in (0, 1)]
+
+
+def _log(run_dir: Path, attempt: int, index: int) -> Path:
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    return run_dir.parent / f"{run_dir.name}-attempt{attempt}-node{index}.log"
 
 
 def _kill_node(proc: subprocess.Popen[str]) -> None:
@@ -197,13 +186,7 @@ def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninte
     killed = json.loads((run_dir / "attempt-1" / "summary.json").read_text())
     assert killed["status"] == "failed" and killed["global_step"] < KILL_STEPS
 
-    second = _start_nodes(spec, run_dir, 2)  # Batch retries the whole job: every node, attempt 2
-    try:
-        errors = [proc.communicate(timeout=240)[1] for proc in second]
-    finally:
-        for proc in second:
-            _kill_node(proc)
-    assert [p.returncode for p in second] == [0, 0], [e[-3000:] for e in errors]
+    _run_nodes(spec, run_dir, 2, per_node=2, timeout=240)  # Batch retries the whole job: every node, attempt 2
     resumed = json.loads((run_dir / "attempt-2" / "summary.json").read_text())
     assert resumed["status"] == "succeeded" and resumed["layout"]["world_size_run"] == 4
     assert resumed["resumed_from_step"] is not None and resumed["resumed_from_step"] >= 4

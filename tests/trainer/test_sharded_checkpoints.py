@@ -6,15 +6,13 @@ and always the same losses as one process."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.trainer.conftest import ROOT
+from tests.trainer.helpers import launched, losses, run_error, summary_of
 
 pytestmark = pytest.mark.slow
 
@@ -26,32 +24,6 @@ TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 1, "tensor_parallel"
                    "neuron_sdk": "2.26.0"}}
 COMMON = {"method": "full", "lora": None, "max_steps": STEPS, "checkpoint_interval_steps": 4, "tracks": TRACKS,
           "evaluation": {"interval_steps": STEPS, "prompts": ["What is 2 plus 3?"], "max_new_tokens": 2}}
-
-
-def _run(spec: str, run_dir: Path, processes: int, attempt: int, track: str = "gpu",
-         resume_from: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_JOB_")}
-    env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]), "DUALTRACK_SPEC_URI": spec,
-                "DUALTRACK_TRACK": track, "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
-                "AWS_BATCH_JOB_ATTEMPT": str(attempt), "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1",
-                **({"DUALTRACK_RESUME_FROM": str(resume_from)} if resume_from else {})})
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-                if processes > 1 else [sys.executable])
-    return subprocess.run([*launcher, "-m", "trainer", "run", "--quiet"], env=env, capture_output=True, text=True,
-                          timeout=240)
-
-
-def _summary(run_dir: Path, attempt: int) -> dict[str, Any]:
-    return json.loads((run_dir / f"attempt-{attempt}" / "summary.json").read_text())
-
-
-def _error(run_dir: Path, attempt: int) -> str | None:
-    path = run_dir / f"attempt-{attempt}" / "summary.json"
-    return json.loads(path.read_text()).get("error") if path.exists() else "no summary"
-
-
-def _losses(summary: dict[str, Any]) -> dict[int, float]:
-    return {int(p["step"]): float(p["loss"]) for p in summary["loss"]["per_step"]}
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +40,9 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "\n".join((ROOT / "examples/data/validation.jsonl").read_text().splitlines()[:8]) + "\n")
     spec = base / "spec.json"
     spec.write_text(json.dumps(tiny_trial(str(data), **{**COMMON, "fault_injection": None})))
-    done = _run(str(spec), base / "one", 1, 1)
+    done = launched(str(spec), base / "one", 1, 1)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {"data": data, **_summary(base / "one", 1)}
+    return {"data": data, **summary_of(base / "one", 1)}
 
 
 def _faulted_spec(tmp_path: Path, reference: dict[str, Any], track: str) -> str:
@@ -85,10 +57,10 @@ def _faulted_spec(tmp_path: Path, reference: dict[str, Any], track: str) -> str:
 def _assert_like_reference(before: dict[str, Any], after: dict[str, Any], reference: dict[str, Any]) -> None:
     assert after["resumed_from_step"] == 4 and after["layout"]["world_size_run"] == 2
     assert after["continuity"]["loss_continuous"] is True and after["continuity"]["compared_steps"] == [5, 6]
-    losses = {**_losses(before), **_losses(after)}
-    assert sorted(losses) == list(range(1, STEPS + 1))
-    for step, value in _losses(reference).items():
-        assert losses[step] == pytest.approx(value, abs=1e-5), (step, value, losses[step])
+    got = {**losses(before), **losses(after)}
+    assert sorted(got) == list(range(1, STEPS + 1))
+    for step, value in losses(reference).items():
+        assert got[step] == pytest.approx(value, abs=1e-5), (step, value, got[step])
     assert after["final_samples"] == reference["final_samples"]
 
 
@@ -97,7 +69,7 @@ def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, shardi
                                                               reference: dict[str, Any]) -> None:
     faulted = _faulted_spec(tmp_path, reference, track)
     run_dir = tmp_path / "sharded"
-    first = _run(faulted, run_dir, 4, 1, track)
+    first = launched(faulted, run_dir, 4, 1, track)
     assert first.returncode != 0
     step_dir = run_dir / "checkpoints" / "step-4"
     manifest = json.loads((step_dir / "manifest.json").read_text())
@@ -109,9 +81,9 @@ def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, shardi
     assert max(shards.values()) < 0.6 * sum(shards.values())
     assert (step_dir / "model.safetensors").exists()  # the consolidated weights, for a plain loader
 
-    second = _run(faulted, run_dir, 2, 2, track)
-    assert second.returncode == 0, (_error(run_dir, 2), second.stderr[-2000:])
-    before, after = _summary(run_dir, 1), _summary(run_dir, 2)
+    second = launched(faulted, run_dir, 2, 2, track)
+    assert second.returncode == 0, (run_error(run_dir, 2), second.stderr[-2000:])
+    before, after = summary_of(run_dir, 1), summary_of(run_dir, 2)
     assert before["optimizer"]["sharding"] == after["optimizer"]["sharding"] == sharding
     # The collectives are timed either way (FSDP2's all-gathers and reduce-scatters through timed wrappers), and
     # every step samples how long the first process waited for the last.
@@ -127,12 +99,12 @@ def test_the_gpu_fallback_resumes_a_zero1_trn2_checkpoint_fully_sharded(tmp_path
     resumes from it: one layout's shards are read into another's, and the losses stay the reference's."""
     faulted = _faulted_spec(tmp_path, reference, "trn2")
     trn2_dir = tmp_path / "trn2"
-    first = _run(faulted, trn2_dir, 4, 1, "trn2")
-    assert first.returncode != 0 and _summary(trn2_dir, 1)["optimizer"]["sharding"] == "zero-1"
+    first = launched(faulted, trn2_dir, 4, 1, "trn2")
+    assert first.returncode != 0 and summary_of(trn2_dir, 1)["optimizer"]["sharding"] == "zero-1"
     fallback_dir = tmp_path / "gpu-fallback"
-    second = _run(faulted, fallback_dir, 2, 1, "gpu", resume_from=trn2_dir)
+    second = launched(faulted, fallback_dir, 2, 1, "gpu", resume_from=trn2_dir)
     assert second.returncode == 0, second.stderr[-3000:]
-    after = _summary(fallback_dir, 1)
+    after = summary_of(fallback_dir, 1)
     assert after["optimizer"]["sharding"] == "fsdp2"
     assert after["resumed_from_uri"] == str(trn2_dir / "checkpoints" / "step-4")
-    _assert_like_reference(_summary(trn2_dir, 1), after, reference)
+    _assert_like_reference(summary_of(trn2_dir, 1), after, reference)

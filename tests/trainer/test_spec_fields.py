@@ -39,9 +39,10 @@ def test_zero_lora_dropout_is_the_identity(write_spec: Any) -> None:
 def test_the_logical_neuroncore_size_reaches_the_neuron_runtime(write_spec: Any) -> None:
     from trainer.runner import neuron_environment
 
-    trn2 = {"instance_type": "trn2.48xlarge", "nodes": 1, "tensor_parallel": 64, "pipeline_parallel": 1,
+    # LNC 1: 128 logical NeuronCores; tensor_parallel 8 leaves 16 data-parallel ranks.
+    trn2 = {"instance_type": "trn2.48xlarge", "nodes": 1, "tensor_parallel": 8, "pipeline_parallel": 1,
             "neuron_sdk": "2.26.0", "logical_nc_config": 1}
-    spec = parse_trial(Path(write_spec(tracks={"trn2": trn2}, fault_injection=None)).read_text(),
-                       allow_local_paths=True)
+    spec = parse_trial(Path(write_spec(tracks={"trn2": trn2}, fault_injection=None,
+                                       effective_batch_size=16)).read_text(), allow_local_paths=True)
     assert neuron_environment(spec, "trn2", "neuron") == {"NEURON_LOGICAL_NC_CONFIG": "1"}
     assert neuron_environment(spec, "trn2", "cpu") == {} and neuron_environment(spec, "gpu", "neuron") == {}
