@@ -12,7 +12,7 @@ OUT    ?= out/rehearsal
 
 help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/)"
-	@echo "make check      ruff + mypy + hadolint + the full test suite (what CI runs)"
+	@echo "make check      ruff + import layers + mypy + hadolint + the full test suite (what CI runs)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
 	@echo "make check-xla  the Neuron backend's XLA code path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
 	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
@@ -36,6 +36,7 @@ check: install lint typecheck test
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/hadolint containers/gpu/Dockerfile containers/neuron/Dockerfile
 
 typecheck: install

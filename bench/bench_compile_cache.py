@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _trial(data: Path, steps: int) -> dict[str, Any]:
     spec = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
     spec["model"]["config"] = {"vocab_size": 264, "hidden_size": 32, "intermediate_size": 64,
-                               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}
+                               "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 8}
     spec["data"]["train_uri"] = str(data / "train.jsonl")
     spec["data"]["validation_uri"] = str(data / "validation.jsonl")
     spec.update({"sequence_length": 32, "max_steps": steps, "checkpoint_interval_steps": steps,

@@ -2,7 +2,8 @@
 
 1. Events per second through the real run-events handler (Powertools idempotency on, conditional ledger writes,
    settlement on terminal states), side by side with bare conditional PutItem calls on the same moto tables: the
-   ratio is how much of the raw write rate the handler keeps.
+   ratio is how much of the raw write rate the handler keeps. The AWS calls each event makes are counted (every
+   botocore API call in the process, the idempotency layer's included), per Batch status.
 2. The scheduled cost report (one scan of the ledger) over 1k and 10k ledger entries: time(10k)/time(1k) is
    printed next to 10, the ratio a linear pass would give.
 
@@ -19,6 +20,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,12 @@ ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE
        "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
        "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "bench",
        "AWS_SECRET_ACCESS_KEY": "bench", "DUALTRACK_METRICS": "off", "POWERTOOLS_METRICS_DISABLED": "true",
-       "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING"}
+       "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
+       # The stage the API function is given: the example trial's instance types, its data bucket, Batch's timeout.
+       "JOB_TARGETS": json.dumps({track: {instance: {"queue": f"bench-{track}", "single_node": f"bench-{track}-single",
+                                                     "multi_node": {}}}
+                                  for track, instance in (("gpu", "p5.48xlarge"), ("trn2", "trn2.48xlarge"))}),
+       "DATA_BUCKETS": "example-datasets", "ATTEMPT_TIMEOUT_S": "86400"}
 
 
 class Context:
@@ -102,6 +109,46 @@ def _submit(name: str) -> str:
     return str(json.loads(api(event, Context())["body"])["trial_id"])
 
 
+class CallCounter:
+    """Counts botocore API calls by (service, operation) while installed."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    def __enter__(self) -> CallCounter:
+        from botocore.client import BaseClient
+
+        self._original = original = BaseClient._make_api_call
+        counter = self.calls
+
+        def counted(client: Any, operation: str, params: Any) -> Any:
+            counter[(client.meta.service_model.service_name, operation)] += 1
+            return original(client, operation, params)
+
+        BaseClient._make_api_call = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from botocore.client import BaseClient
+
+        BaseClient._make_api_call = self._original  # type: ignore[method-assign]
+
+
+def count_calls(on_batch: Any, events: list[dict[str, Any]]) -> dict[str, Counter[str]]:
+    """AWS calls per event, by the event's Batch status (summed over ``events``, then divided by their number)."""
+    by_status: dict[str, Counter[str]] = {}
+    seen: Counter[str] = Counter()
+    for event in events:
+        status = event["detail"]["status"]
+        with CallCounter() as counter:
+            on_batch(event, Context())
+        seen[status] += 1
+        total = by_status.setdefault(status, Counter())
+        for (service, operation), n in counter.calls.items():
+            total[f"{service}.{operation}"] += n
+    return {status: Counter({k: v / seen[status] for k, v in calls.items()}) for status, calls in by_status.items()}
+
+
 def bench_events(runs: int) -> tuple[float, float, int]:
     """(handler events/s, bare conditional PutItem/s, events)."""
     from lambdas.handlers.on_batch_job_state import handler as on_batch
@@ -111,10 +158,18 @@ def bench_events(runs: int) -> tuple[float, float, int]:
     for i in range(runs):
         trial_id = _submit(f"bench-{i:04d}")
         events += _job_events(trial_id, "gpu", f"job-{i:04d}")
+    # The first run's events counted call by call (a fresh trial: what a first delivery costs), then every event
+    # timed.
+    calls = count_calls(on_batch, events[:5])
+    for status, counted in calls.items():
+        dynamo = sum(v for k, v in counted.items() if k.startswith("dynamodb."))
+        detail = ", ".join(f"{k} {v:g}" for k, v in sorted(counted.items()))
+        print(f"  {status:9s} event: {dynamo:g} DynamoDB calls, {sum(counted.values()):g} AWS calls ({detail})")
     started = time.perf_counter()
-    for event in events:
+    for event in events[5:]:
         on_batch(event, Context())
     handler_s = time.perf_counter() - started
+    events = events[5:]
     started = time.perf_counter()
     for i in range(len(events)):
         ddb.put_item(TableName="ledger", ConditionExpression="attribute_not_exists(entry_key)",
@@ -152,8 +207,8 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
     from datetime import UTC, datetime, timedelta
 
     from lambdas.adapters import wiring
-    from lambdas.adapters.cost_reporting import cost_report
     from lambdas.runtime.settings import CostReportSettings
+    from lambdas.services.cost_reporting import cost_report
     from lambdas.tasks.cost_report import publish_report
 
     out: dict[int, tuple[float, float, float]] = {}

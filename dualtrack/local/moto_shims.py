@@ -3,8 +3,9 @@
 Use ``with moto_shims(lambdas=..., batch=...):`` inside an active ``mock_aws(config=MOTO_CONFIG)``:
 
 * **Batch parameter casing** - moto's Step Functions Batch integration passes the state's PascalCase
-  ``Parameters`` straight to boto and reads PascalCase keys from camelCase responses. Both are rewritten through
-  botocore's Batch service model (``StateTaskServiceBatch._normalise_parameters/_normalise_response``).
+  ``Parameters`` straight to boto and reads PascalCase keys from camelCase responses: its Batch integration's
+  ``_normalise_parameters/_normalise_response`` are no-ops. The shim fills them with moto's own model-guided casing
+  helpers (``_to_boto_request`` / ``_from_boto_response``), given botocore's Batch operation model.
 * **Lambda invoke** - without Docker moto's Lambda echoes its payload. The invoke seam looks the function up and
   calls a Python handler in-process (``InProcessLambdas``: the function's own ``Handler`` by default, or a fake
   registered for a module), with the function's environment variables applied for the call.
@@ -68,54 +69,20 @@ def _batch_operation(api_action: str) -> Any:
     return model.operation_model(name)
 
 
-def to_api_casing(value: Any, shape: Any) -> Any:
-    """PascalCase ASL parameters → the API's member names (camelCase for Batch), guided by the input shape."""
-    if shape is None:
-        return value
-    if shape.type_name == "structure" and isinstance(value, dict):
-        members = {name.lower(): name for name in shape.members}
-        out = {}
-        for key, item in value.items():
-            member = members.get(key.lower(), key)
-            out[member] = to_api_casing(item, shape.members.get(member))
-        return out
-    if shape.type_name == "list" and isinstance(value, list):
-        return [to_api_casing(item, shape.member) for item in value]
-    if shape.type_name == "map" and isinstance(value, dict):
-        return {key: to_api_casing(item, shape.value) for key, item in value.items()}
-    return value
-
-
-def to_sfn_casing(value: Any, shape: Any) -> None:
-    """API response → PascalCase, in place (moto keeps references to nested objects of the response)."""
-    if shape is None:
-        return
-    if shape.type_name == "structure" and isinstance(value, dict):
-        for key in list(value):
-            member_shape = shape.members.get(key)
-            to_sfn_casing(value[key], member_shape)
-            if member_shape is not None:
-                value[key[0].upper() + key[1:]] = value.pop(key)
-    elif shape.type_name == "list" and isinstance(value, list):
-        for item in value:
-            to_sfn_casing(item, shape.member)
-    elif shape.type_name == "map" and isinstance(value, dict):
-        for item in value.values():
-            to_sfn_casing(item, shape.value)
-
-
 def _normalise_parameters(self: Any, parameters: dict[str, Any], boto_service_name: str | None = None,
                           service_action_name: str | None = None) -> None:
+    """PascalCase ASL parameters -> the API's member names (camelCase for Batch), in place, by moto's own
+    model-guided helper, which its Batch integration leaves unused (its ``_normalise_parameters`` is a no-op)."""
     operation = _batch_operation(service_action_name or self.resource.api_action)
-    converted = to_api_casing(parameters, operation.input_shape)
-    parameters.clear()
-    parameters.update(converted)
+    self._to_boto_request(parameters, operation.input_shape)
 
 
 def _normalise_response(self: Any, response: Any, boto_service_name: str | None = None,
                         service_action_name: str | None = None) -> None:
+    """The API's response -> PascalCase, in place (moto keeps references to its nested objects), by moto's own
+    helper."""
     operation = _batch_operation(service_action_name or self.resource.api_action)
-    to_sfn_casing(response, operation.output_shape)
+    self._from_boto_response(response, operation.output_shape)
 
 
 # ---- 2. Lambda invoke in-process ----------------------------------------------------------------------------

@@ -8,12 +8,11 @@ value.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 from lambdas.adapters.aws import client, error_code
 from lambdas.adapters.dynamo_items import from_item, to_item
-
-Outcome = Literal["hit", "miss", "failed"]
+from lambdas.services.ports import Outcome
 
 
 class DynamoCacheRegistry:

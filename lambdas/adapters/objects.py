@@ -56,10 +56,3 @@ class S3Objects:
         return client("s3").generate_presigned_url(  # type: ignore[no-any-return]
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires_s
         )
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://") or "/" not in uri[5:]:
-        raise ValueError(f"expected s3://bucket/key, got {uri!r}")
-    bucket, key = uri[5:].split("/", 1)
-    return bucket, key

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from lambdas.adapters.aws import client, error_code
-
-
-@dataclass(frozen=True)
-class Started:
-    execution_arn: str
-    already_submitted: bool
+from lambdas.services.ports import Started
 
 
 class StepFunctionsWorkflow:

@@ -194,15 +194,25 @@ def _parallel(summary: Mapping[str, Any]) -> dict[str, Any] | None:
         "layout_ranks": ranks,
         "device_utilisation": round(ranks / billed, 4) if billed else None,
         "processes": processes,
+        "tensor_parallel_run": int(layout.get("tensor_parallel_run") or 1),
         "basis": (f"{processes} process(es) ran the layout's {ranks} training ranks on backend "
                   f"{summary.get('backend')}" + (" (a stand-in simulating ranks)" if processes < ranks else "")
-                  + idle),
+                  + _split_basis(layout) + idle),
         "communication_s": _num(comm.get("communication_s")),
         "communication_share": _num(comm.get("communication_share")),
         "sync_wait_median_s": _num(comm.get("sync_wait_median_s")),
         "sync_wait_max_s": _num(comm.get("sync_wait_max_s")),
         "communication_measured": comm.get("measured"),
     }
+
+
+def _split_basis(layout: Mapping[str, Any]) -> str:
+    tensor, ran = int(layout.get("tensor_parallel") or 1), int(layout.get("tensor_parallel_run") or 1)
+    if tensor == 1:
+        return ""
+    if ran == tensor:
+        return f", the model split over tensor-parallel groups of {tensor} processes"
+    return f", each process the whole model (tensor_parallel {tensor} splits it with one process per device)"
 
 
 def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

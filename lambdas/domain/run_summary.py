@@ -139,10 +139,13 @@ class LayoutRecord(_Model):
     effective_batch_size: int
     world_size_run: int = Field(description="Processes this attempt actually ran (1 when the layout is simulated).")
     model_parallel_run: bool = Field(
-        default=False, description="Whether the trainer sharded the model over each tensor_parallel x "
-        "pipeline_parallel group. When False, only the first device of each group trains (the others of the group "
-        "hold a replica and no samples), so a layout with tensor_parallel or pipeline_parallel above 1 trains on "
-        "data_parallel of its devices.")
+        default=False, description="Whether the trainer runs the layout's model parallelism: with one process per "
+        "device, each tensor_parallel group of devices holds one replica of the model, its projections split over "
+        "them. When False (summaries before tensor parallelism, or pipeline_parallel above 1), only the first device "
+        "of each group trains and the others hold a replica and no samples.")
+    tensor_parallel_run: int = Field(
+        default=1, description="The tensor-parallel degree this attempt's processes ran: the layout's "
+        "tensor_parallel with one process per device, 1 on a stand-in that simulates whole replicas.")
 
 
 class OptimizerRecord(_Model):

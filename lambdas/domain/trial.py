@@ -68,10 +68,10 @@ class TinyModelConfig(_Model):
 
     vocab_size: Annotated[int, Field(ge=16, le=262144)] = BYTE_TOKENIZER_VOCAB_SIZE
     hidden_size: Annotated[int, Field(ge=8, le=16384)] = 64
-    intermediate_size: Annotated[int, Field(ge=8, le=65536)] = 172
+    intermediate_size: Annotated[int, Field(ge=8, le=65536)] = 176
     num_hidden_layers: Annotated[int, Field(ge=1, le=128)] = 2
-    num_attention_heads: Annotated[int, Field(ge=1, le=128)] = 4
-    num_key_value_heads: Annotated[int, Field(ge=1, le=128)] = 2
+    num_attention_heads: Annotated[int, Field(ge=1, le=128)] = 8
+    num_key_value_heads: Annotated[int, Field(ge=1, le=128)] = 8
 
 
 class ModelRef(_Model):
@@ -314,6 +314,21 @@ def track_layout(spec: TrialSpec, name: TrackName, catalogue: InstanceCatalogue 
     return Layout(devices_per_node(track, cat), track.nodes, track.tensor_parallel, track.pipeline_parallel)
 
 
+def tensor_parallel_problems(tensor_parallel: int, *, num_attention_heads: int, num_key_value_heads: int,
+                             intermediate_size: int) -> list[tuple[str, str]]:
+    """(model config field, message) for each dimension ``tensor_parallel`` cannot split evenly: the trainer splits
+    whole attention and key/value heads and the MLP's intermediate features over a tensor-parallel group."""
+    out = []
+    for name, value in (("num_attention_heads", num_attention_heads), ("num_key_value_heads", num_key_value_heads),
+                        ("intermediate_size", intermediate_size)):
+        if value % tensor_parallel:
+            fits = [d for d in range(1, tensor_parallel + 1) if value % d == 0]
+            out.append((name, f"tensor_parallel {tensor_parallel} must divide the model's {name} ({value}) to "
+                              f"split it evenly; use tensor_parallel in {fits}, or a model whose {name} is a "
+                              f"multiple of {tensor_parallel}"))
+    return out
+
+
 def gradient_accumulation_steps(spec: TrialSpec, layout: Layout) -> int:
     """Micro-batches per optimizer step on each data-parallel rank, so every track sees the same effective batch."""
     return spec.effective_batch_size // (spec.micro_batch_size * layout.data_parallel)
@@ -446,6 +461,17 @@ def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None, *,
                 f"tensor_parallel x pipeline_parallel = {mp} must divide {world} {unit} ({track.nodes} node(s) x "
                 f"{devices}); use pipeline_parallel in {[d for d in _divisors(world // track.tensor_parallel)]}")
         else:
+            if track.pipeline_parallel > 1:
+                add(f"{base}.pipeline_parallel",
+                    f"pipeline_parallel {track.pipeline_parallel} is not run by the trainer (it splits a model with "
+                    f"tensor_parallel only); use pipeline_parallel 1 and tensor_parallel in {_divisors(devices)}")
+            if spec.model.config is not None and track.tensor_parallel > 1:
+                cfg = spec.model.config
+                texts = [text for _field, text in tensor_parallel_problems(
+                    track.tensor_parallel, num_attention_heads=cfg.num_attention_heads,
+                    num_key_value_heads=cfg.num_key_value_heads, intermediate_size=cfg.intermediate_size)]
+                if texts:
+                    add(f"{base}.tensor_parallel", "; ".join(texts))
             dp = world // mp
             per_step = spec.micro_batch_size * dp
             if spec.effective_batch_size % per_step:
@@ -543,6 +569,13 @@ def _nearest_multiple(value: int, step: int) -> int:
 
 
 # ---- stage-dependent rules (checked at submission) ---------------------------------------------------------
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise ValueError(f"expected s3://bucket/key, got {uri!r}")
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
 
 
 def s3_inputs(spec: TrialSpec) -> Iterator[tuple[str, str]]:

@@ -10,9 +10,9 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from pydantic import BaseModel, Field
 
-from lambdas.adapters.trial_submission import SubmissionRefused, TrialNotFound
 from lambdas.domain.trial import TrialInvalid
 from lambdas.runtime.settings import ApiSettings, settings_for
+from lambdas.services.trial_submission import SubmissionRefused, TrialNotFound
 
 TITLE = "dualtrack trial API"
 VERSION = "1.0.0"
@@ -52,7 +52,7 @@ def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Resp
 
 
 def _now() -> str:
-    from lambdas.adapters.cache_resolution import now_iso
+    from lambdas.services.cache_resolution import now_iso
 
     return now_iso()
 
@@ -94,8 +94,8 @@ def foreign_media_type(event: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def build_app() -> APIGatewayRestResolver:
-    from lambdas.adapters import trial_submission as service
     from lambdas.adapters import wiring
+    from lambdas.services import trial_submission as service
 
     app = APIGatewayRestResolver(enable_validation=True)
 
@@ -275,7 +275,7 @@ def build_app() -> APIGatewayRestResolver:
         model: Annotated[str | None, Query(max_length=200)] = None,
         compiler_version: Annotated[str | None, Query(max_length=64)] = None,
     ) -> dict[str, Any]:
-        from lambdas.adapters.cache_retention import entry_view, group_stats
+        from lambdas.services.cache_retention import entry_view, group_stats
 
         items = [
             e

@@ -55,14 +55,17 @@ class LedgerSettings(_Settings):
     @field_validator("PRICE_OVERRIDES", mode="before")
     @classmethod
     def _overrides(cls, value: Any) -> Any:
-        if value in (None, ""):
-            return None
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"must be a JSON object: {exc.msg} at char {exc.pos}") from None
-        return value
+        return None if value in (None, "") else _json_text(value)
+
+
+def _json_text(value: Any) -> Any:
+    """An environment variable holding JSON, decoded (anything else is left to the field's own validation)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"must be a JSON object: {exc.msg} at char {exc.pos}") from None
+    return value
 
 
 class IdempotentSettings(LedgerSettings):
@@ -99,12 +102,7 @@ class ApiSettings(ArtifactEventSettings):
     @field_validator("JOB_TARGETS", mode="before")
     @classmethod
     def _job_targets(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"must be a JSON object: {exc.msg} at char {exc.pos}") from None
-        return value
+        return _json_text(value)
 
     @field_validator("DATA_BUCKETS", mode="before")
     @classmethod

@@ -31,7 +31,7 @@ class ObjectResult(BaseModel):
 @once_per_fact(lambda: settings_for(ArtifactEventSettings).IDEMPOTENCY_TABLE)
 def record_object(*, fact: ObjectFact) -> ObjectResult:
     from lambdas.adapters import wiring
-    from lambdas.adapters.artifact_recording import record_artifact, record_cache_object
+    from lambdas.services.artifact_recording import record_artifact, record_cache_object
 
     settings = settings_for(ArtifactEventSettings)
     if fact.bucket == settings.CACHE_BUCKET:
@@ -42,12 +42,12 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
     outcome = record_artifact(wiring.settlement(ArtifactEventSettings), fact.object_key)
     if outcome is None:
         return ObjectResult(kind="ignored")
-    kind, trial_id, run, added = outcome
+    kind, trial_id, run, added = outcome.kind, outcome.trial_id, outcome.run, outcome.added
     if kind == "summary" and added:
-        from lambdas.adapters.cache_observation import observe_run
+        from lambdas.services.cache_observation import observe_run
 
         ledger, registry = wiring.ledger(ArtifactEventSettings), wiring.registry(ArtifactEventSettings)
-        count_cache_outcomes(observe_run(ledger, registry, trial_id, run))
+        count_cache_outcomes(observe_run(ledger, registry, trial_id, run, outcome.entries))
     logger.info("artifact recorded", extra={"kind": kind, "trial_id": trial_id, "run": run, "new": added})
     return ObjectResult(kind=kind, recorded=added, trial_id=trial_id, run=run)
 

@@ -30,7 +30,8 @@ class CollectRequest(BaseModel):
 
 
 def process(event: dict[str, Any]) -> dict[str, Any]:
-    from lambdas.adapters import cache_resolution, wiring
+    from lambdas.adapters import wiring
+    from lambdas.services import cache_resolution
 
     settings = settings_for(CacheSettings)
     registry = wiring.registry(CacheSettings)

@@ -20,8 +20,8 @@ class ScheduledEvent(BaseModel):
 
 def publish_report(event: dict[str, Any] | None) -> dict[str, Any]:
     from lambdas.adapters import wiring
-    from lambdas.adapters.cost_reporting import cache_trend, cost_report, render_cost_markdown
     from lambdas.adapters.notifier import SnsNotifier
+    from lambdas.services.cost_reporting import cache_trend, cost_report, render_cost_markdown
 
     request = ScheduledEvent.model_validate(event or {})
     settings = settings_for(CostReportSettings)

@@ -32,8 +32,8 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
 
     from lambdas.adapters import wiring
     from lambdas.adapters.batch_jobs import queue_instance_type
-    from lambdas.adapters.run_settlement import identify_job, job_facts
     from lambdas.runtime.events import BatchJobStateChangeEvent
+    from lambdas.services.run_settlement import identify_job, job_facts
 
     event = parse(event=fact.event, model=BatchJobStateChangeEvent)
     detail = event.detail
@@ -47,9 +47,10 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
         count_run_outcomes(fact.body["status"] for fact in added if fact.kind == "transition")
     # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling
     # must still close the cost. Settling is a fold of the ledger, so repeating it changes nothing.
-    cost = settlement.settle(identity.trial_id, identity.run, collect=detail.terminal)
+    settled = settlement.settle_run(identity.trial_id, identity.run, collect=detail.terminal)
+    cost = settled.cost
     if cost is not None:
-        _observe_compile(identity.trial_id, identity.run)
+        _observe_compile(identity.trial_id, identity.run, settled.entries)
     total = cost["cost"]["total_usd"] if cost else None
     logger.info(
         "job state recorded",
@@ -71,12 +72,13 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
     )
 
 
-def _observe_compile(trial_id: str, run: str) -> None:
+def _observe_compile(trial_id: str, run: str, entries: list[Any]) -> None:
     """Count the run's compile-cache hits and misses from what its attempts actually reported."""
     from lambdas.adapters import wiring
-    from lambdas.adapters.cache_observation import observe_run
+    from lambdas.services.cache_observation import observe_run
 
-    count_cache_outcomes(observe_run(wiring.ledger(RunEventSettings), wiring.registry(RunEventSettings), trial_id, run))
+    count_cache_outcomes(observe_run(wiring.ledger(RunEventSettings), wiring.registry(RunEventSettings), trial_id,
+                                     run, entries))
 
 
 def _fact(event: dict[str, Any]) -> JobStateFact:

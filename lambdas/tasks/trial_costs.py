@@ -48,8 +48,8 @@ def reconcile_jobs(settlement: Any, request: CloseRequest) -> list[str]:
     from aws_lambda_powertools.utilities.parser import parse
 
     from lambdas.adapters.batch_jobs import job_state_event, queue_instance_type
-    from lambdas.adapters.run_settlement import identify_job, job_facts
     from lambdas.runtime.events import BatchJobStateChangeEvent
+    from lambdas.services.run_settlement import identify_job, job_facts
 
     terminal: list[str] = []
     for branch in request.branches():
@@ -77,10 +77,11 @@ def close_costs(event: dict[str, Any]) -> dict[str, Any]:
     runs: dict[str, Any] = {}
     total = Decimal(0)
     for run in request.run_names():
-        stored = settlement.settle(request.trial_id, run, collect=True)
+        settled = settlement.settle_run(request.trial_id, run, collect=True)
+        stored = settled.cost
         if stored is None:
             # Terminal events can trail the workflow by seconds: price what is known and say it is provisional.
-            fold = settlement.fold(request.trial_id, run)
+            fold = settlement.fold(request.trial_id, run, settled.entries)
             stored = {
                 "cost": compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json"),
                 "complete": False,

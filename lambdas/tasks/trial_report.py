@@ -18,8 +18,8 @@ class ReportRequest(BaseModel):
 
 def build_report(event: dict[str, Any]) -> dict[str, Any]:
     from lambdas.adapters import wiring
-    from lambdas.adapters.cache_resolution import load_spec, now_iso
-    from lambdas.adapters.trial_reporting import write_report
+    from lambdas.services.cache_resolution import load_spec, now_iso
+    from lambdas.services.trial_reporting import write_report
 
     request = ReportRequest.model_validate(event)
     artifacts = wiring.artifacts(LedgerSettings)

@@ -21,7 +21,7 @@ class StatusRequest(BaseModel):
 
 def set_status(event: dict[str, Any]) -> dict[str, Any]:
     from lambdas.adapters import wiring
-    from lambdas.adapters.cache_resolution import now_iso
+    from lambdas.services.cache_resolution import now_iso
 
     request = StatusRequest.model_validate(event)
     trials = wiring.trials(LedgerSettings)

@@ -135,7 +135,7 @@ def test_alignment_keeps_cells_and_handles_wide_characters() -> None:
 def test_the_scheduled_cost_report_markdown_aligns(report: dict[str, Any]) -> None:
     from datetime import UTC, datetime
 
-    from lambdas.adapters.cost_reporting import cost_report, render_cost_markdown
+    from lambdas.services.cost_reporting import cost_report, render_cost_markdown
 
     costs = [{"run_key": f"{report['trial_id']}#{run}", "ended_at": "2026-11-20T10:00:00Z",
               "cost": t["cost"]} for run, t in report["tracks"].items()]

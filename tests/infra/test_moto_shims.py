@@ -136,14 +136,19 @@ def test_shimmed_sync_job_reports_pascal_case_and_job_runner_decides(aws: None) 
 
 
 def test_casing_follows_the_botocore_model() -> None:
-    operation = shims._batch_operation("submitJob")
-    converted = shims.to_api_casing({"JobName": "a", "ContainerOverrides": {"Environment": [
-        {"Name": "X", "Value": "1"}]}, "Tags": {"Keep": "Case"}}, operation.input_shape)
-    assert converted == {"jobName": "a", "containerOverrides": {"environment": [{"name": "X", "value": "1"}]},
-                         "tags": {"Keep": "Case"}}
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
+        StateTaskServiceBatch,
+    )
+
+    service = StateTaskServiceBatch()
+    parameters = {"JobName": "a", "ContainerOverrides": {"Environment": [{"Name": "X", "Value": "1"}]},
+                  "Tags": {"Keep": "Case"}}
+    shims._normalise_parameters(service, parameters, service_action_name="submitJob")
+    assert parameters == {"jobName": "a", "containerOverrides": {"environment": [{"name": "X", "value": "1"}]},
+                          "tags": {"Keep": "Case"}}
     response = {"jobs": [{"jobId": "1", "container": {"exitCode": 0}, "tags": {"k": "v"}}]}
     inner = response["jobs"][0]
-    shims.to_sfn_casing(response, shims._batch_operation("describe_jobs").output_shape)
+    shims._normalise_response(service, response, service_action_name="describe_jobs")
     assert response == {"Jobs": [{"JobId": "1", "Container": {"ExitCode": 0}, "Tags": {"k": "v"}}]}
     assert response["Jobs"][0] is inner  # moto returns the inner object: it must be converted in place
 

@@ -217,3 +217,39 @@ def test_shuffled_duplicated_events_converge(aws: dict[str, Any], example: dict[
     deliver(stream)
     assert dump(aws, "ledger") == baseline
     assert dump(aws, "cache-registry") == registry
+
+
+def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: dict[str, Any],
+                                                 monkeypatch: Any) -> None:
+    """DynamoDB calls per Batch event (first delivery): the idempotency record (PutItem, then UpdateItem when done),
+    the new fact (PutItem), one Query of the run's ledger; a terminal event adds one GetItem of the trial (its
+    declared instance type) and its writes, and returns the cost as written. Each call is a round trip the
+    function waits for, so a new read is a deliberate choice (DynamoDB developer guide, "Query", "GetItem")."""
+    from collections import Counter
+
+    from botocore.client import BaseClient
+
+    _, events = scenario(aws, example)
+    original = BaseClient._make_api_call
+    calls: Counter[str] = Counter()
+
+    def counted(client: Any, operation: str, params: Any) -> Any:
+        if client.meta.service_model.service_name == "dynamodb":
+            calls[operation] += 1
+        return original(client, operation, params)
+
+    monkeypatch.setattr(BaseClient, "_make_api_call", counted)
+    per_event = []
+    for kind, event in events:
+        if kind != "batch":
+            continue
+        calls.clear()
+        deliver([(kind, event)])
+        per_event.append((event["detail"]["status"], dict(calls)))
+    running = {"PutItem": 2, "UpdateItem": 1, "Query": 1}
+    assert per_event[:4] == [(status, running) for status in ("SUBMITTED", "RUNNABLE", "STARTING", "RUNNING")]
+    # The terminal event writes what it found (the attempts, the summaries and manifests already in S3, the cost,
+    # the compile-cache registry's counts) but still reads the ledger once and the trial once.
+    status, terminal = per_event[-1]
+    assert status == "SUCCEEDED" and (terminal["Query"], terminal["GetItem"]) == (1, 1)
+    assert set(terminal) == {"PutItem", "UpdateItem", "Query", "GetItem"}

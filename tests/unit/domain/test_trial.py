@@ -147,10 +147,34 @@ def test_override_is_accepted_and_validated(example_trial: dict[str, Any]) -> No
 
 
 def tiny_model(example_trial: dict[str, Any], **config: Any) -> dict[str, Any]:
-    cfg = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, **config}
+    cfg = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+           "num_attention_heads": 8, "num_key_value_heads": 8, **config}
     example_trial["model"] = {"id": "dualtrack/tiny-llama", "revision": "v1", "config": cfg, "tokenizer": "byte"}
     return example_trial
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"num_attention_heads": 4, "num_key_value_heads": 4},
+         "tensor_parallel 8 must divide the model's num_attention_heads (4) to split it evenly; use tensor_parallel "
+         "in [1, 2, 4]"),
+        ({"num_key_value_heads": 2}, "must divide the model's num_key_value_heads (2)"),
+        ({"intermediate_size": 172}, "must divide the model's intermediate_size (172)"),
+    ],
+)
+def test_tensor_parallel_must_split_the_models_heads_and_mlp(example_trial: dict[str, Any], config: dict[str, Any],
+                                                             fragment: str) -> None:
+    """The trn2 track asks for tensor_parallel 8: the trainer splits whole heads and the MLP over 8 devices."""
+    found = problems(tiny_model(example_trial, **config))
+    assert fragment in found["tracks.trn2.tensor_parallel"], found
+
+
+def test_pipeline_parallel_is_refused_naming_what_runs(example_trial: dict[str, Any]) -> None:
+    example_trial["tracks"]["gpu"].update(pipeline_parallel=2)
+    found = problems(example_trial)
+    assert "is not run by the trainer" in found["tracks.gpu.pipeline_parallel"]
+    assert "use pipeline_parallel 1 and tensor_parallel in [1, 2, 4, 8]" in found["tracks.gpu.pipeline_parallel"]
 
 
 def test_byte_tokenizer_vocab_matches_the_trainer() -> None:
@@ -169,8 +193,8 @@ def test_tiny_model_config_validates(example_trial: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("config", "path", "fragment"),
     [
-        ({"hidden_size": 66}, "model.config.hidden_size", "does not divide by num_attention_heads (4)"),
-        ({"hidden_size": 36}, "model.config.hidden_size", "rotary position embeddings need an even head size"),
+        ({"hidden_size": 66}, "model.config.hidden_size", "does not divide by num_attention_heads (8)"),
+        ({"hidden_size": 40}, "model.config.hidden_size", "rotary position embeddings need an even head size"),
         ({"num_attention_heads": 8, "num_key_value_heads": 3}, "model.config.num_key_value_heads",
          "use one of [1, 2, 4, 8]"),
         ({"vocab_size": 256}, "model.config.vocab_size", "set vocab_size >= 259"),

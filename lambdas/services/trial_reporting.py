@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lambdas.adapters.ports import Ledger, Objects
 from lambdas.domain.ledger import RUNS, run_key
+from lambdas.services.ports import Ledger, Objects
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 

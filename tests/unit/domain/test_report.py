@@ -181,3 +181,10 @@ def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_device
                                                          layout={**layout, "model_parallel_run": True})]},
                                  {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
     assert sharded["device_utilisation"] == 1.0 and "replicas" not in sharded["basis"]
+    assert "each process the whole model (tensor_parallel 8 splits it with one process per device)" in sharded["basis"]
+    on_devices = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25, layout={
+        **layout, "model_parallel_run": True, "tensor_parallel_run": 8, "world_size_run": 64})]},
+        {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
+    assert on_devices["device_utilisation"] == 1.0 and on_devices["tensor_parallel_run"] == 8
+    assert on_devices["basis"] == ("64 process(es) ran the layout's 64 training ranks on backend cpu, the model "
+                                   "split over tensor-parallel groups of 8 processes")

@@ -7,13 +7,17 @@ STARTING, a checkpoint manifest), so the stored cost is the fold of the full led
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lambdas.adapters.ports import Ledger, Objects, Trials
 from lambdas.domain import ledger as L
+from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials
+
+if TYPE_CHECKING:
+    from lambdas.domain.prices import PriceTable
 
 CHECKPOINT_MANIFEST = re.compile(
     r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
@@ -108,7 +112,8 @@ def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEnt
 
 class RunSettlement:
     def __init__(
-        self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: Any, region: str, metrics: Any | None = None
+        self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: PriceTable, region: str,
+        metrics: RunMetrics | None = None,
     ) -> None:
         self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
         self.prices, self.region, self.metrics = prices, region, metrics
@@ -117,28 +122,34 @@ class RunSettlement:
         """Append each fact once; returns the facts this call added (a conditional write decides)."""
         return [fact for fact in facts if self.ledger.append(fact)]
 
-    def collect_artifacts(self, trial_id: str, run: str) -> int:
-        """Read what the trainer left in S3 for a run (summaries, checkpoint manifests) into the ledger."""
-        added = 0
+    def collect_artifacts(self, trial_id: str, run: str) -> list[L.LedgerEntry]:
+        """Read what the trainer left in S3 for a run (summaries, checkpoint manifests) into the ledger; returns the
+        facts this call added."""
+        found: list[L.LedgerEntry] = []
         for key in self.artifacts.list_keys(f"trials/{trial_id}/{run}/"):
             summary = ATTEMPT_SUMMARY.match(key)
             if summary:
                 body = self.artifacts.get_json(key)
                 if isinstance(body, dict):
-                    added += self.ledger.append(L.summary_entry(trial_id, run, int(summary["attempt"]), body))
+                    found.append(L.summary_entry(trial_id, run, int(summary["attempt"]), body))
             elif CHECKPOINT_MANIFEST.match(key):
                 manifest = self.artifacts.get_json(key)
                 fact = checkpoint_fact(key, manifest, self.artifacts.uri(key)) if isinstance(manifest, dict) else None
                 if fact is not None:
-                    added += self.ledger.append(fact)
-        return added
+                    found.append(fact)
+        return self.record(found)
 
-    def fold(self, trial_id: str, run: str) -> L.RunFold:
-        trial = self.trials.get(trial_id) or {}
+    def fold(self, trial_id: str, run: str, entries: list[L.LedgerEntry] | None = None,
+             trial: dict[str, Any] | None = None) -> L.RunFold:
+        """The run's usage from its ledger entries (read here unless given) and the trial's declared layout."""
+        if trial is None:
+            trial = self.trials.get(trial_id) or {}
+        if entries is None:
+            entries = self.ledger.entries(L.run_key(trial_id, run))
         tracks = trial.get("tracks") or {}
         declared = tracks.get(L.track_of(run)) or {}
         return L.fold_run(
-            self.ledger.entries(L.run_key(trial_id, run)),
+            entries,
             trial_id=trial_id,
             run=run,
             instance_type=str(declared.get("instance_type") or "unknown"),
@@ -147,38 +158,66 @@ class RunSettlement:
             storage_days=Decimal(30),
         )
 
-    def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold) -> int:
-        """For attempts without a summary, take phase seconds and steps from CloudWatch (stored as facts)."""
+    def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold,
+                         entries: list[L.LedgerEntry] | None = None) -> list[L.LedgerEntry]:
+        """For attempts without a summary, take phase seconds and steps from CloudWatch (stored as facts); returns
+        the facts this call added."""
         if self.metrics is None:
-            return 0
-        entries = self.ledger.entries(L.run_key(trial_id, run))
+            return []
+        if entries is None:
+            entries = self.ledger.entries(L.run_key(trial_id, run))
         have = {e.body["attempt"] for e in entries if e.kind in ("summary", "metrics")}
-        added = 0
         from datetime import UTC, datetime
 
         ends = [e.body for e in entries if e.kind == "transition"]
         if not ends:
-            return 0
+            return []
         start = min(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
         end = max(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
+        found: list[L.LedgerEntry] = []
         for usage in fold.usage.attempts:
             if usage.attempt in have:
                 continue
             phases, step = self.metrics.phases(trial_id, run, usage.attempt, start.astimezone(UTC), end)
             if phases or step is not None:
-                added += self.ledger.append(L.metrics_entry(trial_id, run, usage.attempt, phases, step))
-        return added
+                found.append(L.metrics_entry(trial_id, run, usage.attempt, phases, step))
+        return self.record(found)
 
     def settle(self, trial_id: str, run: str, *, collect: bool = False) -> dict[str, Any] | None:
         """Close the run's cost if it is terminal. Returns the stored cost body (or None while it is open)."""
-        fold = self.fold(trial_id, run)
-        if fold.terminal_status is None:
-            return None
-        if collect and (self.collect_artifacts(trial_id, run) + self.backfill_metrics(trial_id, run, fold)):
-            fold = self.fold(trial_id, run)
+        return self.settle_run(trial_id, run, collect=collect).cost
+
+    def settle_run(self, trial_id: str, run: str, *, collect: bool = False) -> Settled:
+        """``settle``, and the run's ledger entries it read (with the facts it added), for the caller to reuse.
+
+        Reads the ledger once. The trial item is read only when the run is terminal (the fold's terminal status
+        depends on the entries alone); collected and backfilled facts join the entries already read; a cost stored
+        by this call is returned as written, and only a lost race reads back the one that won."""
+        key = L.run_key(trial_id, run)
+        entries = self.ledger.entries(key)
+        if L.fold_run(entries, trial_id=trial_id, run=run, instance_type="unknown").terminal_status is None:
+            return Settled(None, entries)
+        trial = self.trials.get(trial_id) or {}
+        fold = self.fold(trial_id, run, entries, trial)
+        if collect:
+            added = self.collect_artifacts(trial_id, run)
+            added += self.backfill_metrics(trial_id, run, fold, entries + added)
+            if added:
+                entries = entries + added
+                fold = self.fold(trial_id, run, entries, trial)
         from lambdas.domain.cost import compute_run_cost
 
-        cost = compute_run_cost(fold.usage, self.prices)
-        body = L.cost_body(fold, cost)
-        self.ledger.put_cost(L.run_key(trial_id, run), body, fold.facts)
-        return self.ledger.cost(L.run_key(trial_id, run))
+        body = L.cost_body(fold, compute_run_cost(fold.usage, self.prices))
+        if self.ledger.put_cost(key, body, fold.facts):
+            from lambdas.domain.trial import canonical_json
+
+            return Settled(json.loads(canonical_json(body)), entries)
+        return Settled(self.ledger.cost(key), entries)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What settling a run left: its stored cost (None while the run is open) and the ledger entries it read."""
+
+    cost: dict[str, Any] | None
+    entries: list[L.LedgerEntry]

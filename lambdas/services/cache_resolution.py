@@ -5,17 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lambdas.adapters.cache_retention import entry_view, expired_entries
-from lambdas.adapters.objects import split_s3_uri
-from lambdas.adapters.ports import Objects, Trials
+from lambdas.domain.trial import TrialSpec, split_s3_uri
 from lambdas.domain.vocabulary import TRIAL_ACTIVE
+from lambdas.services.cache_retention import entry_view, expired_entries
+from lambdas.services.ports import CacheRegistry, Objects, Trials
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def load_spec(artifacts: Objects, spec_uri: str) -> Any:
+def load_spec(artifacts: Objects, spec_uri: str) -> TrialSpec:
     from lambdas.domain.trial import parse_trial
 
     _bucket, key = split_s3_uri(spec_uri)
@@ -33,7 +33,7 @@ def resolve(
     *,
     artifacts: Objects,
     trials: Trials,
-    registry: Any,
+    registry: CacheRegistry,
     cache_bucket: str,
     retry_failed: bool = False,
 ) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def resolve(
 def collect_garbage(
     *,
     trials: Trials,
-    registry: Any,
+    registry: CacheRegistry,
     cache_objects: Objects,
     retention_days: int,
     dry_run: bool,

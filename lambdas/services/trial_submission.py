@@ -16,12 +16,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lambdas.adapters.ports import Ledger, Objects, Trials
 from lambdas.domain import ledger as L
-from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, unreadable_inputs
+from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
 from lambdas.domain.vocabulary import TRIAL_TERMINAL
+from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
+
+if TYPE_CHECKING:
+    from lambdas.domain.prices import PriceTable
+    from lambdas.services.run_settlement import RunSettlement
 
 
 class SubmissionRefused(Exception):
@@ -40,7 +44,7 @@ class Submitted:
     created: bool
 
 
-def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Queue and job definition (by name) for every run of ``spec``, from the stage's targets
     (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
 
@@ -85,7 +89,7 @@ def job_targets(spec: Any, targets: Mapping[str, Mapping[str, Mapping[str, Any]]
     return jobs
 
 
-def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int,
+def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: int,
                     jobs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
     ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. Retries are the job
@@ -93,7 +97,7 @@ def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int,
     ``gpu-fallback`` entry only when the trial has both a gpu and a trn2 track."""
     base = f"trials/{spec.trial_id}"
     tracks = spec.track_names()
-    run_dirs = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
+    run_dirs: dict[str, str] = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
     if "trn2" in tracks and "gpu" in tracks:
         run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
     timeout = int(attempt_timeout_s)
@@ -109,7 +113,7 @@ def execution_input(spec: Any, artifacts: Objects, *, attempt_timeout_s: int,
     }
 
 
-def check_readable(spec: Any, data_buckets: Sequence[str], artifacts_bucket: str) -> None:
+def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucket: str) -> None:
     """Raises SubmissionRefused naming each s3:// input the stage's job role cannot read."""
     problems = unreadable_inputs(spec, data_buckets, artifacts_bucket=artifacts_bucket)
     if problems:
@@ -117,7 +121,7 @@ def check_readable(spec: Any, data_buckets: Sequence[str], artifacts_bucket: str
                                 {"errors": [{"path": p.path, "message": p.message} for p in problems]})
 
 
-def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]:
+def preflight(spec: TrialSpec, prices: PriceTable, region: str) -> tuple[Any, dict[str, str]]:
     """Triage and the worst-case ceiling; raises SubmissionRefused when the trial must not start."""
     from lambdas.domain.prices import PriceMissing, worst_case_usd
     from lambdas.domain.triage import submission_refusal, triage
@@ -164,7 +168,8 @@ def preflight(spec: Any, prices: Any, region: str) -> tuple[Any, dict[str, str]]
 
 
 def submit(
-    spec: Any, *, trials: Trials, artifacts: Objects, workflow: Any, prices: Any, region: str, now: str,
+    spec: TrialSpec, *, trials: Trials, artifacts: Objects, workflow: Workflow, prices: PriceTable, region: str,
+    now: str,
     attempt_timeout_s: int, data_buckets: Sequence[str], artifacts_bucket: str,
     targets: Mapping[str, Mapping[str, Mapping[str, Any]]],
 ) -> Submitted:
@@ -238,15 +243,15 @@ def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, An
 
 
 def trial_status(
-    trial_id: str, *, trials: Trials, ledger: Ledger, settlement: Any, metrics: Any | None = None,
+    trial_id: str, *, trials: Trials, ledger: Ledger, settlement: RunSettlement, metrics: RunMetrics | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """Status per run: attempts, current cost, and progress (global step and loss) against the trial's max_steps."""
     item = trials.get(trial_id)
     if item is None:
         raise TrialNotFound(trial_id)
-    from lambdas.adapters.run_progress import run_progress
     from lambdas.domain.cost import compute_run_cost
+    from lambdas.services.run_progress import run_progress
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
@@ -281,7 +286,7 @@ def trial_status(
     }
 
 
-def cancel(trial_id: str, *, trials: Trials, workflow: Any, now: str, reason: str) -> dict[str, Any]:
+def cancel(trial_id: str, *, trials: Trials, workflow: Workflow, now: str, reason: str) -> dict[str, Any]:
     item = trials.get(trial_id)
     if item is None:
         raise TrialNotFound(trial_id)

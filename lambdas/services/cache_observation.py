@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
-from lambdas.adapters.ports import Ledger
-from lambdas.domain.ledger import run_key
+from lambdas.domain.ledger import LedgerEntry, run_key
+from lambdas.services.ports import CacheRegistry, Ledger
 
 
-def observe_run(ledger: Ledger, registry: Any, trial_id: str, run: str) -> Counter[str]:
-    """Count each attempt's reported outcome in the registry once; returns the outcomes newly counted by this call."""
+def observe_run(ledger: Ledger, registry: CacheRegistry, trial_id: str, run: str,
+                entries: list[LedgerEntry] | None = None) -> Counter[str]:
+    """Count each attempt's reported outcome in the registry once; returns the outcomes newly counted by this call.
+    ``entries`` are the run's ledger entries when the caller has just read them (else they are read here)."""
     counted: Counter[str] = Counter()
-    for entry in ledger.entries(run_key(trial_id, run)):
+    for entry in entries if entries is not None else ledger.entries(run_key(trial_id, run)):
         if entry.kind != "summary":
             continue
         compile_info = entry.body.get("compile") or {}

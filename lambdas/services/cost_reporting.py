@@ -61,7 +61,7 @@ def cost_report(
 
 
 def cache_trend(registry_items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    from lambdas.adapters.cache_retention import group_stats
+    from lambdas.services.cache_retention import group_stats
 
     return {"groups": group_stats(registry_items)}
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lambdas.domain.ledger import LedgerEntry
+from lambdas.services.ports import RunMetrics
 
 
 def _at(text: str) -> datetime:
@@ -18,7 +19,8 @@ def _at(text: str) -> datetime:
 
 
 def run_progress(
-    entries: list[LedgerEntry], *, trial_id: str, run: str, terminal: bool, metrics: Any | None, now: datetime
+    entries: list[LedgerEntry], *, trial_id: str, run: str, terminal: bool, metrics: RunMetrics | None,
+    now: datetime,
 ) -> dict[str, Any]:
     summaries = sorted((e.body for e in entries if e.kind == "summary"), key=lambda b: int(b["attempt"]))
     transitions = [e.body for e in entries if e.kind == "transition"]
@@ -29,7 +31,7 @@ def run_progress(
         last = summaries[-1]
         out.update(step=last.get("global_step"), loss=last.get("final_loss"), progress_source="summary")
     running = not terminal and attempt is not None and (not summaries or int(summaries[-1]["attempt"]) < attempt)
-    if running and metrics is not None:
+    if running and metrics is not None and attempt is not None:
         started = min(_at(t["at"]) for t in transitions)
         try:
             step, loss = metrics.progress(trial_id, run, attempt, started, now)

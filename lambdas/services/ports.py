@@ -1,0 +1,116 @@
+"""The persistence and service seams the use cases depend on; DynamoDB/S3/Step Functions adapters implement them
+and tests can substitute in-memory fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from lambdas.domain.ledger import LedgerEntry
+
+
+class Ledger(Protocol):
+    def append(self, entry: LedgerEntry) -> bool:
+        """Store a fact unless its key is already there; True when it was new."""
+        ...
+
+    def entries(self, run_key: str) -> list[LedgerEntry]: ...
+
+    def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
+        """Store a run's cost unless a fold over as many or more facts is already stored."""
+        ...
+
+    def cost(self, run_key: str) -> dict[str, Any] | None: ...
+
+    def iter_costs(self) -> Iterator[dict[str, Any]]: ...
+
+    def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        """Entries of the given kinds, with their kind, in one pass."""
+        ...
+
+
+class Trials(Protocol):
+    def create(self, item: dict[str, Any]) -> bool: ...
+
+    def get(self, trial_id: str) -> dict[str, Any] | None: ...
+
+    def delete(self, trial_id: str) -> None: ...
+
+    def update(self, trial_id: str, **fields: Any) -> None: ...
+
+    def list(self, limit: int, start: str | None) -> tuple[list[dict[str, Any]], str | None]: ...
+
+    def iter_all(self) -> Iterable[dict[str, Any]]: ...
+
+
+class Objects(Protocol):
+    def put_json(self, key: str, value: Any, *, if_absent: bool = False) -> bool: ...
+
+    def put_text(self, key: str, text: str, content_type: str) -> None: ...
+
+    def get_json(self, key: str) -> Any | None: ...
+
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    def delete_key(self, key: str) -> None: ...
+
+    def uri(self, key: str) -> str: ...
+
+    def presigned_get(self, key: str, expires_s: int) -> str:
+        """A time-limited URL that reads the object without credentials."""
+        ...
+
+
+Outcome = Literal["hit", "miss", "failed"]
+
+
+class CacheRegistry(Protocol):
+    """The compile-cache registry: one entry per cache key, counting each run attempt's outcome once."""
+
+    def ensure(self, key: str, *, prefix: str, model_slug: str, compiler_version: str,
+               components: dict[str, Any] | None, at: str) -> None: ...
+
+    def record_object(self, key: str, name: str, size: int, at: str) -> None: ...
+
+    def touch(self, key: str, at: str, field: str = "last_used_at") -> None: ...
+
+    def observe(self, key: str, observation: str, outcome: Outcome, compile_s: float, at: str,
+                reason: str | None = None) -> bool: ...
+
+    def request_retry(self, key: str) -> bool: ...
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def iter_all(self) -> Iterator[dict[str, Any]]: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Started:
+    execution_arn: str
+    already_submitted: bool
+
+
+class Workflow(Protocol):
+    """The trial workflow (a Step Functions state machine): one execution per trial, named by it."""
+
+    def execution_arn(self, name: str) -> str: ...
+
+    def start(self, name: str, payload: dict[str, Any]) -> Started: ...
+
+    def status(self, execution_arn: str) -> str | None: ...
+
+    def stop(self, execution_arn: str, cause: str) -> str: ...
+
+
+class RunMetrics(Protocol):
+    """What a training attempt published as metrics (CloudWatch)."""
+
+    def progress(self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
+                 ) -> tuple[int | None, float | None]: ...
+
+    def phases(self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
+               ) -> tuple[dict[str, float], int | None]: ...

@@ -1,0 +1,247 @@
+"""In-memory implementations of the ports (``lambdas.services.ports``) for service tests that need no AWS: each keeps
+the guarantee its AWS adapter gives (a fact or a trial is created once, the cost entry only moves forward, an
+object written ``if_absent`` is never overwritten, a registry outcome is counted once per observation).
+``tests/integration/test_port_contracts.py`` runs the same contract against these and the AWS adapters (on moto),
+so a fake cannot drift from what it stands for."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from lambdas.domain.ledger import LedgerEntry
+from lambdas.services.ports import Outcome, Started
+
+
+def _plain(value: Any) -> Any:
+    """What a round trip through JSON (S3) or DynamoDB gives back: no shared references, plain containers."""
+    return json.loads(json.dumps(value, default=str))
+
+
+@dataclass
+class InMemoryLedger:
+    facts: dict[str, dict[str, LedgerEntry]] = field(default_factory=dict)
+    costs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def append(self, entry: LedgerEntry) -> bool:
+        run = self.facts.setdefault(entry.run_key, {})
+        if entry.entry_key in run:
+            return False
+        run[entry.entry_key] = copy.deepcopy(entry)
+        return True
+
+    def entries(self, run_key: str) -> list[LedgerEntry]:
+        return [copy.deepcopy(e) for _, e in sorted(self.facts.get(run_key, {}).items())]
+
+    def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
+        stored = self.costs.get(run_key)
+        if stored is not None and stored[0] >= facts:
+            return False
+        self.costs[run_key] = (facts, _plain(body))
+        return True
+
+    def cost(self, run_key: str) -> dict[str, Any] | None:
+        stored = self.costs.get(run_key)
+        return None if stored is None else copy.deepcopy(stored[1])
+
+    def iter_costs(self) -> Iterator[dict[str, Any]]:
+        return self.iter_kinds(("cost",))
+
+    def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        if "cost" in kinds:
+            for run_key, (_, body) in sorted(self.costs.items()):
+                yield {"run_key": run_key, "kind": "cost", **copy.deepcopy(body)}
+        for run_key, run in sorted(self.facts.items()):
+            for entry in run.values():
+                if entry.kind in kinds:
+                    yield {"run_key": run_key, "kind": entry.kind, **_plain(entry.body)}
+
+
+@dataclass
+class InMemoryTrials:
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def create(self, item: dict[str, Any]) -> bool:
+        if item["trial_id"] in self.items:
+            return False
+        self.items[item["trial_id"]] = _plain(item)
+        return True
+
+    def get(self, trial_id: str) -> dict[str, Any] | None:
+        item = self.items.get(trial_id)
+        return None if item is None else copy.deepcopy(item)
+
+    def delete(self, trial_id: str) -> None:
+        self.items.pop(trial_id, None)
+
+    def update(self, trial_id: str, **fields: Any) -> None:
+        if trial_id not in self.items:  # DynamoTrials updates on condition attribute_exists(trial_id)
+            raise KeyError(f"no trial {trial_id!r}")
+        for name, value in fields.items():
+            if value is None:
+                self.items[trial_id].pop(name, None)
+            else:
+                self.items[trial_id][name] = _plain(value)
+
+    def list(self, limit: int, start: str | None) -> tuple[list[dict[str, Any]], str | None]:
+        ids = sorted(self.items)
+        first = ids.index(start) + 1 if start in self.items else 0
+        page = ids[first:first + limit]
+        token = page[-1] if first + limit < len(ids) and page else None
+        return [copy.deepcopy(self.items[i]) for i in page], token
+
+    def iter_all(self) -> Iterator[dict[str, Any]]:
+        for trial_id in sorted(self.items):
+            yield copy.deepcopy(self.items[trial_id])
+
+
+@dataclass
+class InMemoryObjects:
+    bucket: str = "artifacts"
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def put_json(self, key: str, value: Any, *, if_absent: bool = False) -> bool:
+        if if_absent and key in self.blobs:
+            return False
+        self.blobs[key] = json.dumps(value, sort_keys=True, indent=1, default=str).encode()
+        return True
+
+    def put_text(self, key: str, text: str, content_type: str) -> None:
+        self.blobs[key] = text.encode()
+
+    def get_json(self, key: str) -> Any | None:
+        raw = self.blobs.get(key)
+        return None if raw is None else json.loads(raw)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.blobs if k.startswith(prefix))
+
+    def delete_key(self, key: str) -> None:
+        self.blobs.pop(key, None)
+
+    def presigned_get(self, key: str, expires_s: int) -> str:
+        return f"https://{self.bucket}.s3.amazonaws.com/{key}?X-Amz-Expires={expires_s}"
+
+
+@dataclass
+class InMemoryCacheRegistry:
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def ensure(self, key: str, *, prefix: str, model_slug: str, compiler_version: str,
+               components: dict[str, Any] | None, at: str) -> None:
+        entry = self.entries.setdefault(key, {"cache_key": key})
+        for name, value in (("prefix", prefix), ("model_slug", model_slug), ("compiler_version", compiler_version),
+                            ("created_at", at), ("hits", 0), ("misses", 0), ("failures", 0), ("objects", {}),
+                            ("status", "new")):
+            entry.setdefault(name, value)
+        if components:
+            entry["components"] = _plain(components)
+
+    def record_object(self, key: str, name: str, size: int, at: str) -> None:
+        self.entries.setdefault(key, {"cache_key": key}).setdefault("objects", {})[name] = size
+        self.touch(key, at, field="last_object_at")
+
+    def touch(self, key: str, at: str, field: str = "last_used_at") -> None:
+        entry = self.entries.setdefault(key, {"cache_key": key})
+        if field not in entry or entry[field] < at:
+            entry[field] = at
+
+    def observe(self, key: str, observation: str, outcome: Outcome, compile_s: float, at: str,
+                reason: str | None = None) -> bool:
+        entry = self.entries.setdefault(key, {"cache_key": key})
+        observed = entry.setdefault("observed", set())
+        counted = observation not in observed
+        if counted:
+            observed.add(observation)
+            if outcome == "hit":
+                entry["hits"] = entry.get("hits", 0) + 1
+                entry["hit_compile_s_total"] = entry.get("hit_compile_s_total", 0) + compile_s
+            elif outcome == "miss":
+                entry["misses"] = entry.get("misses", 0) + 1
+                entry.setdefault("first_compile_s", compile_s)
+                entry["status"] = "ready"
+            else:
+                entry["failures"] = entry.get("failures", 0) + 1
+                entry.update(status="failed", failure_reason=reason or "compilation failed", retry_requested=False)
+        self.touch(key, at)
+        return counted
+
+    def request_retry(self, key: str) -> bool:
+        entry = self.entries.get(key)
+        if entry is None or entry.get("status") != "failed":
+            return False
+        entry.update(retry_requested=True, status="retry_requested")
+        return True
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        entry = self.entries.get(key)
+        return None if entry is None else copy.deepcopy(entry)
+
+    def iter_all(self) -> Iterator[dict[str, Any]]:
+        for key in sorted(self.entries):
+            yield copy.deepcopy(self.entries[key])
+
+    def delete(self, key: str) -> None:
+        self.entries.pop(key, None)
+
+
+@dataclass
+class InMemoryWorkflow:
+    """Executions by name; a started one stays RUNNING until stopped (or ``finish`` says how it ended)."""
+
+    state_machine_arn: str = "arn:aws:states:us-east-1:123456789012:stateMachine:trial-workflow"
+    executions: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def execution_arn(self, name: str) -> str:
+        prefix, machine = self.state_machine_arn.split(":stateMachine:", 1)
+        return f"{prefix}:execution:{machine}:{name}"
+
+    def start(self, name: str, payload: dict[str, Any]) -> Started:
+        arn = self.execution_arn(name)
+        if arn in self.executions:
+            return Started(arn, already_submitted=True)
+        self.executions[arn] = {"status": "RUNNING", "input": _plain(payload)}
+        return Started(arn, already_submitted=False)
+
+    def status(self, execution_arn: str) -> str | None:
+        execution = self.executions.get(execution_arn)
+        return None if execution is None else str(execution["status"])
+
+    def stop(self, execution_arn: str, cause: str) -> str:
+        execution = self.executions.get(execution_arn)
+        if execution is None:
+            raise KeyError(f"no execution {execution_arn}")
+        if execution["status"] == "RUNNING":
+            execution.update(status="ABORTED", cause=cause)
+        return str(execution["status"])
+
+    def finish(self, name: str, status: str) -> None:
+        self.executions[self.execution_arn(name)]["status"] = status
+
+
+@dataclass
+class RecordedRunMetrics:
+    """Metrics an attempt published, keyed by (trial, run, attempt): progress and phase totals."""
+
+    published: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)
+
+    def publish(self, trial_id: str, run: str, attempt: int, *, step: int | None = None, loss: float | None = None,
+                phases: dict[str, float] | None = None) -> None:
+        self.published[(trial_id, run, attempt)] = {"step": step, "loss": loss, "phases": dict(phases or {})}
+
+    def progress(self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
+                 ) -> tuple[int | None, float | None]:
+        got = self.published.get((trial_id, run, attempt), {})
+        return got.get("step"), got.get("loss")
+
+    def phases(self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
+               ) -> tuple[dict[str, float], int | None]:
+        got = self.published.get((trial_id, run, attempt), {})
+        return dict(got.get("phases", {})), got.get("step")

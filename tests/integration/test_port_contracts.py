@@ -1,0 +1,137 @@
+"""One contract per port, run against the AWS adapter (on moto) and against its in-memory fake (``tests/fakes.py``):
+the service tests that use the fakes rely on exactly what is asserted here.
+
+The AWS behaviours the adapters rely on: a conditional ``PutItem`` fails with ``ConditionalCheckFailedException``
+and writes nothing (DynamoDB developer guide, "Condition expressions"); ``UpdateItem`` creates the item when the key
+is absent ("UpdateItem", API reference); ``PutObject`` with ``If-None-Match: *`` fails with ``PreconditionFailed``
+when the key exists (S3 user guide, "Conditional writes"); ``StartExecution`` with the name of an existing
+execution fails with ``ExecutionAlreadyExists`` when the input differs ("StartExecution", API reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lambdas.domain.ledger import LedgerEntry
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, Trials, Workflow
+from tests import fakes
+
+Make = Callable[[], Any]
+
+
+def _aws(name: str) -> Make:
+    def make() -> Any:
+        from lambdas.adapters import wiring
+
+        return getattr(wiring, name)()
+
+    return make
+
+
+@pytest.fixture(params=["aws", "fake"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    if request.param == "aws":
+        request.getfixturevalue("aws")
+    return str(request.param)
+
+
+def _fact(key: str, value: int, kind: str = "transition") -> LedgerEntry:
+    return LedgerEntry(run_key="t-1#gpu", entry_key=key, kind=kind, body={"value": value})  # type: ignore[arg-type]
+
+
+def test_ledger_facts_are_written_once_and_the_cost_only_moves_forward(flavour: str) -> None:
+    ledger: Ledger = _aws("ledger")() if flavour == "aws" else fakes.InMemoryLedger()
+    assert ledger.append(_fact("b", 1)) is True
+    assert ledger.append(_fact("b", 2)) is False  # the first write stands
+    assert ledger.append(_fact("a", 3, "summary")) is True
+    assert [(e.entry_key, e.body) for e in ledger.entries("t-1#gpu")] == [("a", {"value": 3}), ("b", {"value": 1})]
+    assert ledger.entries("t-1#trn2") == []
+    assert ledger.cost("t-1#gpu") is None
+    assert ledger.put_cost("t-1#gpu", {"total_usd": "1.5"}, facts=2) is True
+    assert ledger.put_cost("t-1#gpu", {"total_usd": "9"}, facts=2) is False  # not over more facts
+    assert ledger.put_cost("t-1#gpu", {"total_usd": "1.0"}, facts=1) is False
+    assert ledger.put_cost("t-1#gpu", {"total_usd": "2.5"}, facts=3) is True
+    assert ledger.cost("t-1#gpu") == {"total_usd": "2.5"}
+    assert [e.entry_key for e in ledger.entries("t-1#gpu")] == ["a", "b"]  # the cost entry is not a fact
+    assert list(ledger.iter_costs()) == [{"run_key": "t-1#gpu", "kind": "cost", "total_usd": "2.5"}]
+    assert sorted(e["kind"] for e in ledger.iter_kinds(("summary", "cost"))) == ["cost", "summary"]
+
+
+def test_trials_are_created_once_updated_only_when_present_and_listed_in_pages(flavour: str) -> None:
+    trials: Trials = _aws("trials")() if flavour == "aws" else fakes.InMemoryTrials()
+    assert trials.create({"trial_id": "t-1", "status": "SUBMITTING", "max_steps": 10}) is True
+    assert trials.create({"trial_id": "t-1", "status": "FAILED"}) is False
+    trials.update("t-1", status="SUBMITTED", execution_arn="arn:x", max_steps=None)
+    assert trials.get("t-1") == {"trial_id": "t-1", "status": "SUBMITTED", "execution_arn": "arn:x"}
+    with pytest.raises(Exception):  # noqa: B017  ConditionalCheckFailedException / KeyError: no such trial
+        trials.update("t-missing", status="FAILED")
+    assert trials.get("t-missing") is None
+    for n in range(2, 6):
+        trials.create({"trial_id": f"t-{n}", "status": "SUBMITTED"})
+    seen: list[str] = []
+    token: str | None = None
+    for _ in range(10):
+        page, token = trials.list(2, token)
+        assert len(page) <= 2
+        seen += [item["trial_id"] for item in page]
+        if token is None:
+            break
+    assert sorted(seen) == [f"t-{n}" for n in range(1, 6)]
+    trials.delete("t-5")
+    assert sorted(item["trial_id"] for item in trials.iter_all()) == [f"t-{n}" for n in range(1, 5)]
+
+
+def test_objects_written_if_absent_are_never_overwritten(flavour: str) -> None:
+    objects: Objects = _aws("artifacts")() if flavour == "aws" else fakes.InMemoryObjects()
+    assert objects.put_json("trials/t-1/spec.json", {"b": 1, "a": [1, 2]}, if_absent=True) is True
+    assert objects.put_json("trials/t-1/spec.json", {"b": 2}, if_absent=True) is False
+    assert objects.get_json("trials/t-1/spec.json") == {"a": [1, 2], "b": 1}
+    assert objects.put_json("trials/t-1/spec.json", {"b": 3}) is True  # a plain put replaces
+    objects.put_text("trials/t-1/report.md", "# report", "text/markdown")
+    assert objects.get_json("trials/t-1/missing.json") is None
+    assert objects.list_keys("trials/t-1/") == ["trials/t-1/report.md", "trials/t-1/spec.json"]
+    objects.delete_key("trials/t-1/report.md")
+    assert objects.list_keys("trials/") == ["trials/t-1/spec.json"]
+    assert objects.uri("k") == "s3://artifacts/k"
+    assert "trials/t-1/spec.json" in objects.presigned_get("trials/t-1/spec.json", 60)
+
+
+def test_registry_counts_each_observation_once_and_retries_only_a_failure(flavour: str) -> None:
+    registry: CacheRegistry = _aws("registry")() if flavour == "aws" else fakes.InMemoryCacheRegistry()
+    registry.ensure("k1", prefix="neuron/k1/", model_slug="llama", compiler_version="2.26",
+                    components={"sdk": "2.26"}, at="2026-12-01T00:00:00Z")
+    registry.ensure("k1", prefix="other/", model_slug="x", compiler_version="9", components=None,
+                    at="2026-12-02T00:00:00Z")  # first write stands
+    entry = registry.get("k1")
+    assert entry is not None
+    assert (entry["prefix"], entry["status"], entry["hits"], entry["misses"]) == ("neuron/k1/", "new", 0, 0)
+    assert registry.observe("k1", "t-1#trn2#1", "miss", 30.0, "2026-12-01T01:00:00Z") is True
+    assert registry.observe("k1", "t-1#trn2#1", "miss", 30.0, "2026-12-01T01:00:00Z") is False
+    assert registry.observe("k1", "t-2#trn2#1", "hit", 2.0, "2026-12-01T02:00:00Z") is True
+    registry.touch("k1", "2026-11-01T00:00:00Z")  # older: the timestamp only moves forward
+    registry.record_object("k1", "graph.neff", 1024, "2026-12-01T03:00:00Z")
+    entry = registry.get("k1")
+    assert entry is not None
+    assert (entry["hits"], entry["misses"], entry["status"], entry["first_compile_s"]) == (1, 1, "ready", 30)
+    assert entry["last_used_at"] == "2026-12-01T02:00:00Z" and entry["objects"] == {"graph.neff": 1024}
+    assert registry.request_retry("k1") is False  # only a failed entry
+    assert registry.observe("k1", "t-3#trn2#1", "failed", 0.0, "2026-12-01T04:00:00Z", reason="neuronx-cc crashed")
+    assert registry.request_retry("k1") is True
+    entry = registry.get("k1")
+    assert entry is not None and (entry["status"], entry["failures"]) == ("retry_requested", 1)
+    assert [e["cache_key"] for e in registry.iter_all()] == ["k1"]
+    registry.delete("k1")
+    assert registry.get("k1") is None
+
+
+def test_workflow_starts_one_execution_per_name_and_stops_it(flavour: str) -> None:
+    workflow: Workflow = _aws("workflow")() if flavour == "aws" else fakes.InMemoryWorkflow()
+    first = workflow.start("t-1", {"trial_id": "t-1"})
+    assert first.already_submitted is False and first.execution_arn == workflow.execution_arn("t-1")
+    assert workflow.start("t-1", {"trial_id": "t-1", "again": True}).already_submitted is True
+    assert workflow.status(first.execution_arn) in ("RUNNING", "SUCCEEDED")  # moto's Pass machine may have ended
+    assert workflow.status(workflow.execution_arn("t-none")) is None
+    if workflow.status(first.execution_arn) == "RUNNING":
+        assert workflow.stop(first.execution_arn, "cancelled") == "ABORTED"
