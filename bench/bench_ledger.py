@@ -206,25 +206,24 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
     """Per size: (whole scheduled report through moto, the DynamoDB scan alone, the report fold alone)."""
     from datetime import UTC, datetime, timedelta
 
-    from lambdas.adapters import wiring
-    from lambdas.runtime.settings import CostReportSettings
-    from lambdas.services.cost_reporting import cost_report
-    from lambdas.tasks.cost_report import publish_report
+    from lambdas.handlers.scheduled_cost_report import compose
+    from lambdas.services.cost_reporting import cost_report, publish_cost_report
 
     out: dict[int, tuple[float, float, float]] = {}
     end = datetime.fromtimestamp(T0 / 1000 + 86_400, tz=UTC)
-    request = {"time": end.isoformat(), "period_days": 7}
+    app = compose()
     for size in sizes:
         _fill_ledger(ddb, size)
         whole, scan, fold = [], [], []
         for _ in range(repeats):
             started = time.perf_counter()
-            publish_report(request)
+            publish_cost_report(ledger=app.ledger, trials=app.trials, registry=app.registry, artifacts=app.artifacts,
+                                notifier=app.notifier, end=end, days=7)
             whole.append(time.perf_counter() - started)
             started = time.perf_counter()
-            entries = list(wiring.ledger(CostReportSettings).iter_kinds(("cost", "summary")))
+            entries = list(app.ledger.iter_kinds(("cost", "summary")))
             scan.append(time.perf_counter() - started)
-            trials = list(wiring.trials(CostReportSettings).iter_all())
+            trials = list(app.trials.iter_all())
             started = time.perf_counter()
             report = cost_report(entries, trials, start=end - timedelta(days=7), end=end, period="bench")
             fold.append(time.perf_counter() - started)

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def document() -> str:
-    from lambdas.handlers._trial_api_routes import openapi_document
+    from lambdas.handlers.on_trial_api import openapi_document
 
     return openapi_document() + "\n"
 

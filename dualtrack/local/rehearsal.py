@@ -348,13 +348,13 @@ class Rehearsal:
 def _fresh_handler_state() -> Iterator[None]:
     """Handlers cache clients, settings and idempotency stores per container; this process is a new "container"
     for each rehearsal, and must not leave clients bound to the loopback server behind for whatever runs next."""
-    from lambdas.adapters import wiring
+    from lambdas.runtime.composition import reset_environment
 
-    wiring.reset()
+    reset_environment()
     try:
         yield
     finally:
-        wiring.reset()
+        reset_environment()
 
 
 def local_backend(track: str) -> str:

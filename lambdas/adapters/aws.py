@@ -1,16 +1,16 @@
-"""Lazily created boto3 clients, one per service per container (created on first use, never at import)."""
+"""boto3 clients, one per service per execution environment, created on first use (never at import)."""
 
 from __future__ import annotations
 
 from functools import cache
 from typing import Any
 
+import boto3
+from botocore.config import Config
+
 
 @cache
 def client(service: str) -> Any:
-    import boto3
-    from botocore.config import Config
-
     return boto3.client(service, config=Config(retries={"mode": "adaptive", "max_attempts": 8}))  # type: ignore[call-overload]
 
 

@@ -1,17 +1,31 @@
-"""What a Batch job ran on: instance type from its queue's compute environments (cached per container)."""
+"""AWS Batch: what a job ran on (its queue's instance type, cached per execution environment) and the job as
+DescribeJobs reports it."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from functools import cache
-from typing import Any
 
 from lambdas.adapters.aws import client
+from lambdas.domain.events import BatchJobStateChangeDetail
+
+
+class BatchJobsApi:
+    """The ``BatchJobs`` port over the Batch API."""
+
+    def instance_type(self, job_queue: str) -> str | None:
+        return queue_instance_type(job_queue)
+
+    def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
+        """The workflow settles a trial right after its .sync tasks return, which can be before the terminal
+        state-change event has been delivered; reading the job itself makes the ledger complete without waiting."""
+        jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
+        return BatchJobStateChangeDetail.model_validate(jobs[0]) if jobs else None
 
 
 @cache
 def queue_instance_type(job_queue_arn: str) -> str | None:
-    """The single instance type the queue's compute environments allow, or None when it is not pinned to one."""
+    """The single instance type the queue's compute environments allow, or None when it is not pinned to one.
+    A queue's compute environments do not change under a deployed function, so the answer is kept."""
     queues = client("batch").describe_job_queues(jobQueues=[job_queue_arn]).get("jobQueues", [])
     if not queues:
         return None
@@ -22,21 +36,3 @@ def queue_instance_type(job_queue_arn: str) -> str | None:
     for env in client("batch").describe_compute_environments(computeEnvironments=envs)["computeEnvironments"]:
         types.update(t for t in env.get("computeResources", {}).get("instanceTypes", []) if "." in t)
     return types.pop() if len(types) == 1 else None
-
-
-def job_state_event(job_id: str) -> dict[str, Any] | None:
-    """The job as DescribeJobs reports it, shaped as the "Batch Job State Change" event EventBridge would deliver.
-
-    The workflow settles a trial right after its .sync tasks return, which can be before the terminal state-change
-    event has been delivered; reading the job itself makes the ledger complete without waiting for it.
-    """
-    jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
-    if not jobs:
-        return None
-    job = jobs[0]
-    _, _, _, region, account, _ = job["jobArn"].split(":", 5)
-    at = job.get("stoppedAt") or job.get("startedAt") or job.get("createdAt")
-    when = datetime.fromtimestamp(at / 1000, UTC) if at else datetime.now(UTC)
-    return {"version": "0", "id": f"describe-{job_id}-{job['status']}", "detail-type": "Batch Job State Change",
-            "source": "aws.batch", "account": account, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "region": region, "resources": [job["jobArn"]], "detail": job}

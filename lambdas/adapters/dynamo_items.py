@@ -6,18 +6,16 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
 
 def to_item(value: dict[str, Any]) -> dict[str, Any]:
-    from boto3.dynamodb.types import TypeSerializer
-
     clean = json.loads(json.dumps(value, default=str), parse_float=Decimal)
     serializer = TypeSerializer()
     return {k: serializer.serialize(v) for k, v in clean.items() if v is not None}
 
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:
-    from boto3.dynamodb.types import TypeDeserializer
-
     deserializer = TypeDeserializer()
     return {k: _plain(deserializer.deserialize(v)) for k, v in item.items()}
 

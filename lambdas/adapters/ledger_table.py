@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lambdas.adapters.aws import client, error_code
+from lambdas.domain.canonical import canonical_json
 from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry
 
 
@@ -54,8 +55,6 @@ class DynamoLedger:
         return out
 
     def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
-        from lambdas.domain.trial import canonical_json
-
         trial_id, run = run_key.rsplit("#", 1)
         item = {
             "run_key": {"S": run_key},

@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
-from lambdas.domain.trial import TrialSpec, Trn2Track, canonical_json, track_layout
+from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
 
 KEY_VERSION = 1
 # Versions an image pins; when the run's environment record is not known yet, the SDK release stands for them.

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import AttemptUsage, Phases, RunUsage
-from lambdas.domain.trial import canonical_json
 from lambdas.domain.vocabulary import BATCH_TERMINAL
 
 EntryKind = Literal["transition", "attempt", "summary", "metrics", "checkpoint", "cost"]

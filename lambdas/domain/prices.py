@@ -11,11 +11,13 @@ import json
 from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.trial import TrialSpec
+if TYPE_CHECKING:
+    from lambdas.domain.trial import TrialSpec
+
 
 HOURS = Decimal(3600)
 

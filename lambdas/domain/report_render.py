@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from html import escape
 from typing import Any
 
@@ -151,8 +152,6 @@ def _cost_chart(tracks: Mapping[str, Any], width: int = 640) -> str:
 def _timeline_chart(timeline: Sequence[Mapping[str, Any]], width: int = 640) -> str:
     if not timeline:
         return "<p>No Batch transitions recorded.</p>"
-    from datetime import datetime
-
     stamp = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()  # noqa: E731
     t0, t1 = stamp(timeline[0]["at"]), stamp(timeline[-1]["at"])
     lanes = sorted({(r["run"], r["attempt"]) for r in timeline})

@@ -12,9 +12,8 @@ What depends on the stage (which buckets the job role can read) is checked at su
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -27,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 
+from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 
 SCHEMA_VERSION = 1
@@ -250,10 +250,6 @@ class TrialSpec(_Model):
         return f"{self.name}-{self.spec_hash()[:10]}"
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _no_bool(value: Any) -> Any:
     # Literal[1] matches True (True == 1) even in strict mode; a flag is never a version or a core count.
     if isinstance(value, bool):
@@ -410,7 +406,21 @@ def _hint(error: Any) -> str:
 
 
 def problems_from_validation_error(exc: ValidationError) -> list[Problem]:
-    return [Problem(_path(tuple(err["loc"])), _hint(err)) for err in exc.errors()]
+    return problems_from_errors(exc.errors())
+
+
+def problems_from_errors(errors: Iterable[Mapping[str, Any]]) -> list[Problem]:
+    """Validation errors of a trial document (pydantic's, as dicts), as problems naming the field and the fix."""
+    problems = []
+    for err in errors:
+        if not err["loc"] and err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            problems.append(Problem("", f"a trial is a JSON object, got {type(err.get('input')).__name__}"))
+        elif err["type"] == "json_invalid":
+            problems.append(Problem("", f"malformed JSON: {err['msg']}"))
+        else:
+            problems.append(Problem(_path(tuple(err["loc"])), _hint(err)))
+    return problems
+
 
 
 # ---- cross-field rules -------------------------------------------------------------------------------------

@@ -2,17 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from lambdas.runtime.entry import require_settings
+from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.adapters.ledger_table import DynamoLedger
+from lambdas.adapters.objects import S3Objects
 from lambdas.runtime.observability import logger, metrics, tracer
+from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for, with_settings
+from lambdas.services.cache_resolution import load_spec, now_iso
+from lambdas.services.ports import Ledger, Objects
+from lambdas.services.trial_reporting import write_report
 
 
-@require_settings("LedgerSettings")
+class ReportRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    trial_id: str = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Composition:
+    artifacts: Objects
+    ledger: Ledger
+
+
+@per_environment
+def compose() -> Composition:
+    settings = settings_for(LedgerSettings)
+    return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE))
+
+
+@with_settings(LedgerSettings)
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from lambdas.tasks.trial_report import build_report
-
-    return build_report(event)
+    request = ReportRequest.model_validate(event)
+    app = compose()
+    spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
+    out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso())
+    logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out["verdict"]})
+    return out

@@ -1,28 +1,187 @@
-"""API Gateway REST (AWS_IAM) -> the trial API: submit, list, read, report, cancel, compile-cache view."""
+"""API Gateway REST (AWS_IAM) -> the trial API: submit, list, read, report, cancel, compile-cache view.
+
+The routers (``lambdas.handlers.trial_api``) hold one resource each; this module is the function: its settings,
+its composition (handed to the routers as the resolver's context), the body-size and media-type gates, and the
+one place where errors become HTTP answers.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from http import HTTPStatus
 from typing import Any
 
-from lambdas.runtime.entry import require_settings
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+
+from lambdas.adapters.cache_registry import DynamoCacheRegistry
+from lambdas.adapters.ledger_table import DynamoLedger
+from lambdas.adapters.objects import S3Objects
+from lambdas.adapters.run_metrics import CloudWatchRunMetrics
+from lambdas.adapters.trials_table import DynamoTrials
+from lambdas.adapters.workflow import StepFunctionsWorkflow
+from lambdas.domain.prices import PriceTable, load_price_table
+from lambdas.domain.trial import TrialInvalid, problems_from_errors
+from lambdas.handlers.trial_api import compile_cache, trials
+from lambdas.handlers.trial_api.models import ErrorBody, Problem
+from lambdas.runtime.composition import settlement
 from lambdas.runtime.observability import logger, metrics, tracer
-
-_app: list[Any] = []
-
-
-def app() -> Any:
-    if not _app:
-        from lambdas.handlers._trial_api_routes import build_app
-
-        _app.append(build_app())
-    return _app[0]
+from lambdas.runtime.settings import ApiSettings, per_environment, settings_for, with_settings
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, RunMetrics, Trials, Workflow
+from lambdas.services.run_settlement import RunSettlement
+from lambdas.services.trial_submission import SubmissionRefused, TrialNotFound
 
 
-@require_settings("ApiSettings")
+@dataclass(frozen=True)
+class Composition:
+    settings: ApiSettings
+    trials: Trials
+    ledger: Ledger
+    artifacts: Objects
+    registry: CacheRegistry
+    workflow: Workflow
+    prices: PriceTable
+    settlement: RunSettlement
+    metrics: RunMetrics
+
+
+@per_environment
+def compose() -> Composition:
+    settings = settings_for(ApiSettings)
+    return Composition(settings, DynamoTrials(settings.TRIALS_TABLE), DynamoLedger(settings.LEDGER_TABLE),
+                       S3Objects(settings.ARTIFACTS_BUCKET), DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
+                       StepFunctionsWorkflow(settings.STATE_MACHINE_ARN), load_price_table(settings.PRICE_OVERRIDES),
+                       settlement(settings), CloudWatchRunMetrics())
+
+
+app = APIGatewayRestResolver(enable_validation=True,
+                             response_validation_error_http_code=HTTPStatus.INTERNAL_SERVER_ERROR)
+app.configure_openapi(title="dualtrack trial API", version="1.0.0",
+                      description="Submit and follow dual-track fine-tuning trials.")
+app.include_router(trials.router, prefix="/trials")
+app.include_router(compile_cache.router, prefix="/compile-cache")
+
+
+def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
+                    body=json.loads(json.dumps(body, default=str)), headers=headers)
+
+
+def _error(status: int, message: str, errors: list[dict[str, str]] | None = None,
+           headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+    return _json(status, ErrorBody.model_validate({"message": message, "errors": errors or []}).model_dump(),
+                 headers)
+
+
+@app.exception_handler(TrialInvalid)
+def _invalid(exc: TrialInvalid) -> Response[dict[str, Any]]:
+    return _error(422, "the trial is invalid; nothing was stored", exc.as_dicts())
+
+
+@app.exception_handler(RequestValidationError)
+def _request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
+    errors = [{**err, "loc": tuple(p for p in err.get("loc", ()) if p != "body")} for err in exc.errors()]
+    problems = [{"path": p.path, "message": p.message} for p in problems_from_errors(errors)]
+    is_trial = app.current_event.http_method.upper() == "POST" and app.current_event.path.rstrip("/") == "/trials"
+    what = "the trial" if is_trial else "the request"
+    return _error(422, f"{what} is invalid; nothing was stored", problems)
+
+
+@app.exception_handler(SubmissionRefused)
+def _refused(exc: SubmissionRefused) -> Response[dict[str, Any]]:
+    status = 409 if exc.reason == "triage" else 422
+    return _json(status, {"message": f"submission refused ({exc.reason}); nothing was started", **exc.detail})
+
+
+@app.exception_handler(TrialNotFound)
+def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
+    return _error(404, f"no trial {exc.args[0]!r}; list trials with GET /trials")
+
+
+@app.exception_handler(trials.ReportNotReady)
+def _no_report(exc: trials.ReportNotReady) -> Response[dict[str, Any]]:
+    return _error(404, f"trial {exc.args[0]} has no report yet; it is written when the trial settles")
+
+
+@app.exception_handler(trials.BadPageToken)
+def _bad_token(exc: trials.BadPageToken) -> Response[dict[str, Any]]:
+    return _error(400, "next_token is not a token this API returned; omit it to start over",
+                  [{"path": "next_token", "message": "use the next_token of a previous page"}])
+
+
+@app.exception_handler(RecursionError)
+def _too_deep(exc: RecursionError) -> Response[dict[str, Any]]:
+    # Retrying can never help, so this is the client's error, not a 503.
+    return _error(400, "the JSON body is nested too deeply to parse; nothing was stored",
+                  [{"path": "", "message": "send a trial document (a few levels deep)"}])
+
+
+@app.exception_handler(Exception)
+def _unexpected(exc: Exception) -> Response[dict[str, Any]]:
+    logger.exception("request failed")
+    return _error(503, "the request could not be completed and nothing was left half-stored; "
+                       "send it again (submissions are idempotent)")
+
+
+@cache
+def routes() -> dict[str, set[str]]:
+    """Path template -> methods, from the routes the routers registered (the route table exists once)."""
+    table: dict[str, set[str]] = {}
+    for path, item in (app.get_openapi_schema().paths or {}).items():
+        table[path] = {m.upper() for m in ("get", "put", "post", "delete", "patch") if getattr(item, m, None)}
+    return table
+
+
+@app.not_found
+def _not_found(exc: NotFoundError) -> Response[dict[str, Any]]:
+    path, method = app.current_event.path, app.current_event.http_method.upper()
+    for template, methods in routes().items():
+        if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
+            if method in methods:  # the route exists; the path's trial id is not one this API could issue
+                return _error(404, f"no trial at {path}; trial ids are name-hash, see GET /trials")
+            allowed = ", ".join(sorted(methods))
+            return _error(405, f"{method} is not allowed on {template}; use {allowed}", headers={"Allow": allowed})
+    return _error(404, f"no route {method} {path}; see the OpenAPI document for the routes")
+
+
+def refused_before_parsing(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any] | None:
+    """A 413 for a body over the limit, a 415 for a body type other than JSON: answered before the resolver parses
+    and validates the body. Validation would otherwise parse form and multipart bodies into fields (this API takes
+    JSON only), fail outright on a multipart type without its boundary, and read a huge body before refusing it."""
+    size = len((event.get("body") or "").encode())
+    if size > max_body_bytes:
+        return _answer(413, f"request body is {size} bytes; the limit is {max_body_bytes}", "",
+                       f"send at most {max_body_bytes} bytes")
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return None
+    return _answer(415, f"Content-Type {media} is not accepted; send JSON (application/json). Nothing was stored",
+                   "Content-Type", "use application/json")
+
+
+def _answer(status: int, message: str, path: str, fix: str) -> dict[str, Any]:
+    body = ErrorBody(message=message, errors=[Problem(path=path, message=fix)])
+    return {"statusCode": status, "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": body.model_dump_json(), "isBase64Encoded": False}
+
+
+def openapi_document() -> str:
+    return app.get_openapi_json_schema()
+
+
+@with_settings(ApiSettings)
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from lambdas.handlers._trial_api_routes import foreign_media_type
-
-    return foreign_media_type(event) or app().resolve(event, context)  # type: ignore[no-any-return]
+    api = compose()
+    refused = refused_before_parsing(event, api.settings.MAX_BODY_BYTES)
+    if refused is not None:
+        return refused
+    app.append_context(api=api)
+    return app.resolve(event, context)

@@ -4,15 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from lambdas.runtime.entry import require_settings
+from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.adapters.trials_table import DynamoTrials
+from lambdas.domain.vocabulary import TrialStatus
 from lambdas.runtime.observability import logger, metrics, tracer
+from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for, with_settings
+from lambdas.services.cache_resolution import now_iso
+from lambdas.services.ports import Trials
+from lambdas.services.trial_status import set_status
 
 
-@require_settings("LedgerSettings")
+class StatusRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    trial_id: str = Field(min_length=1)
+    status: TrialStatus
+    cause: str | None = Field(default=None, max_length=4000)
+
+
+@per_environment
+def compose() -> Trials:
+    return DynamoTrials(settings_for(LedgerSettings).TRIALS_TABLE)
+
+
+@with_settings(LedgerSettings)
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    from lambdas.tasks.trial_status import set_status
-
-    return set_status(event)
+    request = StatusRequest.model_validate(event)
+    done = set_status(compose(), request.trial_id, request.status, request.cause, now_iso())
+    logger.info("trial status", extra={"trial_id": done.trial_id, "status": done.status, "changed": done.changed})
+    return {"trial_id": done.trial_id, "status": done.status, "changed": done.changed}

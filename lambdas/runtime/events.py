@@ -1,95 +1,14 @@
-"""Parser models for the events the functions receive (EventBridge envelopes from AWS Batch and Amazon S3).
-
-Only the fields the control plane reads are declared; AWS adds fields over time, so unknown ones are ignored.
-Imported lazily by the handlers: the parser models are the heaviest import on the cold path.
-"""
+"""Parser models for the EventBridge envelopes the functions receive (Powertools' ``EventBridgeModel`` around the
+details in ``lambdas.domain.events``)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-
-class KeyValue(_Lenient):
-    name: str
-    value: str = ""
-
-
-class BatchContainer(_Lenient):
-    environment: list[KeyValue] = Field(default_factory=list)
-    exit_code: int | None = Field(default=None, alias="exitCode")
-    reason: str | None = None
-    log_stream_name: str | None = Field(default=None, alias="logStreamName")
-    container_instance_arn: str | None = Field(default=None, alias="containerInstanceArn")
-
-
-class BatchAttempt(_Lenient):
-    container: BatchContainer | None = None
-    started_at_ms: int | None = Field(default=None, alias="startedAt")
-    stopped_at_ms: int | None = Field(default=None, alias="stoppedAt")
-    status_reason: str | None = Field(default=None, alias="statusReason")
-
-
-class NodeRange(_Lenient):
-    target_nodes: str = Field(default="", alias="targetNodes")
-    container: BatchContainer | None = None
-
-
-class NodeProperties(_Lenient):
-    num_nodes: int = Field(default=1, ge=1, alias="numNodes")
-    node_range_properties: list[NodeRange] = Field(default_factory=list, alias="nodeRangeProperties")
-
-
-class BatchJobStateChangeDetail(_Lenient):
-    """`detail` of an EventBridge "Batch Job State Change" event (the job as DescribeJobs would return it)."""
-
-    job_arn: str = Field(alias="jobArn")
-    job_name: str = Field(alias="jobName")
-    job_id: str = Field(alias="jobId", min_length=1)
-    job_queue: str = Field(alias="jobQueue")
-    status: BatchStatus
-    status_reason: str | None = Field(default=None, alias="statusReason")
-    attempts: list[BatchAttempt] = Field(default_factory=list)
-    created_at_ms: int | None = Field(default=None, alias="createdAt")
-    started_at_ms: int | None = Field(default=None, alias="startedAt")
-    stopped_at_ms: int | None = Field(default=None, alias="stoppedAt")
-    job_definition: str = Field(default="", alias="jobDefinition")
-    container: BatchContainer | None = None
-    node_properties: NodeProperties | None = Field(default=None, alias="nodeProperties")
-    tags: dict[str, str] = Field(default_factory=dict)
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in BATCH_TERMINAL
-
-    @property
-    def attempt(self) -> int:
-        """1-based attempt this transition belongs to: Batch lists finished attempts, the current one is next."""
-        finished = len(self.attempts)
-        return max(1, finished if self.terminal else finished + 1)
-
-    @property
-    def nodes(self) -> int:
-        return self.node_properties.num_nodes if self.node_properties else 1
-
-    def environment(self) -> dict[str, str]:
-        """The job's container environment (the main node's for multi-node jobs)."""
-        containers = [self.container] if self.container else []
-        if self.node_properties:
-            containers += [r.container for r in self.node_properties.node_range_properties if r.container]
-        env: dict[str, str] = {}
-        for container in reversed(containers):
-            env.update({kv.name: kv.value for kv in container.environment})
-        return env
+from lambdas.domain.events import BatchJobStateChangeDetail, S3ObjectCreatedDetail
 
 
 class BatchJobStateChangeEvent(EventBridgeModel):
@@ -98,34 +17,7 @@ class BatchJobStateChangeEvent(EventBridgeModel):
     detail: BatchJobStateChangeDetail  # type: ignore[assignment]
 
 
-class S3Bucket(_Lenient):
-    name: str = Field(min_length=3)
-
-
-class S3Object(_Lenient):
-    key: str = Field(min_length=1)
-    size: int = Field(default=0, ge=0)
-    etag: str = Field(default="", alias="etag")
-    version_id: str | None = Field(default=None, alias="version-id")
-    sequencer: str = ""
-
-
-class S3ObjectCreatedDetail(_Lenient):
-    """`detail` of an EventBridge "Object Created" event from Amazon S3."""
-
-    version: str = "0"
-    bucket: S3Bucket
-    object: S3Object
-    request_id: str = Field(default="", alias="request-id")
-    requester: str = ""
-    reason: str | None = None
-
-
 class S3ObjectCreatedEvent(EventBridgeModel):
     detail_type: Literal["Object Created"] = Field(alias="detail-type")  # type: ignore[assignment]
     source: Literal["aws.s3"]  # type: ignore[assignment]
     detail: S3ObjectCreatedDetail  # type: ignore[assignment]
-
-
-def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)

@@ -2,75 +2,52 @@
 
 ``once_per_fact`` wraps a function taking ``fact=<pydantic model with a "key" field>`` with Powertools'
 ``idempotent_function`` keyed on that field (job id + status + attempt; bucket + key + version/etag), results
-stored with ``PydanticSerializer``. The persistence layer (and its boto3 client) is built on first use, not at
-import. The ledger's conditional writes remain the ground truth when a record expires or the layer is disabled.
+stored with ``PydanticSerializer``. A function's composition builds it once per execution environment, with the
+persistence layer on the function's idempotency table and the function's own DynamoDB client (one client per
+service per execution environment). The ledger's conditional writes remain the ground truth
+when a record expires or the layer is disabled (``POWERTOOLS_IDEMPOTENCY_DISABLED``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, get_type_hints
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
+from pydantic import BaseModel
+
+from lambdas.adapters.aws import client
+
 EXPIRES_AFTER_S = 7 * 24 * 3600
-_config: Any = None
-_BUILT: list[list[Callable[..., Any]]] = []  # every decorated function's built wrapper, for reset_idempotency()
+Fact = TypeVar("Fact", bound=BaseModel)
+Result = TypeVar("Result", bound=BaseModel)
 
 
-def _idempotency_config() -> Any:
-    global _config
-    if _config is None:
-        from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
+@dataclass(frozen=True)
+class OncePerFact(Generic[Fact, Result]):
+    """``fn(fact)`` run at most once per ``fact.key`` while its record lives; a repeat returns the stored result."""
 
-        _config = IdempotencyConfig(
-            event_key_jmespath="key", expires_after_seconds=EXPIRES_AFTER_S, raise_on_no_idempotency_key=True
-        )
-    return _config
+    config: IdempotencyConfig
+    run: Callable[..., Result]
 
-
-def reset_idempotency() -> None:
-    """Forget built persistence layers and their clients (the environment they were built for has changed)."""
-    global _config
-    for built in _BUILT:
-        built.clear()
-    _config = None
+    def __call__(self, fact: Fact, context: Any = None) -> Result:
+        if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+            # In-progress records expire with the invocation, so a timed-out attempt can be retried at once.
+            self.config.register_lambda_context(context)
+        return self.run(fact=fact)
 
 
-def register_context(context: Any) -> None:
-    """Let in-progress records expire with the invocation (call once per invocation, before the side effect)."""
-    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-        _idempotency_config().register_lambda_context(context)
-
-
-def once_per_fact(table_name: Callable[[], str]) -> Callable[[F], F]:
-    def decorate(fn: F) -> F:
-        built: list[Callable[..., Any]] = []
-        _BUILT.append(built)
-
-        def wrapper(*, fact: Any) -> Any:
-            if not built:
-                from aws_lambda_powertools.utilities.idempotency import (
-                    DynamoDBPersistenceLayer,
-                    idempotent_function,
-                )
-                from aws_lambda_powertools.utilities.idempotency.serialization.pydantic import PydanticSerializer
-
-                # Resolve the result model here: handler modules use postponed annotations.
-                result_model = get_type_hints(fn)["return"]
-                store = DynamoDBPersistenceLayer(table_name=table_name())
-                built.append(
-                    idempotent_function(
-                        fn,
-                        data_keyword_argument="fact",
-                        persistence_store=store,
-                        config=_idempotency_config(),
-                        output_serializer=PydanticSerializer(model=result_model),
-                    )
-                )
-            return built[0](fact=fact)
-
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        wrapper.__name__ = fn.__name__
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
+def once_per_fact(fn: Callable[..., Result], *, table: str, result: type[Result]) -> OncePerFact[Any, Result]:
+    """``fn`` takes the fact as the keyword ``fact``; its module and name prefix the idempotency key."""
+    config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=EXPIRES_AFTER_S,
+                               raise_on_no_idempotency_key=True)
+    store = DynamoDBPersistenceLayer(table_name=table, boto3_client=client("dynamodb"))
+    run = idempotent_function(fn, data_keyword_argument="fact", persistence_store=store, config=config,
+                              output_serializer=PydanticSerializer(model=result))
+    return OncePerFact(config, run)

@@ -1,7 +1,10 @@
-"""Environment settings, one model per function, validated once at cold start.
+"""Environment settings, one model per function, validated once per execution environment; and the functions'
+compositions, built once per execution environment from them.
 
-A missing or malformed variable fails the first invocation with a message naming the variable and what it must
-hold, instead of a ``KeyError`` deep inside an adapter.
+``@with_settings(Model)`` is the outermost decorator of every handler: a missing or malformed variable fails the
+invocation with a message naming the variable and what it must hold, before anything else runs, instead of a
+``KeyError`` deep inside an adapter. ``@per_environment`` marks a function's composition (its service and the
+adapters it takes), built on the first call and kept for the life of the execution environment.
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import cache, wraps
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -131,17 +135,43 @@ class CostReportSettings(LedgerSettings):
 
 
 S = TypeVar("S", bound=_Settings)
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 _loaded: dict[type[_Settings], _Settings] = {}
+_compositions: list[Any] = []  # every @per_environment function, so reset_settings() can forget what they built
 
 
 def settings_for(model: type[S]) -> S:
-    """The validated settings for this function (read once per container)."""
+    """The validated settings for this function (read once per execution environment)."""
     found = _loaded.get(model)
     if found is None:
         found = _loaded[model] = model.from_env()
     return found  # type: ignore[return-value]
 
 
+def with_settings(model: type[_Settings]) -> Callable[[F], F]:
+    """The outermost handler decorator: validate the function's settings before anything else runs."""
+
+    def decorate(fn: F) -> F:
+        @wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            settings_for(model)
+            return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def per_environment(build: Callable[[], T]) -> Callable[[], T]:
+    """A composition: built by its first call, then the same object for the life of the execution environment."""
+    built = cache(build)
+    _compositions.append(built)
+    return built
+
+
 def reset_settings() -> None:
-    """Forget validated settings (tests change the environment between cases)."""
+    """Forget validated settings and what compositions built from them (tests change the environment)."""
     _loaded.clear()
+    for built in _compositions:
+        built.cache_clear()

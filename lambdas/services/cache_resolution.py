@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lambdas.domain.trial import TrialSpec, split_s3_uri
+from lambdas.domain.compile_cache import cache_key, cache_url
+from lambdas.domain.trial import TrialSpec, parse_trial, split_s3_uri
 from lambdas.domain.vocabulary import TRIAL_ACTIVE
 from lambdas.services.cache_retention import entry_view, expired_entries
 from lambdas.services.ports import CacheRegistry, Objects, Trials
@@ -16,8 +17,6 @@ def now_iso() -> str:
 
 
 def load_spec(artifacts: Objects, spec_uri: str) -> TrialSpec:
-    from lambdas.domain.trial import parse_trial
-
     _bucket, key = split_s3_uri(spec_uri)
     if artifacts.uri(key) != spec_uri:
         raise ValueError(f"spec_uri {spec_uri!r} is outside the artifacts bucket; pass s3://<artifacts>/{key}")
@@ -37,8 +36,6 @@ def resolve(
     cache_bucket: str,
     retry_failed: bool = False,
 ) -> dict[str, Any]:
-    from lambdas.domain.compile_cache import cache_key, cache_url
-
     spec = load_spec(artifacts, spec_uri)
     if spec.trial_id != trial_id:
         raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from lambdas.domain.cost import COMPONENTS
+from lambdas.services.cache_retention import group_stats
+from lambdas.services.ports import CacheRegistry, Ledger, Notifier, Objects, Trials
 
 
 def _zero() -> dict[str, Decimal]:
@@ -61,8 +64,6 @@ def cost_report(
 
 
 def cache_trend(registry_items: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    from lambdas.services.cache_retention import group_stats
-
     return {"groups": group_stats(registry_items)}
 
 
@@ -90,3 +91,32 @@ def render_cost_markdown(report: dict[str, Any]) -> str:
         for g in report.get("compile_cache", {}).get("groups", [])
     ]
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Published:
+    report_uri: str
+    period: str
+    runs: int
+    total_usd: str
+    message_id: str | None
+
+
+def publish_cost_report(*, ledger: Ledger, trials: Trials, registry: CacheRegistry, artifacts: Objects,
+                        notifier: Notifier | None, end: datetime, days: int) -> Published:
+    """The report over the ``days`` before ``end``: JSON and Markdown under reports/cost/<period>/, and a one-line
+    summary to the notifier when there is one."""
+    start = end - timedelta(days=days)
+    period = f"{start:%Y-%m-%d}_{end:%Y-%m-%d}"
+    report = cost_report(ledger.iter_kinds(("cost", "summary")), trials.iter_all(), start=start, end=end,
+                         period=period)
+    report["compile_cache"] = cache_trend(registry.iter_all())
+    artifacts.put_json(f"reports/cost/{period}/report.json", report)
+    artifacts.put_text(f"reports/cost/{period}/report.md", render_cost_markdown(report), "text/markdown")
+    uri = artifacts.uri(f"reports/cost/{period}/report.json")
+    message_id = None
+    if notifier is not None:
+        summary = (f"dualtrack cost {period}: {report['runs']} runs, {report['total']['total_usd']} USD; "
+                   f"rerun share {report['rerun_share']}, compile share {report['compile_share']}. {uri}")
+        message_id = notifier.publish(f"dualtrack cost report {period}", summary)
+    return Published(uri, period, report["runs"], report["total"]["total_usd"], message_id)

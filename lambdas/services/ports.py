@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
+from lambdas.domain.events import BatchJobStateChangeDetail
 from lambdas.domain.ledger import LedgerEntry
 
 
@@ -114,3 +115,21 @@ class RunMetrics(Protocol):
 
     def phases(self, trial_id: str, run: str, attempt: int, start: datetime, end: datetime
                ) -> tuple[dict[str, float], int | None]: ...
+
+
+class BatchJobs(Protocol):
+    """What AWS Batch says about the jobs the workflow submitted."""
+
+    def instance_type(self, job_queue: str) -> str | None:
+        """The one instance type the queue's compute environments allow (None when not pinned to one)."""
+        ...
+
+    def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
+        """The job as DescribeJobs reports it, in the shape of a state-change event's detail."""
+        ...
+
+
+class Notifier(Protocol):
+    def publish(self, subject: str, message: str) -> str:
+        """Send a message; returns its id."""
+        ...

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lambdas.domain import ledger as L
-from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials
-
-if TYPE_CHECKING:
-    from lambdas.domain.prices import PriceTable
+from lambdas.domain.canonical import canonical_json
+from lambdas.domain.cost import compute_run_cost
+from lambdas.domain.events import BatchJobStateChangeDetail
+from lambdas.domain.prices import PriceTable
+from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 
 CHECKPOINT_MANIFEST = re.compile(
     r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
@@ -49,7 +51,8 @@ def identify_job(environment: dict[str, str], tags: dict[str, str], job_name: st
     return JobIdentity(trial, run)
 
 
-def job_facts(identity: JobIdentity, detail: Any, at: Any, instance_type: str | None) -> list[L.LedgerEntry]:
+def job_facts(identity: JobIdentity, detail: BatchJobStateChangeDetail, at: datetime,
+              instance_type: str | None) -> list[L.LedgerEntry]:
     """The ledger facts one Batch job state change carries: the transition, plus every finished attempt."""
     container = detail.container
     exit_code = container.exit_code if container else None
@@ -113,10 +116,34 @@ def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEnt
 class RunSettlement:
     def __init__(
         self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: PriceTable, region: str,
-        metrics: RunMetrics | None = None,
+        metrics: RunMetrics | None = None, jobs: BatchJobs | None = None,
     ) -> None:
         self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
-        self.prices, self.region, self.metrics = prices, region, metrics
+        self.prices, self.region, self.metrics, self.jobs = prices, region, metrics, jobs
+
+    def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
+        """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job)."""
+        identity = identify_job(detail.environment(), detail.tags, detail.job_name)
+        if identity is None:
+            return None
+        instance_type = self.jobs.instance_type(detail.job_queue) if self.jobs and detail.job_queue else None
+        return JobRecorded(identity, self.record(job_facts(identity, detail, at, instance_type)))
+
+    def reconcile_jobs(self, trial_id: str, job_ids: list[str]) -> list[str]:
+        """Record each job's facts from DescribeJobs, so settling never waits on a late EventBridge event. Returns
+        the terminal statuses this call was first to record."""
+        terminal: list[str] = []
+        for job_id in job_ids:
+            detail = self.jobs.describe(job_id) if self.jobs else None
+            if detail is None:
+                continue
+            identity = identify_job(detail.environment(), detail.tags, detail.job_name)
+            if identity is None or identity.trial_id != trial_id:
+                continue
+            recorded = self.record_job_state(detail, detail.changed_at())
+            if recorded is not None and detail.terminal:
+                terminal += [fact.body["status"] for fact in recorded.added if fact.kind == "transition"]
+        return terminal
 
     def record(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
         """Append each fact once; returns the facts this call added (a conditional write decides)."""
@@ -167,8 +194,6 @@ class RunSettlement:
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
         have = {e.body["attempt"] for e in entries if e.kind in ("summary", "metrics")}
-        from datetime import UTC, datetime
-
         ends = [e.body for e in entries if e.kind == "transition"]
         if not ends:
             return []
@@ -205,12 +230,8 @@ class RunSettlement:
             if added:
                 entries = entries + added
                 fold = self.fold(trial_id, run, entries, trial)
-        from lambdas.domain.cost import compute_run_cost
-
         body = L.cost_body(fold, compute_run_cost(fold.usage, self.prices))
         if self.ledger.put_cost(key, body, fold.facts):
-            from lambdas.domain.trial import canonical_json
-
             return Settled(json.loads(canonical_json(body)), entries)
         return Settled(self.ledger.cost(key), entries)
 
@@ -221,3 +242,11 @@ class Settled:
 
     cost: dict[str, Any] | None
     entries: list[L.LedgerEntry]
+
+
+@dataclass(frozen=True)
+class JobRecorded:
+    """A Batch job state change as recorded: whose job it was and the facts that were new to the ledger."""
+
+    identity: JobIdentity
+    added: list[L.LedgerEntry]

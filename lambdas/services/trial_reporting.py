@@ -6,6 +6,8 @@ import re
 from typing import Any
 
 from lambdas.domain.ledger import RUNS, run_key
+from lambdas.domain.report import build_trial_report
+from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.services.ports import Ledger, Objects
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
@@ -29,8 +31,6 @@ def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> tuple[dict[str,
 
 
 def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str) -> dict[str, Any]:
-    from lambdas.domain.report import build_trial_report
-    from lambdas.domain.report_render import render_html, render_markdown
 
     summaries, costs, entries = gather(trial_id, artifacts, ledger)
     report = build_trial_report(spec, summaries, costs, entries, generated_at=generated_at)

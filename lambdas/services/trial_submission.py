@@ -16,16 +16,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lambdas.domain import ledger as L
+from lambdas.domain.cost import compute_run_cost
+from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
+from lambdas.domain.triage import submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
 from lambdas.domain.vocabulary import TRIAL_TERMINAL
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
-
-if TYPE_CHECKING:
-    from lambdas.domain.prices import PriceTable
-    from lambdas.services.run_settlement import RunSettlement
+from lambdas.services.run_progress import run_progress
+from lambdas.services.run_settlement import RunSettlement
 
 
 class SubmissionRefused(Exception):
@@ -123,8 +124,6 @@ def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucke
 
 def preflight(spec: TrialSpec, prices: PriceTable, region: str) -> tuple[Any, dict[str, str]]:
     """Triage and the worst-case ceiling; raises SubmissionRefused when the trial must not start."""
-    from lambdas.domain.prices import PriceMissing, worst_case_usd
-    from lambdas.domain.triage import submission_refusal, triage
 
     result = triage(spec)
     refusal = submission_refusal(spec, result)
@@ -250,8 +249,6 @@ def trial_status(
     item = trials.get(trial_id)
     if item is None:
         raise TrialNotFound(trial_id)
-    from lambdas.domain.cost import compute_run_cost
-    from lambdas.services.run_progress import run_progress
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
@@ -259,7 +256,7 @@ def trial_status(
         entries = ledger.entries(L.run_key(trial_id, run))
         if not entries:
             continue
-        fold = settlement.fold(trial_id, run)
+        fold = settlement.fold(trial_id, run, entries, item)
         stored = ledger.cost(L.run_key(trial_id, run))
         cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
         latest = max((e for e in entries if e.kind == "transition"), key=lambda e: e.body["at"], default=None)

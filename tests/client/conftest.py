@@ -42,8 +42,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
-        from lambdas.adapters import wiring
-        from lambdas.runtime.settings import reset_settings
+        from lambdas.runtime.composition import reset_environment
 
         ddb = boto3.client("dynamodb", region_name=REGION)
         _table(ddb, "trials", "trial_id")
@@ -61,11 +60,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             definition=json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Pass", "End": True}}}),
         )["stateMachineArn"]
         monkeypatch.setenv("STATE_MACHINE_ARN", machine)
-        reset_settings()
-        wiring.reset()
+        reset_environment()
         yield {"ddb": ddb, "s3": s3, "sfn": sfn, "state_machine": machine}
-        reset_settings()
-        wiring.reset()
+        reset_environment()
 
 
 def real_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -134,7 +134,7 @@ def test_watch_polls_until_a_terminal_state(served: Any, trial_file: Any, cli: A
     from dualtrack.client.api import TrialApi
     from dualtrack.client.http import SignedClient
     from dualtrack.commands.watch import watch
-    from lambdas.adapters import wiring
+    from lambdas.handlers import on_trial_api
 
     _, out, _ = submit(cli, served.url, trial_file(), "--yes", "--json")
     trial_id = json.loads(out)["trial"]["trial_id"]
@@ -143,7 +143,7 @@ def test_watch_polls_until_a_terminal_state(served: Any, trial_file: Any, cli: A
 
     def advance(seconds: float) -> None:
         sleeps.append(seconds)
-        wiring.trials().update(trial_id, status=next(states))
+        on_trial_api.compose().trials.update(trial_id, status=next(states))
 
     written: list[str] = []
     api = TrialApi(SignedClient(served.url, "us-east-1", served.credentials))

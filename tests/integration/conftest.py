@@ -64,9 +64,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("POWERTOOLS_IDEMPOTENCY_DISABLED", raising=False)
     with mock_aws():
-        from lambdas.adapters import wiring
-        from lambdas.runtime import idempotency
-        from lambdas.runtime.settings import reset_settings
+        from lambdas.runtime.composition import reset_environment
 
         ddb = boto3.client("dynamodb", region_name=REGION)
         _table(ddb, "trials", "trial_id")
@@ -87,13 +85,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.setenv("STATE_MACHINE_ARN", machine)
         topic = boto3.client("sns", region_name=REGION).create_topic(Name="cost-reports")["TopicArn"]
         monkeypatch.setenv("REPORT_TOPIC_ARN", topic)
-        reset_settings()
-        wiring.reset()
-        idempotency._config = None
+        reset_environment()
         yield {"ddb": ddb, "s3": s3, "sfn": sfn, "state_machine": machine, "topic": topic}
-        reset_settings()
-        wiring.reset()
-        idempotency._config = None
+        reset_environment()
 
 
 @pytest.fixture

@@ -71,13 +71,16 @@ def test_cost_step_counts_outcomes_it_reconciles_first_and_publishes_the_trial_c
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from lambdas.adapters import batch_jobs
+    from lambdas.domain.events import BatchJobStateChangeDetail
     from lambdas.handlers.close_trial_costs import handler as close
     from lambdas.handlers.on_batch_job_state import handler as on_batch
 
     _, events = scenario(aws, example)
     succeeded = next(event for kind, event in events if kind == "batch" and event["detail"]["status"] == "SUCCEEDED")
     # DescribeJobs answers before EventBridge delivers the terminal event (the seam the cost step reads through).
-    monkeypatch.setattr(batch_jobs, "job_state_event", lambda job_id: succeeded if job_id == "job-trn2-1" else None)
+    detail = BatchJobStateChangeDetail.model_validate(succeeded["detail"])
+    monkeypatch.setattr(batch_jobs.BatchJobsApi, "describe",
+                        lambda _, job_id: detail if job_id == "job-trn2-1" else None)
     deliver([e for e in events if e[1] is not succeeded])
     capsys.readouterr()
     out = close({"trial_id": succeeded["detail"]["jobName"].removesuffix("-trn2"),

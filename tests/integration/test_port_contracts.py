@@ -22,10 +22,12 @@ Make = Callable[[], Any]
 
 
 def _aws(name: str) -> Make:
-    def make() -> Any:
-        from lambdas.adapters import wiring
+    """The adapter as a deployed function composes it (the API function holds one of each)."""
 
-        return getattr(wiring, name)()
+    def make() -> Any:
+        from lambdas.handlers.on_trial_api import compose
+
+        return getattr(compose(), name)
 
     return make
 

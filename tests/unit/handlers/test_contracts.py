@@ -38,17 +38,14 @@ def test_settings_name_the_missing_variable() -> None:
 
 
 def test_every_handler_imports_without_environment_or_clients() -> None:
-    # Cold start: a handler module loads the Powertools runtime and nothing else of weight; the AWS SDK, pydantic's
-    # model machinery, the API resolver and the function's task load on the first invocation.
-    deferred = ["boto3", "botocore.client", "pydantic.main", "lambdas.tasks", "lambdas.runtime.settings",
-                "aws_lambda_powertools.event_handler", "aws_lambda_powertools.utilities.idempotency"]
+    # INIT needs no environment and makes no AWS call: settings are validated on the first invocation, and the
+    # composition (adapters and their boto3 clients) is built then, once per execution environment.
     code = (
-        "import sys, importlib\n"
+        "import importlib\n"
         f"for name in {HANDLERS!r}:\n"
         "    module = importlib.import_module('lambdas.handlers.' + name)\n"
         "    assert callable(module.handler), name\n"
-        f"    loaded = [m for m in {deferred!r} if m in sys.modules]\n"
-        "    assert not loaded, f'{name} imports {loaded} at cold start'\n"
+        "    assert module.compose.cache_info().currsize == 0, name\n"
         "from lambdas.adapters import aws\n"
         "assert aws.client.cache_info().currsize == 0\n"
     )
@@ -67,12 +64,17 @@ def test_every_handler_imports_without_environment_or_clients() -> None:
     }
 
 
-def test_every_settings_name_a_handler_may_require_is_a_settings_model() -> None:
-    from typing import get_args
+@pytest.mark.parametrize("name", HANDLERS)
+def test_every_handler_checks_its_settings_before_anything_else(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
 
-    from lambdas.runtime import settings
-    from lambdas.runtime.entry import SettingsName
+    from lambdas.runtime.composition import reset_environment
+    from lambdas.runtime.settings import SettingsInvalid
 
-    for name in get_args(SettingsName):
-        model = getattr(settings, name)
-        assert issubclass(model, settings._Settings), name
+    for variable in ("LEDGER_TABLE", "TRIALS_TABLE", "ARTIFACTS_BUCKET"):
+        monkeypatch.delenv(variable, raising=False)
+    reset_environment()
+    module = importlib.import_module(f"lambdas.handlers.{name}")
+    with pytest.raises(SettingsInvalid, match=r"LEDGER_TABLE: .*DynamoDB ledger table"):
+        module.handler({}, None)
+    assert module.compose.cache_info().currsize == 0

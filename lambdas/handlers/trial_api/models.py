@@ -1,0 +1,114 @@
+"""Request and response bodies of the trial API, as the OpenAPI document describes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Problem(BaseModel):
+    path: str = Field(description="where in the request: a dotted field path, a header, or empty for the whole")
+    message: str = Field(description="what is wrong and how to fix it")
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers: a sentence, and the problems one by one."""
+
+    message: str
+    errors: list[Problem] = Field(default_factory=list)
+
+
+class CancelBody(BaseModel):
+    reason: str = Field(default="cancelled through the API", max_length=1000)
+
+
+class TrialView(BaseModel):
+    trial_id: str = Field(description="name-hash: the same trial submitted twice has the same id")
+    name: str | None = None
+    owner: str | None = None
+    status: str | None = Field(default=None, description="SUBMITTING, SUBMITTED, then a terminal status")
+    spec_hash: str | None = None
+    spec_uri: str | None = Field(default=None, description="the frozen spec in the artifacts bucket")
+    execution_arn: str | None = None
+    created_at: str | None = None
+    triage: dict[str, Any] | None = Field(default=None, description="route, scenario, scores, reasons and risks")
+    worst_case_usd: dict[str, str] | None = Field(default=None, description="worst case per track, USD")
+    status_url: str
+
+
+class Submission(TrialView):
+    already_submitted: bool = Field(default=False, description="true when this body had been submitted before")
+
+
+class TrialSummary(BaseModel):
+    trial_id: str
+    name: str | None = None
+    owner: str | None = None
+    status: str | None = None
+    created_at: str | None = None
+
+
+class TrialPage(BaseModel):
+    trials: list[TrialSummary]
+    next_token: str | None = Field(default=None, description="pass as next_token for the next page; null at the end")
+
+
+class RunStatus(BaseModel):
+    status: str = Field(description="the run's Batch status, or its terminal status once it has one")
+    step: int | None = Field(default=None, description="global step reached")
+    loss: float | None = None
+    attempt: int | None = None
+    progress_source: str | None = Field(default=None, description="summary, metrics or checkpoint")
+    progress_error: str | None = None
+    attempts: list[dict[str, Any]] = Field(description="per attempt: instance, nodes, seconds by phase, outcome")
+    cost: dict[str, Any] = Field(description="USD by component (strings), with total_usd")
+    cost_final: bool = Field(description="true once the run's cost is closed over all its facts")
+
+
+class TrialStatus(TrialView):
+    max_steps: int | None = None
+    status_cause: str | None = None
+    runs: dict[str, RunStatus] = Field(description="per run: gpu, trn2, gpu-fallback")
+    total_usd: str
+
+
+class ReportLinks(BaseModel):
+    report_uri: str
+    url: str = Field(description="presigned GET of report.json")
+    html_url: str = Field(description="presigned GET of report.html")
+    expires_in_s: int
+    verdict: str | None = None
+
+
+class Cancelled(BaseModel):
+    trial_id: str
+    status: str
+    execution_status: str | None = Field(default=None, description="the workflow execution's status after stopping")
+    changed: bool = Field(description="false when the trial had already finished")
+
+
+class CacheEntry(BaseModel):
+    cache_key: str
+    prefix: str | None = None
+    model: str | None = None
+    compiler_version: str | None = None
+    status: str = Field(description="new, ready, failed or retry_requested")
+    hits: int
+    misses: int
+    failures: int
+    hit_rate: float | None = None
+    first_compile_s: float | None = None
+    saved_compile_s: float = Field(description="compile seconds hits saved against the first compile")
+    size_bytes: int
+    objects: int
+    failure_reason: str | None = None
+    retry_requested: bool
+    last_used_at: str | None = None
+    created_at: str | None = None
+    components: dict[str, Any] | None = Field(default=None, description="what the cache key was computed from")
+
+
+class CompileCacheView(BaseModel):
+    entries: list[CacheEntry]
+    groups: list[dict[str, Any]] = Field(description="per model and compiler version: entries, hit rate, savings")

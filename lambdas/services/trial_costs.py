@@ -1,0 +1,37 @@
+"""Closing a trial's costs after its tracks: every run's cost from its ledger, and the trial's total."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from lambdas.domain.cost import compute_run_cost
+from lambdas.services.run_settlement import RunSettlement
+
+
+@dataclass(frozen=True)
+class ClosedCosts:
+    trial_id: str
+    runs: dict[str, dict[str, Any]]  # run -> its cost, with "complete": False while a terminal event is missing
+    total_usd: Decimal
+    new_terminal_statuses: list[str]  # terminal transitions this call was first to record (from DescribeJobs)
+
+
+def close_trial_costs(settlement: RunSettlement, trial_id: str, runs: list[str], job_ids: list[str]) -> ClosedCosts:
+    """Reconcile the jobs the workflow ran with DescribeJobs, then settle each run (collecting what the trainer
+    left in S3). A run whose terminal event has not arrived yet is priced from what is known, marked incomplete."""
+    terminal = settlement.reconcile_jobs(trial_id, job_ids)
+    closed: dict[str, dict[str, Any]] = {}
+    total = Decimal(0)
+    for run in runs:
+        settled = settlement.settle_run(trial_id, run, collect=True)
+        stored = settled.cost
+        if stored is None:
+            # Terminal events can trail the workflow by seconds: price what is known and say it is provisional.
+            fold = settlement.fold(trial_id, run, settled.entries)
+            stored = {"cost": compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json"),
+                      "complete": False}
+        closed[run] = {**stored["cost"], "complete": bool(stored.get("complete"))}
+        total += Decimal(str(stored["cost"]["total_usd"]))
+    return ClosedCosts(trial_id, closed, total, terminal)
