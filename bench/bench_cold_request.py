@@ -37,7 +37,8 @@ ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE
        "JOB_TARGETS": json.dumps({track: {instance: {"queue": f"bench-{track}", "single_node": f"bench-{track}-single",
                                                      "multi_node": {}}}
                                   for track, instance in (("gpu", "p5.48xlarge"), ("trn2", "trn2.48xlarge"))}),
-       "DATA_BUCKETS": "example-datasets", "ATTEMPT_TIMEOUT_S": "86400"}
+       "DATA_BUCKETS": "example-datasets", "ATTEMPT_TIMEOUT_S": "86400",
+       "PYDANTIC_DISABLE_PLUGINS": "__all__"}  # as infra/constructs/functions.py sets it for every function
 
 # The child: INIT (import) and the first invocation, timed together; the AWS calls it made recorded for the bare
 # side. ``record`` is off when timing (recording costs a little).

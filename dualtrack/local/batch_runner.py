@@ -38,10 +38,11 @@ from typing import Any
 
 import psutil
 
+from dualtrack.local.moto_shims import attempt_duration_s, job_status
+
 ROOT = Path(__file__).resolve().parents[2]
 ESSENTIAL_EXITED = "Essential container in task exited"
 TIMED_OUT = "Job attempt duration exceeded timeout"
-MIN_ATTEMPT_DURATION_S = 60
 INSUFFICIENT_CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
 # https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_capacity.html
 CAPACITY_STATUS = INSUFFICIENT_CAPACITY + " - Service cannot fulfill the capacity requested for instance type [{}]"
@@ -57,46 +58,6 @@ TIME_LIMIT_REASONS = (INSUFFICIENT_CAPACITY, "MISCONFIGURATION:COMPUTE_ENVIRONME
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 EventSink = Callable[[dict[str, Any]], None]
-
-
-class BatchClientError(ValueError):
-    """A request AWS Batch refuses with ``ClientException`` (raised where the local runtime makes the request)."""
-
-
-# ---- what Batch accepts ---------------------------------------------------------------------------------------
-def timeout_problem(timeout: Mapping[str, Any] | None) -> str | None:
-    """Why Batch refuses this ``timeout`` (SubmitJob or RegisterJobDefinition), or None.
-
-    https://docs.aws.amazon.com/batch/latest/APIReference/API_JobTimeout.html: "The minimum value for the timeout is
-    60 seconds." The message is ours: the service's exact wording is not documented.
-    """
-    if not timeout or timeout.get("attemptDurationSeconds") is None:
-        return None
-    seconds = int(timeout["attemptDurationSeconds"])
-    if seconds < MIN_ATTEMPT_DURATION_S:
-        return (f"timeout.attemptDurationSeconds is {seconds}; the minimum value for the timeout is "
-                f"{MIN_ATTEMPT_DURATION_S} seconds")
-    return None
-
-
-def time_limit_actions_problem(actions: Sequence[Mapping[str, Any]] | None) -> str | None:
-    """Why CreateJobQueue refuses these ``jobStateTimeLimitActions``, or None.
-
-    https://docs.aws.amazon.com/batch/latest/APIReference/API_JobStateTimeLimitAction.html: state RUNNABLE,
-    action CANCEL (ECS compute environments), maxTimeSeconds 600..86400, reason required.
-    """
-    for index, action in enumerate(actions or []):
-        where = f"jobStateTimeLimitActions[{index}]"
-        missing = [k for k in ("reason", "state", "action", "maxTimeSeconds") if action.get(k) in (None, "")]
-        if missing:
-            return f"{where}: {', '.join(missing)} must be provided"
-        if action["state"] != "RUNNABLE":
-            return f"{where}.state {action['state']!r} must be RUNNABLE"
-        if action["action"] != "CANCEL":
-            return f"{where}.action {action['action']!r} must be CANCEL for an ECS compute environment"
-        if not 600 <= int(action["maxTimeSeconds"]) <= 86400:
-            return f"{where}.maxTimeSeconds {action['maxTimeSeconds']} must be between 600 and 86400"
-    return None
 
 
 def evaluate_on_exit(rules: list[Mapping[str, str]], exit_code: int | None, status_reason: str,
@@ -370,7 +331,6 @@ class _Node:
     env: dict[str, str]
 
 
-_submission = threading.local()  # SubmitJob's fields moto drops, handed from the request to LocalBatch.start
 
 
 @dataclass
@@ -413,92 +373,19 @@ class LocalBatch:
     _submissions: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    # ---- moto integration ---------------------------------------------------------------------------------
+    # ---- the runner moto_shims drives --------------------------------------------------------------------
     @contextlib.contextmanager
     def install(self) -> Iterator[LocalBatch]:
-        """Own the jobs' statuses while the block runs; pass this runner to ``moto_shims(batch=...)``."""
-        from moto.batch.models import Job
-        from moto.batch.responses import BatchResponse
-        from moto.moto_api import state_manager
-
-        original = Job._get_container_property
-        originals = {name: getattr(BatchResponse, name)
-                     for name in ("submitjob", "registerjobdefinition", "createjobqueue")}
-
-        def container_property(job: Any, name: str, default: Any) -> Any:
-            # moto appends AWS_BATCH_JOB_ID to the submitted overrides on every DescribeJobs; with Step Functions
-            # polling a running job that list (and every describe) grows without bound. Describe a copy instead.
-            overrides = job.container_overrides.get("environment")
-            if name != "environment" or overrides is None:
-                return original(job, name, default)
-            job.container_overrides["environment"] = list(overrides)
-            try:
-                return original(job, name, default)
-            finally:
-                job.container_overrides["environment"] = overrides
-
-        # Statuses are ours to set: stop moto advancing them on every DescribeJobs.
-        state_manager.set_transition("batch::job", {"progression": "manual", "times": 10**9})
-        Job._get_container_property = container_property  # type: ignore[method-assign,assignment]
-        setattr(BatchResponse, "submitjob", self._submit_response(originals["submitjob"]))  # noqa: B010
-        setattr(BatchResponse, "registerjobdefinition",  # noqa: B010
-                self._register_response(originals["registerjobdefinition"]))
-        setattr(BatchResponse, "createjobqueue", self._queue_response(originals["createjobqueue"]))  # noqa: B010
+        """Run jobs while the block runs (pass this runner to ``moto_shims(batch=...)``, which owns every moto
+        seam); every job still running when it ends is stopped."""
         try:
             yield self
         finally:
-            Job._get_container_property = original  # type: ignore[method-assign]
-            for name, method in originals.items():
-                setattr(BatchResponse, name, method)
-            state_manager.unset_transition("batch::job")
             self.stop_all("rehearsal stopped")
 
-    @staticmethod
-    def _submit_response(original: Callable[[Any], str]) -> Callable[[Any], str]:
-        # moto's SubmitJob keeps `timeout` on the Job but drops `retryStrategy` and `nodeOverrides`; they are
-        # handed to start() (called synchronously inside the request) through a thread-local.
-        def submitjob(response: Any) -> str:
-            from moto.batch.exceptions import ClientException
-
-            problem = timeout_problem(response._get_param("timeout"))
-            if problem:
-                raise ClientException(problem)
-            _submission.fields = {"retryStrategy": response._get_param("retryStrategy"),
-                                  "nodeOverrides": response._get_param("nodeOverrides")}
-            try:
-                return original(response)
-            finally:
-                _submission.fields = None
-
-        return submitjob
-
-    @staticmethod
-    def _register_response(original: Callable[[Any], str]) -> Callable[[Any], str]:
-        def registerjobdefinition(response: Any) -> str:
-            from moto.batch.exceptions import ClientException
-
-            problem = timeout_problem(response._get_param("timeout"))
-            if problem:
-                raise ClientException(problem)
-            return original(response)
-
-        return registerjobdefinition
-
-    def _queue_response(self, original: Callable[[Any], str]) -> Callable[[Any], str]:
-        # moto's CreateJobQueue ignores jobStateTimeLimitActions; this runner keeps them by queue name.
-        def createjobqueue(response: Any) -> str:
-            from moto.batch.exceptions import ClientException
-
-            actions = response._get_param("jobStateTimeLimitActions")
-            problem = time_limit_actions_problem(actions)
-            if problem:
-                raise ClientException(problem)
-            result = original(response)
-            if actions:
-                self.state_time_limit_actions[response._get_param("jobQueueName")] = list(actions)
-            return result
-
-        return createjobqueue
+    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None:
+        if time_limit_actions:
+            self.state_time_limit_actions[name] = list(time_limit_actions)
 
     def terminate(self, job: Any, reason: str) -> None:
         """TerminateJob: moto has set ``job.stop``; stop the attempt's processes, every node's, now (SIGTERM, then
@@ -510,10 +397,9 @@ class LocalBatch:
         if procs:
             threading.Thread(target=stop_nodes, args=(procs, self.terminate_grace_s), daemon=True).start()
 
-    def start(self, job: Any) -> None:
-        fields = getattr(_submission, "fields", None)
+    def start(self, job: Any, submitted: dict[str, Any]) -> None:
         with self._lock:
-            self._submissions[job.job_id] = dict(fields or {})
+            self._submissions[job.job_id] = dict(submitted)
         thread = threading.Thread(target=self._run_job, args=(job,), name=f"batch-{job.job_name}", daemon=True)
         with self._lock:
             self._threads.append(thread)
@@ -541,7 +427,7 @@ class LocalBatch:
 
     def _event(self, job: Any) -> dict[str, Any]:
         detail = job.describe()
-        detail["status"] = job._status
+        detail["status"] = job_status(job)
         detail["attempts"] = [dict(a) for a in job.attempts]
         if job.job_started_at.year > 1970:
             detail["startedAt"] = _ms(job.job_started_at)
@@ -804,7 +690,7 @@ class LocalBatch:
             with self._lock:
                 self._procs[job.job_id] = list(procs.values())
             proc = procs[main]
-            duration = job._get_attempt_duration()  # the submission's timeout, else the definition's (moto keeps both)
+            duration = attempt_duration_s(job)
             deadline = None if duration is None else time.monotonic() + int(duration) / self.time_scale
             timed_out, reported = threading.Event(), set[int]()
             watcher = threading.Thread(target=self._watch,

@@ -1,16 +1,16 @@
 """Deliver EventBridge events to Lambda targets in-process, asynchronously, with retries and a DLQ.
 
 moto's EventBridge matches events against rules (the synthesized rules' real patterns) but does not deliver to
-Lambda targets. :class:`EventRouter` wraps moto's ``Rule.send_to_targets``: moto still delivers to the targets it
-supports, and each Lambda target gets the event through a queue drained by a worker thread, as EventBridge invokes
-Lambdas asynchronously. A handler that raises is retried (``RetryPolicy.MaximumRetryAttempts``) and then sent to the
-target's dead-letter queue, so a failing handler neither loses the event nor blocks the publisher.
+Lambda targets. :class:`EventRouter` takes them from ``moto_shims.deliver_rule_targets``: moto still delivers to
+the targets it supports, and each Lambda target gets the event through a queue drained by a worker thread, as
+EventBridge invokes Lambdas asynchronously. A handler that raises is retried (``RetryPolicy.MaximumRetryAttempts``)
+and then sent to the target's dead-letter queue, so a failing handler neither loses the event nor blocks the
+publisher.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import queue
 import threading
@@ -18,11 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from dualtrack.local.moto_shims import deliver_rule_targets
+
 Invoke = Callable[[str, dict[str, Any]], Any]  # (function ARN, event) -> handler result
-
-
-def _is_lambda(arn: str) -> bool:
-    return ":lambda:" in arn and ":function:" in arn
 
 
 @dataclass
@@ -49,42 +47,27 @@ class EventRouter:
 
     @contextlib.contextmanager
     def install(self) -> Iterator[EventRouter]:
-        from moto.events.models import Rule
-
-        original = Rule.send_to_targets
-        router = self
-
-        def send_to_targets(rule: Any, original_event: dict[str, Any], transform_input: bool = True) -> None:
-            lambdas = [t for t in rule.targets if _is_lambda(str(t["Arn"]))]
-            if len(lambdas) < len(rule.targets):
-                # moto raises on target types it cannot deliver to, so it only sees the ones it can.
-                others = copy.copy(rule)
-                others.targets = [t for t in rule.targets if not _is_lambda(str(t["Arn"]))]
-                original(others, original_event, transform_input)  # type: ignore[arg-type]
-            # A scheduled rule has no pattern (which moto would match to every event) and fires only on its
-            # schedule, never for an event on the bus.
-            if not lambdas or rule.scheduled_expression or not rule.event_pattern.matches_event(original_event):
-                return
-            for target in lambdas:
-                router.submit(Delivery(
-                    rule=rule.name, function_arn=str(target["Arn"]),
-                    event=json.loads(json.dumps(original_event, default=str)),
-                    max_retries=int((target.get("RetryPolicy") or {}).get("MaximumRetryAttempts", 2)),
-                    dlq_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
-                ))
-
-        Rule.send_to_targets = send_to_targets  # type: ignore[method-assign,assignment]
         self._threads = [threading.Thread(target=self._drain, name=f"eventbridge-lambda-{i}", daemon=True)
                          for i in range(self.workers)]
         for thread in self._threads:
             thread.start()
         try:
-            yield self
+            with deliver_rule_targets(self.route):
+                yield self
         finally:
             self.join()
             for _ in self._threads:
                 self._queue.put(None)
-            Rule.send_to_targets = original  # type: ignore[method-assign]
+
+    def route(self, rule: str, targets: list[dict[str, Any]], event: dict[str, Any]) -> None:
+        """A rule matched ``event``: queue it for each of the rule's Lambda targets, with the target's retry
+        policy and dead-letter queue."""
+        for target in targets:
+            self.submit(Delivery(
+                rule=rule, function_arn=str(target["Arn"]), event=json.loads(json.dumps(event, default=str)),
+                max_retries=int((target.get("RetryPolicy") or {}).get("MaximumRetryAttempts", 2)),
+                dlq_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
+            ))
 
     def submit(self, delivery: Delivery) -> None:
         with self._idle:

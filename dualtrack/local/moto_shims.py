@@ -14,6 +14,19 @@ Use ``with moto_shims(lambdas=..., batch=...):`` inside an active ``mock_aws(con
   thread); ``TerminateJob`` on a job that is still running ends it FAILED, as AWS Batch does.
 * **Stopping an execution** - Step Functions terminates the Batch job of a running ``submitJob.sync`` state when
   the execution is stopped; moto only stops polling. The shim calls ``TerminateJob`` for that job.
+* **Batch requests AWS refuses** - moto accepts a job timeout under 60 seconds (SubmitJob, RegisterJobDefinition)
+  and any ``jobStateTimeLimitActions`` (CreateJobQueue); the shim refuses them with ``ClientException`` as Batch
+  does. moto drops SubmitJob's ``retryStrategy`` and ``nodeOverrides`` and CreateJobQueue's time-limit actions;
+  the shim hands them to the runner (``start(job, submitted)``, ``queue_created``).
+* **DescribeJobs** - describes a copy of the submitted environment overrides: moto appends ``AWS_BATCH_JOB_ID`` to
+  the job's own list on every describe, so it grows without bound while Step Functions polls a running job.
+* **EventBridge Lambda targets** - moto matches events against rules but cannot deliver to a Lambda target
+  without Docker, and matches a scheduled rule (no pattern) to every event on the bus. ``deliver_rule_targets``
+  hands each matching Lambda target to the caller (the local event router) and leaves the others to moto.
+
+What the local runtime reads or resets in moto's own state is here too: ``emit_service_event`` (AWS services put
+their events on the default bus; PutEvents refuses ``aws.*`` sources to callers, so they go through moto's events
+backend), ``lambda_function``, ``moto_settings`` and ``reset_moto``.
 
 ``tests/infra/test_moto_shims.py`` checks each gap still exists in plain moto, so a moto upgrade that closes one
 fails a test that names the patch to delete.
@@ -21,9 +34,9 @@ fails a test that names the patch to delete.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
-import os
 import threading
 import time
 import traceback
@@ -33,6 +46,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
+from dualtrack.local.environment import overlay
 from lambdas.domain.vocabulary import SIGTERM_EXIT_CODE
 
 MOTO_CONFIG: dict[str, Any] = {
@@ -139,22 +154,8 @@ class InProcessLambdas:
         self.calls.append((function.handler, event))
         if not self._apply_environment:  # the caller set one environment for every function: run concurrently
             return handler(event, context)
-        with _ENV_LOCK, _environment(function.environment_vars):
+        with _ENV_LOCK, overlay(function.environment_vars):
             return handler(event, context)
-
-
-@contextmanager
-def _environment(variables: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update({name: str(value) for name, value in variables.items()})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _lambda_invoke(invoker: Callable[[Any, Any], Any]) -> Callable[..., bytes]:
@@ -176,11 +177,15 @@ def _lambda_invoke(invoker: Callable[[Any, Any], Any]) -> Callable[..., bytes]:
 # ---- 3. Batch jobs decided by a runner ----------------------------------------------------------------------
 class BatchJobRunner(Protocol):
     """Decides what a submitted moto Batch job does. ``start`` must return quickly; end the job with
-    :func:`finish_job` now or from another thread. ``terminate`` is called for TerminateJob on a running job."""
+    :func:`finish_job` now or from another thread. ``submitted`` holds the SubmitJob fields moto drops
+    (``retryStrategy``, ``nodeOverrides``). ``terminate`` is called for TerminateJob on a running job;
+    ``queue_created`` for CreateJobQueue, with the ``jobStateTimeLimitActions`` moto drops."""
 
-    def start(self, job: Any) -> None: ...
+    def start(self, job: Any, submitted: dict[str, Any]) -> None: ...
 
     def terminate(self, job: Any, reason: str) -> None: ...
+
+    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None: ...
 
 
 def job_environment(job: Any) -> dict[str, str]:
@@ -198,6 +203,17 @@ def start_attempt(job: Any) -> None:
     job.log_stream_name = job._stream_name
     job._start_attempt()
     job.status = "RUNNING"
+
+
+def job_status(job: Any) -> str:
+    """The status a runner set, read without moto's ``ManagedState`` property (which may advance it on read)."""
+    return str(job._status)
+
+
+def attempt_duration_s(job: Any) -> int | None:
+    """The attempt timeout in seconds: the submission's, else the job definition's (moto keeps both)."""
+    duration = job._get_attempt_duration()
+    return None if duration is None else int(duration)
 
 
 def finish_job(job: Any, *, exit_code: int, reason: str | None = None) -> None:
@@ -223,7 +239,7 @@ class ScriptedJobs:
     submitted: list[Any] = field(default_factory=list)
     terminated: list[tuple[str, str]] = field(default_factory=list)
 
-    def start(self, job: Any) -> None:
+    def start(self, job: Any, submitted: dict[str, Any]) -> None:
         self.submitted.append(job)
         start_attempt(job)
         code = self.exit_codes.get(job_environment(job).get("DUALTRACK_RUN", ""), 0)
@@ -234,6 +250,9 @@ class ScriptedJobs:
         self.terminated.append((job.job_id, reason))
         finish_job(job, exit_code=SIGTERM_EXIT_CODE, reason=reason)
 
+    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None:
+        pass
+
     def runs(self) -> list[str]:
         return [job_environment(job).get("DUALTRACK_RUN", "") for job in self.submitted]
 
@@ -241,9 +260,143 @@ class ScriptedJobs:
 def _mark_job_as_finished(runner: BatchJobRunner) -> Callable[..., None]:
     def mark(self: Any, include_start_attempt: bool, job: Any) -> None:
         self.backend._jobs[job.job_id] = job
-        runner.start(job)
+        runner.start(job, dict(getattr(_submitted, "fields", None) or {}))
 
     return mark
+
+
+# ---- 5. Batch requests: what AWS refuses, and the fields moto drops ------------------------------------------
+_submitted = threading.local()  # SubmitJob's fields moto drops, from the request to runner.start (same thread)
+
+
+def _refuse(problem: str | None) -> None:
+    if problem:
+        from moto.batch.exceptions import ClientException
+
+        raise ClientException(problem)
+
+
+def _submit_job(original: Callable[[Any], str]) -> Callable[[Any], str]:
+    def submitjob(response: Any) -> str:
+        _refuse(timeout_problem(response._get_param("timeout")))
+        _submitted.fields = {"retryStrategy": response._get_param("retryStrategy"),
+                             "nodeOverrides": response._get_param("nodeOverrides")}
+        try:
+            return original(response)
+        finally:
+            _submitted.fields = None
+
+    return submitjob
+
+
+def _register_job_definition(original: Callable[[Any], str]) -> Callable[[Any], str]:
+    def registerjobdefinition(response: Any) -> str:
+        _refuse(timeout_problem(response._get_param("timeout")))
+        return original(response)
+
+    return registerjobdefinition
+
+
+def _create_job_queue(original: Callable[[Any], str], runner: BatchJobRunner) -> Callable[[Any], str]:
+    def createjobqueue(response: Any) -> str:
+        actions = response._get_param("jobStateTimeLimitActions")
+        _refuse(time_limit_actions_problem(actions))
+        result = original(response)
+        runner.queue_created(response._get_param("jobQueueName"), list(actions or []))
+        return result
+
+    return createjobqueue
+
+
+# ---- 6. DescribeJobs describes a copy of the overrides -------------------------------------------------------
+def _container_property(original: Callable[..., Any]) -> Callable[..., Any]:
+    def container_property(job: Any, name: str, default: Any) -> Any:
+        # moto appends AWS_BATCH_JOB_ID to the submitted overrides on every DescribeJobs; with Step Functions
+        # polling a running job that list (and every describe) grows without bound. Describe a copy instead.
+        overrides = job.container_overrides.get("environment")
+        if name != "environment" or overrides is None:
+            return original(job, name, default)
+        job.container_overrides["environment"] = list(overrides)
+        try:
+            return original(job, name, default)
+        finally:
+            job.container_overrides["environment"] = overrides
+
+    return container_property
+
+
+# ---- 7. EventBridge rules' Lambda targets --------------------------------------------------------------------
+RuleTargets = Callable[[str, list[dict[str, Any]], dict[str, Any]], None]
+
+
+def _is_lambda(arn: str) -> bool:
+    return ":lambda:" in arn and ":function:" in arn
+
+
+def _send_to_targets(original: Callable[..., None], deliver: RuleTargets) -> Callable[..., None]:
+    def send_to_targets(rule: Any, original_event: dict[str, Any], transform_input: bool = True) -> None:
+        lambdas = [t for t in rule.targets if _is_lambda(str(t["Arn"]))]
+        if len(lambdas) < len(rule.targets):
+            # moto raises on target types it cannot deliver to, so it only sees the ones it can.
+            others = copy.copy(rule)
+            others.targets = [t for t in rule.targets if not _is_lambda(str(t["Arn"]))]
+            original(others, original_event, transform_input)
+        # A scheduled rule has no pattern (which moto would match to every event) and fires only on its
+        # schedule, never for an event on the bus.
+        if not lambdas or rule.scheduled_expression or not rule.event_pattern.matches_event(original_event):
+            return
+        deliver(rule.name, lambdas, original_event)
+
+    return send_to_targets
+
+
+@contextmanager
+def deliver_rule_targets(deliver: RuleTargets) -> Iterator[None]:
+    """While the block runs, every EventBridge rule that matches an event hands its Lambda targets to ``deliver``
+    (rule name, the targets as moto holds them, the event)."""
+    from moto.events.models import Rule
+
+    with _patched(Rule, "send_to_targets", _send_to_targets(Rule.send_to_targets, deliver)):
+        yield
+
+
+# ---- moto's own state, read and reset in one place -----------------------------------------------------------
+def emit_service_event(event: dict[str, Any]) -> None:
+    """An AWS service's event onto the account's default bus (as Batch and S3 put theirs), where the rules route it."""
+    from moto.events.models import events_backends
+
+    backend = events_backends[event["account"]][event["region"]]
+    backend.put_events([{"Source": event["source"], "DetailType": event["detail-type"],
+                         "Detail": json.dumps(event["detail"]), "Resources": event["resources"]}])
+
+
+def lambda_function(account: str, region: str, name: str) -> Any:
+    """The function as moto's Lambda holds it (its handler string and environment)."""
+    from moto.awslambda.utils import get_backend
+
+    return get_backend(account, region).get_function(name)
+
+
+@contextmanager
+def moto_settings(settings: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """moto's process-wide configuration (``mock_aws(config=...)`` for a server run in this process)."""
+    from moto.core.config import default_user_config
+
+    config: Any = default_user_config  # moto's TypedDict; treated as the plain dict it is
+    saved = {k: dict(v) for k, v in config.items() if isinstance(v, dict)}
+    for key, value in settings.items():
+        config.setdefault(key, {}).update(value)
+    try:
+        yield
+    finally:
+        config.update(saved)
+
+
+def reset_moto() -> None:
+    """Empty every backend (a fresh account for the next rehearsal on the same server)."""
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
 
 
 def _terminate_job(original: Callable[..., None], runner: BatchJobRunner) -> Callable[..., None]:
@@ -295,7 +448,8 @@ def moto_shims(*, lambdas: Callable[[Any, Any], Any] | None = None,
                batch: BatchJobRunner | None = None) -> Iterator[Shims]:
     """Install every shim for the duration of the block (inside ``mock_aws(config=MOTO_CONFIG)``)."""
     from moto.awslambda_simple.models import LambdaSimpleBackend
-    from moto.batch.models import BatchBackend
+    from moto.batch.models import BatchBackend, Job
+    from moto.batch.responses import BatchResponse
     from moto.batch_simple.models import BatchSimpleBackend
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
         StateTaskServiceBatch,
@@ -314,4 +468,11 @@ def moto_shims(*, lambdas: Callable[[Any, Any], Any] | None = None,
         stack.enter_context(_patched(BatchSimpleBackend, "_mark_job_as_finished", _mark_job_as_finished(runner)))
         stack.enter_context(_patched(BatchBackend, "terminate_job",
                                      _terminate_job(BatchBackend.terminate_job, runner)))
+        stack.enter_context(_patched(BatchResponse, "submitjob", _submit_job(BatchResponse.submitjob)))
+        stack.enter_context(_patched(BatchResponse, "registerjobdefinition",
+                                     _register_job_definition(BatchResponse.registerjobdefinition)))
+        stack.enter_context(_patched(BatchResponse, "createjobqueue",
+                                     _create_job_queue(BatchResponse.createjobqueue, runner)))
+        stack.enter_context(_patched(Job, "_get_container_property",
+                                     _container_property(Job._get_container_property)))
         yield Shims(lambdas=invoker, batch=runner)

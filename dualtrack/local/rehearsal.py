@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dualtrack.local.environment import overlay
+from dualtrack.local.moto_shims import emit_service_event, lambda_function
 from dualtrack.local.progress import Progress
+from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
 from lambdas.domain import telemetry
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import EXECUTION_TERMINAL
@@ -89,9 +92,7 @@ class Rehearsal:
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
             deployment = deploy_locally(assembly, region=aws.region)
             self.env = self._handler_environment(deployment)
-            saved_env = {k: os.environ.get(k) for k in self.env}
-            os.environ.update(self.env)
-            try:
+            with overlay(self.env):
                 self._enable_bucket_events()
                 self._restore_state()
                 lambdas = InProcessLambdas(apply_environment=False)
@@ -120,12 +121,6 @@ class Rehearsal:
                         router.join(timeout=60)
                         files = self._collect(execution_arn)
                         self._save_state()
-            finally:
-                for key, value in saved_env.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
         result = RehearsalResult(trial_id=self.spec.trial_id, status=status, out=self.out,
                                  wall_s=time.monotonic() - started, files=files)
         report_path = self.out / "report.json"
@@ -185,25 +180,14 @@ class Rehearsal:
 
     def _publish(self, event: dict[str, Any]) -> None:
         """A Batch state-change event onto the default bus, where the synthesized rules' patterns route it."""
-        from moto.events.models import events_backends
-
-        backend = events_backends[event["account"]][event["region"]]
-        backend.put_events([{"Source": event["source"], "DetailType": event["detail-type"],
-                             "Detail": json.dumps(event["detail"]), "Resources": event["resources"]}])
+        emit_service_event(event)
 
     def _invoke_arn(self, function_arn: str, event: dict[str, Any]) -> Any:
-        from moto.awslambda.utils import get_backend
-
-        name = function_arn.rsplit(":function:", 1)[-1].split(":")[0]
-        region = function_arn.split(":")[3]
-        function = get_backend(function_arn.split(":")[4], region).get_function(name)
-        return self.lambdas(function, event)
+        _, _, _, region, account, _, name = function_arn.split(":")[:7]
+        return self.lambdas(lambda_function(account, region, name), event)
 
     def _invoke_module(self, module: str, event: dict[str, Any]) -> Any:
-        from moto.awslambda.utils import get_backend
-        from moto.core import DEFAULT_ACCOUNT_ID
-
-        function = get_backend(DEFAULT_ACCOUNT_ID, os.environ["AWS_REGION"]).get_function(self.functions[module])
+        function = lambda_function(MOTO_ACCOUNT, os.environ["AWS_REGION"], self.functions[module])
         return self.lambdas(function, event)
 
     # ---- the trial ------------------------------------------------------------------------------------------

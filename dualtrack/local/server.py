@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from dualtrack.local.environment import overlay
+from dualtrack.local.moto_shims import moto_settings, reset_moto
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -63,27 +65,10 @@ def _server() -> tuple[Any, str]:
 def local_aws(region: str = REGION) -> Iterator[LocalAws]:
     """Point this process's environment at a loopback moto server (started once, emptied on entry) and restore the
     environment afterwards. Handlers cache their clients, so the server outlives one rehearsal."""
-    from moto.core.config import default_user_config
-    from moto.moto_api._internal.models import moto_api_backend
-
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request access log on the console
-    config: Any = default_user_config  # moto's TypedDict; treated as the plain dict it is
-    saved_config = {k: dict(v) for k, v in config.items() if isinstance(v, dict)}
-    for key, value in MOTO_CONFIG.items():
-        config.setdefault(key, {}).update(value)
-    _, endpoint = _server()
-    moto_api_backend.reset()
-    aws = LocalAws(endpoint_url=endpoint, region=region)
-    saved_env: dict[str, str | None] = {k: os.environ.get(k) for k in [*aws.env(), "MOTO_PORT", "AWS_PROFILE"]}
-    os.environ.update(aws.env())
-    os.environ["MOTO_PORT"] = endpoint.rsplit(":", 1)[1]
-    os.environ.pop("AWS_PROFILE", None)
-    try:
-        yield aws
-    finally:
-        for name, previous in saved_env.items():
-            if previous is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = previous
-        config.update(saved_config)
+    with moto_settings(MOTO_CONFIG):
+        _, endpoint = _server()
+        reset_moto()
+        aws = LocalAws(endpoint_url=endpoint, region=region)
+        with overlay({**aws.env(), "MOTO_PORT": endpoint.rsplit(":", 1)[1]}, remove=["AWS_PROFILE"]):
+            yield aws

@@ -329,7 +329,7 @@ def _batch(resolver: TemplateResolver, batch: Any, iam: Any, out: LocalDeploymen
 
     Unmanaged environments: no instances, no VPC; the local job runner decides what a job does.
     """
-    from dualtrack.local.batch_runner import BatchClientError, time_limit_actions_problem, timeout_problem
+    from dualtrack.local.batch_rules import BatchClientError, time_limit_actions_problem, timeout_problem
 
     service_role = iam.create_role(RoleName="dualtrack-local-batch-service", AssumeRolePolicyDocument=json.dumps(
         {"Statement": [{"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"},

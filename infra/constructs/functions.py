@@ -72,6 +72,9 @@ class FunctionFactory(Construct):
                 **self._environment,
                 "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
                 "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
+                # No pydantic plugins ship with the functions: skip scanning every installed distribution's entry
+                # points when the first model class is built (pydantic.plugin._loader), a cold-start cost.
+                "PYDANTIC_DISABLE_PLUGINS": "__all__",
                 **(environment or {}),
             },
             retry_attempts=2 if asynchronous else None,

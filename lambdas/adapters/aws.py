@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -22,3 +23,15 @@ def reset_clients() -> None:
 def error_code(exc: BaseException) -> str:
     response = getattr(exc, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
+
+
+def written(conditional_write: Callable[[], Any]) -> bool:
+    """Make a conditional DynamoDB write: True when it was made, False when its condition failed (DynamoDB then
+    writes nothing and answers ConditionalCheckFailedException: developer guide, "Condition expressions")."""
+    try:
+        conditional_write()
+    except Exception as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True

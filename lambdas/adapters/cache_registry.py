@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, error_code
+from lambdas.adapters.aws import client, written
 from lambdas.adapters.dynamo_items import from_item, to_item
 from lambdas.services.ports import Outcome
 
@@ -38,13 +38,7 @@ class DynamoCacheRegistry:
             kwargs["ExpressionAttributeNames"] = names
         if condition:
             kwargs["ConditionExpression"] = condition
-        try:
-            client("dynamodb").update_item(**kwargs)
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return written(lambda: client("dynamodb").update_item(**kwargs))
 
     def ensure(
         self,

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, error_code
+from lambdas.adapters.aws import client, written
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry
 
@@ -22,15 +22,9 @@ class DynamoLedger:
             "kind": {"S": entry.kind},
             "body": {"S": entry.body_json()},
         }
-        try:
-            client("dynamodb").put_item(
-                TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(entry_key)"
-            )
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return written(lambda: client("dynamodb").put_item(
+            TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(entry_key)"
+        ))
 
     def entries(self, run_key: str) -> list[LedgerEntry]:
         paginator = client("dynamodb").get_paginator("query")
@@ -65,18 +59,12 @@ class DynamoLedger:
             "facts": {"N": str(facts)},
             "body": {"S": canonical_json(body)},
         }
-        try:
-            client("dynamodb").put_item(
-                TableName=self.table,
-                Item=item,
-                ConditionExpression="attribute_not_exists(entry_key) OR facts < :f",
-                ExpressionAttributeValues={":f": {"N": str(facts)}},
-            )
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return written(lambda: client("dynamodb").put_item(
+            TableName=self.table,
+            Item=item,
+            ConditionExpression="attribute_not_exists(entry_key) OR facts < :f",
+            ExpressionAttributeValues={":f": {"N": str(facts)}},
+        ))
 
     def cost(self, run_key: str) -> dict[str, Any] | None:
         got = client("dynamodb").get_item(

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, error_code
+from lambdas.adapters.aws import client, written
 from lambdas.adapters.dynamo_items import from_item, to_item
 
 
@@ -16,15 +16,9 @@ class DynamoTrials:
         self.table = table
 
     def create(self, item: dict[str, Any]) -> bool:
-        try:
-            client("dynamodb").put_item(
-                TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(trial_id)"
-            )
-        except Exception as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return written(lambda: client("dynamodb").put_item(
+            TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(trial_id)"
+        ))
 
     def get(self, trial_id: str) -> dict[str, Any] | None:
         got = client("dynamodb").get_item(TableName=self.table, Key={"trial_id": {"S": trial_id}}, ConsistentRead=True)

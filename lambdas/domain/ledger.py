@@ -12,15 +12,14 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import AttemptUsage, Phases, RunUsage
-from lambdas.domain.vocabulary import BATCH_TERMINAL
+from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus
 
-EntryKind = Literal["transition", "attempt", "summary", "metrics", "checkpoint", "cost"]
 RunName = Literal["gpu", "trn2", "gpu-fallback"]
 RUNS: tuple[RunName, ...] = ("gpu", "trn2", "gpu-fallback")
 COST_ENTRY_KEY = "cost"
@@ -34,13 +33,132 @@ def track_of(run: str) -> Literal["gpu", "trn2"]:
     return "trn2" if run == "trn2" else "gpu"
 
 
+# ---- the facts ---------------------------------------------------------------------------------------------
+# One model per kind of fact; the ledger stores each as its body (the model without ``kind``) next to the kind,
+# and reads it back into the same model. Unknown fields in a stored body are ignored, so a body written by an
+# older or newer version still reads.
+
+
+class _Fact(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    KEY: ClassVar[str]  # the entry key: the fact's identity, so a second delivery of it is the same entry
+
+    def body(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"kind"})
+
+    def entry_key(self) -> str:
+        return self.KEY.format(**dict(self))
+
+
+class TransitionFact(_Fact):
+    """A Batch job state change, as the event (or DescribeJobs) reported it."""
+
+    KEY: ClassVar[str] = "transition#{job_id}#a{attempt:03d}#{status}"
+    kind: Literal["transition"] = "transition"
+    job_id: str
+    job_name: str = ""
+    attempt: int = Field(ge=0)
+    status: BatchStatus
+    at: str = Field(description="ISO 8601, UTC")
+    status_reason: str | None = None
+    exit_code: int | None = None
+    instance_type: str | None = None
+    nodes: int = Field(default=1, ge=1)
+    created_at_ms: int | None = None
+
+
+
+class AttemptFact(_Fact):
+    """A finished attempt as Batch lists it in the job's ``attempts`` (present on every later event)."""
+
+    KEY: ClassVar[str] = "attempt#{job_id}#a{attempt:03d}"
+    kind: Literal["attempt"] = "attempt"
+    job_id: str
+    attempt: int = Field(ge=0)
+    started_at_ms: int | None = None
+    stopped_at_ms: int | None = None
+    exit_code: int | None = None
+    status_reason: str | None = None
+
+
+
+class SummaryFact(_Fact):
+    """The cost-relevant part of the trainer's run summary for one attempt (the full summary stays in S3)."""
+
+    KEY: ClassVar[str] = "summary#a{attempt:03d}"
+    kind: Literal["summary"] = "summary"
+    status: str | None = None
+    exit_code: int | None = None
+    backend: str | None = None
+    stand_in: bool | None = None
+    global_step: int | None = None
+    start_step: int | None = None
+    resumed_from_step: int | None = None
+    rerun_steps: int | None = None
+    steps_this_attempt: int | None = None
+    tokens_this_attempt: int | None = None
+    phases: dict[str, float] | None = None
+    compile: dict[str, Any] | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    attempt: int = Field(ge=0)
+    final_loss: float | None = None
+
+
+
+class MetricsFact(_Fact):
+    """Phase seconds from CloudWatch, used only for an attempt whose summary never arrived."""
+
+    KEY: ClassVar[str] = "metrics#a{attempt:03d}"
+    kind: Literal["metrics"] = "metrics"
+    attempt: int = Field(ge=0)
+    phases: dict[str, float] = Field(default_factory=dict)
+    global_step: int | None = None
+
+
+
+class CheckpointFact(_Fact):
+    """A committed checkpoint: its manifest was written."""
+
+    KEY: ClassVar[str] = "checkpoint#{step:010d}"
+    kind: Literal["checkpoint"] = "checkpoint"
+    step: int = Field(ge=0)
+    bytes: int = Field(default=0, ge=0)
+    files: int = Field(default=0, ge=0)
+    save_s: float = Field(default=0.0, ge=0)
+    uri: str = ""
+
+
+
+Fact = Annotated[TransitionFact | AttemptFact | SummaryFact | MetricsFact | CheckpointFact,
+                 Field(discriminator="kind")]
+FACTS: TypeAdapter[Fact] = TypeAdapter(Fact)
+EntryKind = Literal["transition", "attempt", "summary", "metrics", "checkpoint"]
+F = TypeVar("F", TransitionFact, AttemptFact, SummaryFact, MetricsFact, CheckpointFact)
+
+
 class LedgerEntry(BaseModel):
+    """A fact as the ledger stores it: its run, its key, its kind and its body (``fact`` reads the body typed)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_key: str
     entry_key: str
     kind: EntryKind
     body: dict[str, Any]
+    _fact: Fact = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._fact = FACTS.validate_python({**self.body, "kind": self.kind})
+
+    @classmethod
+    def of(cls, trial_id: str, run: str, fact: Fact) -> LedgerEntry:
+        return cls(run_key=run_key(trial_id, run), entry_key=fact.entry_key(), kind=fact.kind, body=fact.body())
+
+    @property
+    def fact(self) -> Fact:
+        return self._fact
 
     @property
     def trial_id(self) -> str:
@@ -52,6 +170,11 @@ class LedgerEntry(BaseModel):
 
     def body_json(self) -> str:
         return canonical_json(self.body)
+
+
+def facts_of(entries: Iterable[LedgerEntry], kind: type[F]) -> list[F]:
+    """The facts of one kind among ``entries``, typed."""
+    return [e.fact for e in entries if isinstance(e.fact, kind)]
 
 
 def transition_entry(
@@ -69,24 +192,10 @@ def transition_entry(
     created_at_ms: int | None = None,
     job_name: str = "",
 ) -> LedgerEntry:
-    body = {
-        "job_id": job_id,
-        "job_name": job_name,
-        "attempt": attempt,
-        "status": status,
-        "at": _iso(at),
-        "status_reason": status_reason,
-        "exit_code": exit_code,
-        "instance_type": instance_type,
-        "nodes": nodes,
-        "created_at_ms": created_at_ms,
-    }
-    return LedgerEntry(
-        run_key=run_key(trial_id, run),
-        entry_key=f"transition#{job_id}#a{attempt:03d}#{status}",
-        kind="transition",
-        body=body,
-    )
+    return LedgerEntry.of(trial_id, run, TransitionFact(
+        job_id=job_id, job_name=job_name, attempt=attempt, status=status, at=_iso(at),  # type: ignore[arg-type]
+        status_reason=status_reason, exit_code=exit_code, instance_type=instance_type, nodes=nodes,
+        created_at_ms=created_at_ms))
 
 
 def attempt_entry(
@@ -100,63 +209,31 @@ def attempt_entry(
     exit_code: int | None,
     status_reason: str | None,
 ) -> LedgerEntry:
-    """A finished attempt as Batch lists it in the job's ``attempts`` (present on every later event)."""
-    body = {
-        "job_id": job_id,
-        "attempt": attempt,
-        "started_at_ms": started_at_ms,
-        "stopped_at_ms": stopped_at_ms,
-        "exit_code": exit_code,
-        "status_reason": status_reason,
-    }
-    return LedgerEntry(
-        run_key=run_key(trial_id, run), entry_key=f"attempt#{job_id}#a{attempt:03d}", kind="attempt", body=body
-    )
-
-
-SUMMARY_FIELDS = (
-    "status",
-    "exit_code",
-    "backend",
-    "stand_in",
-    "global_step",
-    "start_step",
-    "resumed_from_step",
-    "rerun_steps",
-    "steps_this_attempt",
-    "tokens_this_attempt",
-    "phases",
-    "compile",
-    "started_at",
-    "ended_at",
-)
+    return LedgerEntry.of(trial_id, run, AttemptFact(
+        job_id=job_id, attempt=attempt, started_at_ms=started_at_ms, stopped_at_ms=stopped_at_ms,
+        exit_code=exit_code, status_reason=status_reason))
 
 
 def summary_entry(trial_id: str, run: str, attempt: int, summary: Mapping[str, Any]) -> LedgerEntry:
-    """The cost-relevant part of the trainer's run summary for one attempt (the full summary stays in S3)."""
-    body = {name: summary.get(name) for name in SUMMARY_FIELDS}
-    body["attempt"] = attempt
+    """The cost-relevant part of the trainer's run summary for one attempt."""
+    fields = {name: summary.get(name) for name in SummaryFact.model_fields if name not in ("kind", "final_loss")}
     loss = summary.get("loss")
     final_loss = loss.get("final") if isinstance(loss, Mapping) else None
-    body["final_loss"] = float(final_loss) if isinstance(final_loss, int | float) else None
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"summary#a{attempt:03d}", kind="summary", body=body)
+    fields.update(attempt=attempt, final_loss=float(final_loss) if isinstance(final_loss, int | float) else None)
+    return LedgerEntry.of(trial_id, run, SummaryFact.model_validate(fields))
 
 
 def metrics_entry(
     trial_id: str, run: str, attempt: int, phases: Mapping[str, float], global_step: int | None
 ) -> LedgerEntry:
-    """Phase seconds from CloudWatch, used only for an attempt whose summary never arrived."""
-    body = {"attempt": attempt, "phases": {k: float(v) for k, v in sorted(phases.items())}, "global_step": global_step}
-    return LedgerEntry(run_key=run_key(trial_id, run), entry_key=f"metrics#a{attempt:03d}", kind="metrics", body=body)
+    return LedgerEntry.of(trial_id, run, MetricsFact(
+        attempt=attempt, phases={k: float(v) for k, v in sorted(phases.items())}, global_step=global_step))
 
 
 def checkpoint_entry(
     trial_id: str, run: str, *, step: int, bytes_: int, files: int, save_s: float, uri: str
 ) -> LedgerEntry:
-    body = {"step": step, "bytes": bytes_, "files": files, "save_s": save_s, "uri": uri}
-    return LedgerEntry(
-        run_key=run_key(trial_id, run), entry_key=f"checkpoint#{step:010d}", kind="checkpoint", body=body
-    )
+    return LedgerEntry.of(trial_id, run, CheckpointFact(step=step, bytes=bytes_, files=files, save_s=save_s, uri=uri))
 
 
 def _iso(at: datetime) -> str:
@@ -187,8 +264,8 @@ class _Attempt:
     def __init__(self, job_id: str, attempt: int) -> None:
         self.job_id = job_id
         self.attempt = attempt
-        self.transitions: dict[str, dict[str, Any]] = {}
-        self.record: dict[str, Any] | None = None
+        self.transitions: dict[str, TransitionFact] = {}
+        self.record: AttemptFact | None = None
 
 
 def fold_run(
@@ -202,31 +279,31 @@ def fold_run(
     storage_days: Decimal = Decimal(30),
 ) -> RunFold:
     """Fold a run's entries (any order, any duplicates) into the usage its cost is computed from."""
-    facts = sorted({e.entry_key: e for e in entries if e.kind != "cost"}.values(), key=lambda e: e.entry_key)
+    facts = sorted({e.entry_key: e for e in entries}.values(), key=lambda e: e.entry_key)
     attempts: dict[tuple[str, int], _Attempt] = {}
     job_created: dict[str, int] = {}
-    summaries: dict[int, dict[str, Any]] = {}
-    metrics: dict[int, dict[str, Any]] = {}
-    checkpoints: dict[int, dict[str, Any]] = {}
+    summaries: dict[int, SummaryFact] = {}
+    metrics: dict[int, MetricsFact] = {}
+    checkpoints: dict[int, CheckpointFact] = {}
     for entry in facts:
-        body = entry.body
-        if entry.kind in ("transition", "attempt"):
-            slot = attempts.setdefault((body["job_id"], body["attempt"]), _Attempt(body["job_id"], body["attempt"]))
-            if entry.kind == "transition":
-                slot.transitions[body["status"]] = body
-                created = body.get("created_at_ms") or _ms(body["at"])
-                job_created[body["job_id"]] = min(job_created.get(body["job_id"], created), created)
-                if body.get("instance_type"):
-                    instance_type = body["instance_type"]
-                nodes = max(nodes, int(body.get("nodes") or 1))
+        fact = entry.fact
+        if isinstance(fact, TransitionFact | AttemptFact):
+            slot = attempts.setdefault((fact.job_id, fact.attempt), _Attempt(fact.job_id, fact.attempt))
+            if isinstance(fact, TransitionFact):
+                slot.transitions[fact.status] = fact
+                created = fact.created_at_ms or _ms(fact.at)
+                job_created[fact.job_id] = min(job_created.get(fact.job_id, created), created)
+                if fact.instance_type:
+                    instance_type = fact.instance_type
+                nodes = max(nodes, fact.nodes)
             else:
-                slot.record = body
-        elif entry.kind == "summary":
-            summaries[int(body["attempt"])] = body
-        elif entry.kind == "metrics":
-            metrics[int(body["attempt"])] = body
-        elif entry.kind == "checkpoint":
-            checkpoints[int(body["step"])] = body
+                slot.record = fact
+        elif isinstance(fact, SummaryFact):
+            summaries[fact.attempt] = fact
+        elif isinstance(fact, MetricsFact):
+            metrics[fact.attempt] = fact
+        else:
+            checkpoints[fact.step] = fact
 
     ordered = sorted(attempts.values(), key=lambda a: (job_created.get(a.job_id, 0), a.job_id, a.attempt))
     usages: list[AttemptUsage] = []
@@ -239,27 +316,28 @@ def fold_run(
         status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         if status is not None:
             terminal = status  # type: ignore[assignment]
-            ended_at = slot.transitions[status]["at"]
+            ended_at = slot.transitions[status].at
         if start is None or end is None:
             complete = False
         queue_from = previous_end if previous_end is not None else job_created.get(slot.job_id)
         submitted = slot.transitions.get("SUBMITTED")
         if previous_end is None and submitted is not None:
-            queue_from = submitted.get("created_at_ms") or _ms(submitted["at"])
-        summary = summaries.get(slot.attempt) or {}
-        fallback = metrics.get(slot.attempt) or {}
-        phases = summary.get("phases") or fallback.get("phases") or {}
-        exit_code = (slot.record or {}).get("exit_code")
+            queue_from = submitted.created_at_ms or _ms(submitted.at)
+        summary = summaries.get(slot.attempt)
+        fallback = metrics.get(slot.attempt)
+        phases = (summary.phases if summary else None) or (fallback.phases if fallback else None) or {}
+        exit_code = slot.record.exit_code if slot.record else None
         usages.append(
             AttemptUsage(
                 attempt=index,
                 billed_seconds=_seconds(start, end),
                 queue_seconds=_seconds(queue_from, start),
                 phases=Phases(**{k: float(v) for k, v in phases.items() if k in Phases.model_fields}),
-                start_step=int(summary.get("start_step") or 0),
-                end_step=int(summary.get("global_step") or fallback.get("global_step") or 0),
-                resumed_from_step=summary.get("resumed_from_step"),
-                rerun_steps=int(summary.get("rerun_steps") or 0),
+                start_step=(summary.start_step if summary else None) or 0,
+                end_step=(summary.global_step if summary else None) or (fallback.global_step if fallback else None)
+                or 0,
+                resumed_from_step=summary.resumed_from_step if summary else None,
+                rerun_steps=(summary.rerun_steps if summary else None) or 0,
                 succeeded=status == "SUCCEEDED" or (exit_code == 0 and status is None),
             )
         )
@@ -270,13 +348,13 @@ def fold_run(
     if ordered and not any(s in ordered[-1].transitions for s in BATCH_TERMINAL):
         terminal, complete = None, False
 
-    puts = sum(int(c.get("files") or 0) + 1 for c in checkpoints.values())
+    puts = sum(c.files + 1 for c in checkpoints.values())
     gets = 0
     for attempt_usage in usages:
         step = attempt_usage.resumed_from_step
         restored = checkpoints.get(step) if step is not None else None
         if restored is not None:
-            gets += int(restored.get("files") or 0) + 1
+            gets += restored.files + 1
     run_usage = RunUsage(
         trial_id=trial_id,
         run=run,
@@ -285,7 +363,7 @@ def fold_run(
         nodes=nodes,
         region=region,
         attempts=usages,
-        checkpoint_bytes=sum(int(c.get("bytes") or 0) for c in checkpoints.values()),
+        checkpoint_bytes=sum(c.bytes for c in checkpoints.values()),
         checkpoint_put_requests=puts,
         checkpoint_get_requests=gets,
         storage_days=storage_days,
@@ -303,18 +381,18 @@ def fold_run(
 
 def _bounds(slot: _Attempt) -> tuple[int | None, int | None]:
     """Instance time of an attempt: STARTING (else the attempt's startedAt, else RUNNING) to its end."""
-    record = slot.record or {}
+    record = slot.record
     start: int | None = None
     if "STARTING" in slot.transitions:
-        start = _ms(slot.transitions["STARTING"]["at"])
-    elif record.get("started_at_ms"):
-        start = int(record["started_at_ms"])
+        start = _ms(slot.transitions["STARTING"].at)
+    elif record is not None and record.started_at_ms:
+        start = record.started_at_ms
     elif "RUNNING" in slot.transitions:
-        start = _ms(slot.transitions["RUNNING"]["at"])
-    end: int | None = int(record["stopped_at_ms"]) if record.get("stopped_at_ms") else None
+        start = _ms(slot.transitions["RUNNING"].at)
+    end: int | None = record.stopped_at_ms if record is not None and record.stopped_at_ms else None
     if end is None:
         status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
-        end = _ms(slot.transitions[status]["at"]) if status else None
+        end = _ms(slot.transitions[status].at) if status else None
     return start, end
 
 

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from lambdas.domain.cost import COMPONENTS
-from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.ledger import LedgerEntry, TransitionFact
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import BATCH_TERMINAL
 
@@ -215,62 +215,42 @@ def _split_basis(layout: Mapping[str, Any]) -> str:
     return f", each process the whole model (tensor_parallel {tensor} splits it with one process per device)"
 
 
+# Table 2 of the source document: per record item, each figure and where it sits in a track's report (a dotted
+# path), so the table is data and its figures come from one place.
+RECORD_TABLE: tuple[tuple[str, dict[str, str]], ...] = (
+    ("compile and environment preparation",
+     {"environment_s": "environment_s", "compile_s": "compile.total_s", "first_compile_s": "compile.first_compile_s",
+      "cache": "compile.cache"}),
+    ("effective training",
+     {"step_time_s": "throughput.step_time_s", "tokens_per_s": "throughput.tokens_per_s",
+      "validation_loss": "loss.validation", "effective_steps": "steps_completed",
+      "steps_executed": "resume.steps_executed"}),
+    ("checkpoint",
+     {"save_s": "checkpoint.save_s", "files": "checkpoint.files", "total_bytes": "checkpoint.total_bytes",
+      "restore_s": "checkpoint.restore_s", "save_slowdown": "checkpoint.save_slowdown",
+      "global_step_continuous": "resume.global_step_continuous", "loss_continuous": "resume.loss_continuous"}),
+    ("failed reruns",
+     {"failures": "failures", "rerun_steps": "resume.rerun_steps", "rerun_share": "resume.rerun_share",
+      "data_load_s": "data_load_s"}),
+    ("platform management",
+     {"backend": "backend", "stand_in": "stand_in", "instance_type": "instance_type",
+      "compile_cache_key": "compile.cache_key"}),
+)
+
+
+def _at(track: Mapping[str, Any], path: str) -> Any:
+    if path == "failures":  # attempts beyond the first
+        return max(0, int(track["attempts"]) - 1)
+    value: Any = track
+    for part in path.split("."):
+        value = value[part]
+    return value
+
+
 def _record_table(tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Table 2 of the source document, one column per run."""
-    rows = []
-    for item, fn in (
-        (
-            "compile and environment preparation",
-            lambda t: {
-                "environment_s": t["environment_s"],
-                "compile_s": t["compile"]["total_s"],
-                "first_compile_s": t["compile"]["first_compile_s"],
-                "cache": t["compile"]["cache"],
-            },
-        ),
-        (
-            "effective training",
-            lambda t: {
-                "step_time_s": t["throughput"]["step_time_s"],
-                "tokens_per_s": t["throughput"]["tokens_per_s"],
-                "validation_loss": t["loss"]["validation"],
-                "effective_steps": t["steps_completed"],
-                "steps_executed": t["resume"]["steps_executed"],
-            },
-        ),
-        (
-            "checkpoint",
-            lambda t: {
-                "save_s": t["checkpoint"]["save_s"],
-                "files": t["checkpoint"]["files"],
-                "total_bytes": t["checkpoint"]["total_bytes"],
-                "restore_s": t["checkpoint"]["restore_s"],
-                "save_slowdown": t["checkpoint"]["save_slowdown"],
-                "global_step_continuous": t["resume"]["global_step_continuous"],
-                "loss_continuous": t["resume"]["loss_continuous"],
-            },
-        ),
-        (
-            "failed reruns",
-            lambda t: {
-                "failures": max(0, t["attempts"] - 1),
-                "rerun_steps": t["resume"]["rerun_steps"],
-                "rerun_share": t["resume"]["rerun_share"],
-                "data_load_s": t["data_load_s"],
-            },
-        ),
-        (
-            "platform management",
-            lambda t: {
-                "backend": t["backend"],
-                "stand_in": t["stand_in"],
-                "instance_type": t["instance_type"],
-                "compile_cache_key": t["compile"]["cache_key"],
-            },
-        ),
-    ):
-        rows.append({"item": item, **{run: fn(t) for run, t in tracks.items()}})
-    return rows
+    return [{"item": item, **{run: {name: _at(t, path) for name, path in figures.items()} for run, t in tracks.items()}}
+            for item, figures in RECORD_TABLE]
 
 
 def _check(name: str, passed: bool | None, detail: str) -> dict[str, Any]:
@@ -378,16 +358,18 @@ OUTCOME_TEXT = {
 def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
     """Per run, how its Batch job ended: ``succeeded``, ``failed`` (it ran and failed), ``no_capacity`` or
     ``not_placed`` (cancelled while RUNNABLE by the queue's time limit: it never ran), with Batch's reason."""
-    last: dict[str, LedgerEntry] = {}
+    last: dict[str, TransitionFact] = {}
     for entry in entries:
-        terminal = entry.kind == "transition" and entry.body["status"] in BATCH_TERMINAL
-        if terminal and (entry.run not in last or entry.body["at"] >= last[entry.run].body["at"]):
-            last[entry.run] = entry
+        fact = entry.fact
+        if not isinstance(fact, TransitionFact) or fact.status not in BATCH_TERMINAL:
+            continue
+        if entry.run not in last or fact.at >= last[entry.run].at:
+            last[entry.run] = fact
     outcomes: dict[str, dict[str, Any]] = {}
-    for run, entry in last.items():
-        reason = entry.body.get("status_reason") or ""
+    for run, fact in last.items():
+        reason = fact.status_reason or ""
         limit = _TIME_LIMIT.search(reason)
-        if entry.body["status"] == "SUCCEEDED":
+        if fact.status == "SUCCEEDED":
             outcome = "succeeded"
         elif limit:
             outcome = "no_capacity" if limit.group("kind") == "CAPACITY" else "not_placed"
@@ -401,16 +383,10 @@ def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
 def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
     """Each run's Batch transitions in time order (the report's attempt timeline)."""
     rows = [
-        {
-            "run": e.run,
-            "attempt": e.body["attempt"],
-            "status": e.body["status"],
-            "at": e.body["at"],
-            "status_reason": e.body.get("status_reason"),
-            "exit_code": e.body.get("exit_code"),
-        }
+        {"run": e.run, "attempt": e.fact.attempt, "status": e.fact.status, "at": e.fact.at,
+         "status_reason": e.fact.status_reason, "exit_code": e.fact.exit_code}
         for e in entries
-        if e.kind == "transition"
+        if isinstance(e.fact, TransitionFact)
     ]
     return sorted(rows, key=lambda r: (r["at"], r["run"], r["attempt"]))
 

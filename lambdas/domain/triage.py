@@ -1,4 +1,5 @@
-"""Routing by training shape: the source document's table 1 (first choice, judgement, risks) and table 3 (scores).
+"""Routing by training shape: the source document's table 1 (first choice, judgement, risks) and table 3 (scores),
+kept as data in ``data/scenarios.json``.
 
 Scenarios are tried in a fixed precedence: blockers first (custom CUDA operators, graph churn), then the platform
 and method shapes. Every scenario that matches is listed in ``considered``; the first one in precedence wins and
@@ -7,8 +8,10 @@ the result says why.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
@@ -76,44 +79,26 @@ def _standard_lora(spec: TrialSpec) -> str | None:
     return None
 
 
-SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(
-        "custom_cuda_ops", "custom CUDA operators", Scores(gpu=5, trn2_trial=1, dual_track=3),
-        "don't migrate before an equivalent implementation exists", "gpu", "GPU",
-        "don't migrate unless an equivalent Neuron implementation exists",
-        ("operator rewrite", "numerical differences", "maintenance ownership"), True, _cuda,
-    ),
-    Scenario(
-        "daily_structure_changes", "model structure changes daily", Scores(gpu=5, trn2_trial=2, dual_track=4),
-        "GPU main line; Trainium2 validates stable branches only", "gpu", "GPU",
-        "research iteration speed matters more than hardware price",
-        ("repeated recompiles", "longer debugging path"), True, _graph_churn,
-    ),
-    Scenario(
-        "multi_team_platform", "multi-team shared platform", Scores(gpu=4, trn2_trial=3, dual_track=5),
-        "unify interfaces, then grow the Trainium2 share", "dual_track", "dual track",
-        "unify input/output interfaces, then assign devices per job",
-        ("images", "caches", "quotas", "job-queue governance"), False, _shared,
-    ),
-    Scenario(
-        "full_parameter_continued", "full-parameter continued training", Scores(gpu=4, trn2_trial=3, dual_track=5),
-        "focus on parallelism, checkpoints and resume", "dual_track", "Trainium2 pilot + GPU fallback",
-        "must verify optimizer state, parallel strategy and resume continuity together",
-        ("multi-node scaling that doesn't pay", "loss curve broken after resume"), False, _full,
-    ),
-    Scenario(
-        "long_stable_graph", "long training cycles, stable graph", Scores(gpu=3, trn2_trial=4, dual_track=5),
-        "Trainium2 worth a trial, but keep the GPU fallback", "trn2_trial", "try Trainium2, keep the GPU fallback",
-        "compile cost amortises over a long run; the fallback stays ready",
-        ("first compile", "checkpoint format", "loss curve broken after resume"), False, _long_stable,
-    ),
-    Scenario(
-        "standard_lora", "fixed-structure standard LoRA", Scores(gpu=4, trn2_trial=4, dual_track=5),
-        "build the GPU baseline first, then trial Trainium2", "trn2_trial", "try Trainium2 first",
-        "official samples and model structure reusable; changes limited to launch script and device backend",
-        ("first compile", "operator coverage", "checkpoint format"), False, _standard_lora,
-    ),
-)
+MATCHERS: dict[str, Callable[[TrialSpec], str | None]] = {
+    "custom_cuda_ops": _cuda,
+    "daily_structure_changes": _graph_churn,
+    "multi_team_platform": _shared,
+    "full_parameter_continued": _full,
+    "long_stable_graph": _long_stable,
+    "standard_lora": _standard_lora,
+}
+
+
+def _load_scenarios() -> tuple[Scenario, ...]:
+    """The tables as data (``data/scenarios.json``), each row with the rule that says when it applies."""
+    rows = json.loads(resources.files("lambdas.domain").joinpath("data/scenarios.json").read_text())["scenarios"]
+    return tuple(Scenario(id=row["id"], title=row["title"], scores=Scores(**row["scores"]),
+                          conclusion=row["conclusion"], route=row["route"], first_choice=row["first_choice"],
+                          judgement=row["judgement"], risks=tuple(row["risks"]), blocker=row["blocker"],
+                          matches=MATCHERS[row["id"]]) for row in rows)
+
+
+SCENARIOS = _load_scenarios()
 
 
 class Considered(BaseModel):

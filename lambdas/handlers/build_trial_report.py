@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
-from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import logger
+from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
 from lambdas.services.cache_resolution import load_spec, now_iso
 from lambdas.services.ports import Ledger, Objects
 from lambdas.services.trial_reporting import write_report
@@ -34,10 +35,7 @@ def compose() -> Composition:
     return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE))
 
 
-@with_settings(LedgerSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(LedgerSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = ReportRequest.model_validate(event)
     app = compose()

@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
 from lambdas.runtime.composition import settlement
-from lambdas.runtime.observability import count_run_outcomes, logger, metrics, record_trial_cost, tracer
-from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import count_run_outcomes, logger, record_trial_cost
+from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
 from lambdas.services.run_settlement import RunSettlement
 from lambdas.services.trial_costs import close_trial_costs
 
@@ -52,10 +53,7 @@ def compose() -> RunSettlement:
     return settlement(settings_for(LedgerSettings), metrics=CloudWatchRunMetrics(), jobs=BatchJobsApi())
 
 
-@with_settings(LedgerSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(LedgerSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = CloseRequest.model_validate(event)
     job_ids = [b.job_id for b in request.branches() if b.job_id]

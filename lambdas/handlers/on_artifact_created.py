@@ -3,23 +3,19 @@ objects into the registry. A checkpoint is its manifest: shards without one are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import BaseModel
 
-from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.runtime.composition import settlement
+from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import S3ObjectCreatedEvent
-from lambdas.runtime.idempotency import OncePerFact, once_per_fact
-from lambdas.runtime.observability import count_cache_outcomes, logger, metrics, tracer
-from lambdas.runtime.settings import ArtifactEventSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import count_cache_outcomes, logger
+from lambdas.runtime.settings import ArtifactEventSettings, per_environment, settings_for
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import observe_run
-from lambdas.services.ports import CacheRegistry
-from lambdas.services.run_settlement import RunSettlement
 
 
 class ObjectFact(BaseModel):
@@ -38,31 +34,17 @@ class ObjectResult(BaseModel):
     cache_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Composition:
-    settings: ArtifactEventSettings
-    settlement: RunSettlement
-    registry: CacheRegistry
-    record: OncePerFact[ObjectFact, ObjectResult]
-
-
 @per_environment
-def compose() -> Composition:
-    settings = settings_for(ArtifactEventSettings)
-    return Composition(
-        settings,
-        settlement(settings, metrics=CloudWatchRunMetrics()),
-        DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
-        once_per_fact(record_object, table=settings.IDEMPOTENCY_TABLE, result=ObjectResult),
-    )
+def compose() -> Recorder[ObjectFact, ObjectResult]:
+    return recorder(settings_for(ArtifactEventSettings), record_object, ObjectResult, metrics=CloudWatchRunMetrics())
 
 
 def record_object(*, fact: ObjectFact) -> ObjectResult:
-    app = compose()
-    if fact.bucket == app.settings.CACHE_BUCKET:
+    app, settings = compose(), settings_for(ArtifactEventSettings)
+    if fact.bucket == settings.CACHE_BUCKET:
         key = record_cache_object(app.registry, fact.object_key, fact.size, fact.time)
         return ObjectResult(kind="compile-cache" if key else "ignored", recorded=key is not None, cache_key=key)
-    if fact.bucket != app.settings.ARTIFACTS_BUCKET:
+    if fact.bucket != settings.ARTIFACTS_BUCKET:
         return ObjectResult(kind="ignored")
     outcome = record_artifact(app.settlement, fact.object_key)
     if outcome is None:
@@ -75,10 +57,7 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
     return ObjectResult(kind=outcome.kind, recorded=outcome.added, trial_id=outcome.trial_id, run=outcome.run)
 
 
-@with_settings(ArtifactEventSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(ArtifactEventSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     parsed = parse(event=event, model=S3ObjectCreatedEvent)
     obj = parsed.detail.object

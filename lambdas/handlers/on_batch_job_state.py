@@ -6,23 +6,20 @@ cost) -> ``lambdas.adapters.ledger_table`` (conditional writes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import BaseModel
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
-from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.runtime.composition import settlement
+from lambdas.domain.ledger import TransitionFact, facts_of
+from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import BatchJobStateChangeEvent
-from lambdas.runtime.idempotency import OncePerFact, once_per_fact
-from lambdas.runtime.observability import count_cache_outcomes, count_run_outcomes, logger, metrics, tracer
-from lambdas.runtime.settings import RunEventSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import count_cache_outcomes, count_run_outcomes, logger
+from lambdas.runtime.settings import RunEventSettings, per_environment, settings_for
 from lambdas.services.cache_observation import observe_run
-from lambdas.services.ports import CacheRegistry
-from lambdas.services.run_settlement import RunSettlement
 
 
 class JobStateFact(BaseModel):
@@ -40,21 +37,10 @@ class JobStateResult(BaseModel):
     ignored: str | None = None
 
 
-@dataclass(frozen=True)
-class Composition:
-    settlement: RunSettlement
-    registry: CacheRegistry
-    record: OncePerFact[JobStateFact, JobStateResult]
-
-
 @per_environment
-def compose() -> Composition:
-    settings = settings_for(RunEventSettings)
-    return Composition(
-        settlement(settings, metrics=CloudWatchRunMetrics(), jobs=BatchJobsApi()),
-        DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
-        once_per_fact(record_job_state, table=settings.IDEMPOTENCY_TABLE, result=JobStateResult),
-    )
+def compose() -> Recorder[JobStateFact, JobStateResult]:
+    return recorder(settings_for(RunEventSettings), record_job_state, JobStateResult, metrics=CloudWatchRunMetrics(),
+                    jobs=BatchJobsApi())
 
 
 def record_job_state(*, fact: JobStateFact) -> JobStateResult:
@@ -66,7 +52,7 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
         return JobStateResult(status=detail.status, attempt=detail.attempt, ignored="not a dualtrack job")
     trial_id, run = recorded.identity.trial_id, recorded.identity.run
     if detail.terminal:
-        count_run_outcomes(new.body["status"] for new in recorded.added if new.kind == "transition")
+        count_run_outcomes(t.status for t in facts_of(recorded.added, TransitionFact))
     # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling
     # must still close the cost. Settling is a fold of the ledger, so repeating it changes nothing.
     settled = app.settlement.settle_run(trial_id, run, collect=detail.terminal)
@@ -80,10 +66,7 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
                           cost_total_usd=settled.cost["cost"]["total_usd"] if settled.cost else None)
 
 
-@with_settings(RunEventSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(RunEventSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     parsed = parse(event=event, model=BatchJobStateChangeEvent)
     detail = parsed.detail

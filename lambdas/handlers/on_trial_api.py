@@ -29,8 +29,9 @@ from lambdas.domain.trial import TrialInvalid, problems_from_errors
 from lambdas.handlers.trial_api import compile_cache, trials
 from lambdas.handlers.trial_api.models import ErrorBody, Problem
 from lambdas.runtime.composition import settlement
-from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import ApiSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import logger
+from lambdas.runtime.settings import ApiSettings, per_environment, settings_for
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_settlement import RunSettlement
 from lambdas.services.trial_submission import SubmissionRefused, TrialNotFound
@@ -174,10 +175,7 @@ def openapi_document() -> str:
     return app.get_openapi_json_schema()
 
 
-@with_settings(ApiSettings)
-@logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(ApiSettings, correlation_id_path="requestContext.requestId")
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     api = compose()
     refused = refused_before_parsing(event, api.settings.MAX_BODY_BYTES)

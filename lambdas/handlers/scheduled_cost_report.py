@@ -13,8 +13,9 @@ from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.notifier import SnsNotifier
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
-from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import CostReportSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import logger
+from lambdas.runtime.settings import CostReportSettings, per_environment, settings_for
 from lambdas.services.cost_reporting import publish_cost_report
 from lambdas.services.ports import CacheRegistry, Ledger, Notifier, Objects, Trials
 
@@ -44,10 +45,7 @@ def compose() -> Composition:
                        SnsNotifier(settings.REPORT_TOPIC_ARN) if settings.REPORT_TOPIC_ARN else None)
 
 
-@with_settings(CostReportSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(CostReportSettings)
 def handler(event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
     request = ScheduledEvent.model_validate(event or {})
     app = compose()

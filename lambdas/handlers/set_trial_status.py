@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.domain.vocabulary import TrialStatus
-from lambdas.runtime.observability import logger, metrics, tracer
-from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for, with_settings
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import logger
+from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
 from lambdas.services.cache_resolution import now_iso
 from lambdas.services.ports import Trials
 from lambdas.services.trial_status import set_status
@@ -28,10 +29,7 @@ def compose() -> Trials:
     return DynamoTrials(settings_for(LedgerSettings).TRIALS_TABLE)
 
 
-@with_settings(LedgerSettings)
-@logger.inject_lambda_context
-@metrics.log_metrics
-@tracer.capture_lambda_handler
+@lambda_handler(LedgerSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = StatusRequest.model_validate(event)
     done = set_status(compose(), request.trial_id, request.status, request.cause, now_iso())

@@ -3,14 +3,20 @@ module composes its own service (``@per_environment``); what two or more of them
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic
+
 from lambdas.adapters.aws import reset_clients
 from lambdas.adapters.batch_jobs import queue_instance_type
+from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.domain.prices import load_price_table
-from lambdas.runtime.settings import LedgerSettings, reset_settings
-from lambdas.services.ports import BatchJobs, RunMetrics
+from lambdas.runtime.idempotency import Fact, OncePerFact, Result, once_per_fact
+from lambdas.runtime.settings import LedgerSettings, RunEventSettings, reset_settings
+from lambdas.services.ports import BatchJobs, CacheRegistry, RunMetrics
 from lambdas.services.run_settlement import RunSettlement
 
 
@@ -28,6 +34,23 @@ def settlement(settings: LedgerSettings, *, metrics: RunMetrics | None = None,
         metrics,
         jobs,
     )
+
+
+@dataclass(frozen=True)
+class Recorder(Generic[Fact, Result]):
+    """What an event function composes: runs recorded and settled over the ledger, the compile-cache registry, and
+    its side effect, run once per fact."""
+
+    settlement: RunSettlement
+    registry: CacheRegistry
+    record: OncePerFact[Fact, Result]
+
+
+def recorder(settings: RunEventSettings, side_effect: Callable[..., Result], result: type[Result], *,
+             metrics: RunMetrics, jobs: BatchJobs | None = None) -> Recorder[Any, Result]:
+    return Recorder(settlement(settings, metrics=metrics, jobs=jobs),
+                    DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
+                    once_per_fact(side_effect, table=settings.IDEMPOTENCY_TABLE, result=result))
 
 
 def reset_environment() -> None:

@@ -26,77 +26,55 @@ def load_spec(artifacts: Objects, spec_uri: str) -> TrialSpec:
     return parse_trial(body)
 
 
-def resolve(
-    trial_id: str,
-    spec_uri: str,
-    *,
-    artifacts: Objects,
-    trials: Trials,
-    registry: CacheRegistry,
-    cache_bucket: str,
-    retry_failed: bool = False,
-) -> dict[str, Any]:
-    spec = load_spec(artifacts, spec_uri)
-    if spec.trial_id != trial_id:
-        raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")
-    key = cache_key(spec)
-    at = now_iso()
-    registry.ensure(
-        key.key,
-        prefix=key.prefix,
-        model_slug=key.model_slug,
-        compiler_version=key.compiler_version,
-        components=key.components,
-        at=at,
-    )
-    registry.touch(key.key, at)
-    entry = registry.get(key.key) or {"cache_key": key.key}
-    failed_before = entry.get("status") in ("failed", "retry_requested")
-    if retry_failed and entry.get("status") == "failed":
-        registry.request_retry(key.key)
-    view = entry_view(entry)
-    warm = view["status"] == "ready" and (view["objects"] > 0 or view["hits"] > 0 or view["misses"] > 0)
-    if trials.get(trial_id) is not None:
-        trials.update(trial_id, cache_key=key.key)
-    return {
-        "cache_url": cache_url(cache_bucket, key),
-        "cache_key": key.key,
-        "prefix": key.prefix,
-        "warm": warm,
-        "failed_before": failed_before,
-        "retry_requested": bool(retry_failed and failed_before),
-    }
+class CompileCaches:
+    """The compile-cache registry as the workflow uses it: resolve a trial's entry before its Trn2 track, and collect
+    entries nobody has used for the retention period."""
 
+    def __init__(self, *, trials: Trials, registry: CacheRegistry, artifacts: Objects, cache_objects: Objects,
+                 cache_bucket: str) -> None:
+        self.trials, self.registry, self.artifacts, self.cache_objects = trials, registry, artifacts, cache_objects
+        self.cache_bucket = cache_bucket
 
-def collect_garbage(
-    *,
-    trials: Trials,
-    registry: CacheRegistry,
-    cache_objects: Objects,
-    retention_days: int,
-    dry_run: bool,
-    now: datetime | None = None,
-) -> dict[str, Any]:
-    active = {
-        str(t["cache_key"]) for t in trials.iter_all() if t.get("cache_key") and t.get("status") in TRIAL_ACTIVE
-    }
-    expired = expired_entries(
-        registry.iter_all(), now=now or datetime.now(UTC), retention_days=retention_days, active_keys=active
-    )
-    deleted_objects = 0
-    if not dry_run:
-        for key in expired:
-            entry = registry.get(key) or {}
-            prefix = entry.get("prefix")
-            if prefix:
-                for object_key in cache_objects.list_keys(prefix):
-                    cache_objects.delete_key(object_key)
-                    deleted_objects += 1
-            registry.delete(key)
-    return {
-        "expired": expired,
-        "deleted_objects": deleted_objects,
-        "dry_run": dry_run,
-        "retention_days": retention_days,
-        "protected": sorted(active),
-    }
+    def resolve(self, trial_id: str, spec_uri: str, *, retry_failed: bool = False) -> dict[str, Any]:
+        spec = load_spec(self.artifacts, spec_uri)
+        if spec.trial_id != trial_id:
+            raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")
+        key = cache_key(spec)
+        at = now_iso()
+        self.registry.ensure(key.key, prefix=key.prefix, model_slug=key.model_slug,
+                             compiler_version=key.compiler_version, components=key.components, at=at)
+        self.registry.touch(key.key, at)
+        entry = self.registry.get(key.key) or {"cache_key": key.key}
+        failed_before = entry.get("status") in ("failed", "retry_requested")
+        if retry_failed and entry.get("status") == "failed":
+            self.registry.request_retry(key.key)
+        view = entry_view(entry)
+        warm = view["status"] == "ready" and (view["objects"] > 0 or view["hits"] > 0 or view["misses"] > 0)
+        if self.trials.get(trial_id) is not None:
+            self.trials.update(trial_id, cache_key=key.key)
+        return {
+            "cache_url": cache_url(self.cache_bucket, key),
+            "cache_key": key.key,
+            "prefix": key.prefix,
+            "warm": warm,
+            "failed_before": failed_before,
+            "retry_requested": bool(retry_failed and failed_before),
+        }
+
+    def collect_garbage(self, *, retention_days: int, dry_run: bool, now: datetime | None = None) -> dict[str, Any]:
+        active = {str(t["cache_key"]) for t in self.trials.iter_all()
+                  if t.get("cache_key") and t.get("status") in TRIAL_ACTIVE}
+        expired = expired_entries(self.registry.iter_all(), now=now or datetime.now(UTC),
+                                  retention_days=retention_days, active_keys=active)
+        deleted_objects = 0
+        if not dry_run:
+            for key in expired:
+                entry = self.registry.get(key) or {}
+                prefix = entry.get("prefix")
+                if prefix:
+                    for object_key in self.cache_objects.list_keys(prefix):
+                        self.cache_objects.delete_key(object_key)
+                        deleted_objects += 1
+                self.registry.delete(key)
+        return {"expired": expired, "deleted_objects": deleted_objects, "dry_run": dry_run,
+                "retention_days": retention_days, "protected": sorted(active)}

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from lambdas.domain.events import BatchJobStateChangeDetail
 from lambdas.domain.ledger import LedgerEntry
+
+if TYPE_CHECKING:
+    from lambdas.domain.events import BatchJobStateChangeDetail
 
 
 class Ledger(Protocol):

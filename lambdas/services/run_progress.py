@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.ledger import CheckpointFact, LedgerEntry, SummaryFact, TransitionFact, facts_of
 from lambdas.services.ports import RunMetrics
 
 
@@ -22,17 +22,17 @@ def run_progress(
     entries: list[LedgerEntry], *, trial_id: str, run: str, terminal: bool, metrics: RunMetrics | None,
     now: datetime,
 ) -> dict[str, Any]:
-    summaries = sorted((e.body for e in entries if e.kind == "summary"), key=lambda b: int(b["attempt"]))
-    transitions = [e.body for e in entries if e.kind == "transition"]
-    checkpoints = [int(e.body["step"]) for e in entries if e.kind == "checkpoint"]
-    attempt = max((int(t["attempt"]) for t in transitions), default=None)
+    summaries = sorted(facts_of(entries, SummaryFact), key=lambda f: f.attempt)
+    transitions = facts_of(entries, TransitionFact)
+    checkpoints = [f.step for f in facts_of(entries, CheckpointFact)]
+    attempt = max((t.attempt for t in transitions), default=None)
     out: dict[str, Any] = {"step": None, "loss": None, "attempt": attempt, "progress_source": None}
     if summaries:
         last = summaries[-1]
-        out.update(step=last.get("global_step"), loss=last.get("final_loss"), progress_source="summary")
-    running = not terminal and attempt is not None and (not summaries or int(summaries[-1]["attempt"]) < attempt)
+        out.update(step=last.global_step, loss=last.final_loss, progress_source="summary")
+    running = not terminal and attempt is not None and (not summaries or summaries[-1].attempt < attempt)
     if running and metrics is not None and attempt is not None:
-        started = min(_at(t["at"]) for t in transitions)
+        started = min(_at(t.at) for t in transitions)
         try:
             step, loss = metrics.progress(trial_id, run, attempt, started, now)
         except Exception as exc:  # a status read must not fail because metrics are unreadable

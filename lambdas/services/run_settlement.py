@@ -142,7 +142,7 @@ class RunSettlement:
                 continue
             recorded = self.record_job_state(detail, detail.changed_at())
             if recorded is not None and detail.terminal:
-                terminal += [fact.body["status"] for fact in recorded.added if fact.kind == "transition"]
+                terminal += [t.status for t in L.facts_of(recorded.added, L.TransitionFact)]
         return terminal
 
     def record(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
@@ -193,12 +193,13 @@ class RunSettlement:
             return []
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
-        have = {e.body["attempt"] for e in entries if e.kind in ("summary", "metrics")}
-        ends = [e.body for e in entries if e.kind == "transition"]
+        have = {f.attempt for f in L.facts_of(entries, L.SummaryFact)} | {
+            f.attempt for f in L.facts_of(entries, L.MetricsFact)}
+        ends = L.facts_of(entries, L.TransitionFact)
         if not ends:
             return []
-        start = min(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
-        end = max(datetime.fromisoformat(b["at"].replace("Z", "+00:00")) for b in ends)
+        start = min(datetime.fromisoformat(t.at.replace("Z", "+00:00")) for t in ends)
+        end = max(datetime.fromisoformat(t.at.replace("Z", "+00:00")) for t in ends)
         found: list[L.LedgerEntry] = []
         for usage in fold.usage.attempts:
             if usage.attempt in have:

@@ -259,11 +259,11 @@ def trial_status(
         fold = settlement.fold(trial_id, run, entries, item)
         stored = ledger.cost(L.run_key(trial_id, run))
         cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
-        latest = max((e for e in entries if e.kind == "transition"), key=lambda e: e.body["at"], default=None)
+        latest = max(L.facts_of(entries, L.TransitionFact), key=lambda t: t.at, default=None)
         progress = run_progress(entries, trial_id=trial_id, run=run, terminal=fold.terminal_status is not None,
                                 metrics=metrics, now=now or datetime.now(UTC))
         runs[run] = {
-            "status": fold.terminal_status or (latest.body["status"] if latest else "PENDING"),
+            "status": fold.terminal_status or (latest.status if latest else "PENDING"),
             **progress,
             "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
             "cost": cost,

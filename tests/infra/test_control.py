@@ -35,6 +35,7 @@ def test_every_handler_from_one_factory(control: dict[str, Any]) -> None:
         assert fn["LoggingConfig"]["LogFormat"] == "JSON"
         env = fn["Environment"]["Variables"]
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == "Dualtrack"
+        assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"  # the cold start skips pydantic's plugin scan
         for name in ("TRIALS_TABLE", "LEDGER_TABLE", "CACHE_REGISTRY_TABLE", "IDEMPOTENCY_TABLE",
                      "ARTIFACTS_BUCKET", "CACHE_BUCKET", "PRICE_REGION", "REPORT_TOPIC_ARN"):
             assert name in env, (module, name)

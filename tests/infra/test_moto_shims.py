@@ -112,6 +112,58 @@ def test_plain_moto_stop_leaves_the_sync_job_running(aws: None) -> None:
         jobs.terminate(jobs.submitted[0], "cleanup")
 
 
+def test_plain_moto_accepts_batch_requests_aws_refuses(aws: None) -> None:
+    """AWS Batch refuses a job timeout under 60 seconds (API_JobTimeout: "The minimum value for the timeout is 60
+    seconds") and time-limit actions other than RUNNABLE/CANCEL within 600..86400 s
+    (API_JobStateTimeLimitAction)."""
+    queue, definition = _batch()
+    batch = boto3.client("batch", region_name=REGION)
+    batch.register_job_definition(jobDefinitionName="short", type="container", timeout={"attemptDurationSeconds": 10},
+                                  containerProperties={"image": "busybox", "vcpus": 1, "memory": 128})
+    batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition, timeout={"attemptDurationSeconds": 5})
+    env = batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["computeEnvironmentOrder"]
+    batch.create_job_queue(jobQueueName="odd-limits", state="ENABLED", priority=1, computeEnvironmentOrder=env,
+                           jobStateTimeLimitActions=[{"reason": "r", "state": "RUNNING", "maxTimeSeconds": 5,
+                                                      "action": "CANCEL"}])
+    # Reaching here means moto accepted all three: keep _submit_job, _register_job_definition, _create_job_queue.
+
+
+def test_plain_moto_drops_fields_batch_keeps_and_grows_the_environment(aws: None) -> None:
+    """SubmitJob's retryStrategy and nodeOverrides and CreateJobQueue's jobStateTimeLimitActions are part of the
+    job and queue in AWS Batch (API_SubmitJob, API_CreateJobQueue); a describe does not change a job."""
+    queue, definition = _batch()
+    batch = boto3.client("batch", region_name=REGION)
+    job = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition, retryStrategy={"attempts": 3},
+                           containerOverrides={"environment": [{"name": "A", "value": "1"}]})["jobId"]
+    first, second = (batch.describe_jobs(jobs=[job])["jobs"][0] for _ in range(2))
+    assert not first.get("retryStrategy"), "moto keeps retryStrategy now: drop it from _submit_job's hand-off"
+    assert len(second["container"]["environment"]) > len(first["container"]["environment"]), (
+        "moto's DescribeJobs no longer grows the job's environment: delete _container_property")
+    limited = batch.create_job_queue(
+        jobQueueName="limited", state="ENABLED", priority=1,
+        computeEnvironmentOrder=batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["computeEnvironmentOrder"],
+        jobStateTimeLimitActions=[{"reason": "r", "state": "RUNNABLE", "maxTimeSeconds": 600, "action": "CANCEL"}])
+    assert not batch.describe_job_queues(jobQueues=[limited["jobQueueArn"]])["jobQueues"][0].get(
+        "jobStateTimeLimitActions"), "moto keeps time-limit actions now: drop queue_created's hand-off"
+
+
+def test_plain_moto_rules_cannot_reach_lambda_targets_and_match_scheduled_rules_to_bus_events(aws: None) -> None:
+    """EventBridge invokes a rule's Lambda target with the matching event, and a scheduled rule only runs on its
+    schedule (EventBridge user guide, "Rules"); moto raises on Lambda targets without Docker and matches a rule
+    without a pattern to every event."""
+    from moto.events.models import Rule, events_backends
+
+    events = boto3.client("events", region_name=REGION)
+    events.put_rule(Name="every-hour", ScheduleExpression="rate(1 hour)")
+    events.put_targets(Rule="every-hour", Targets=[{"Id": "f", "Arn": "arn:aws:lambda:us-east-1:123456789012:"
+                                                                      "function:f"}])
+    rule = events_backends["123456789012"][REGION].describe_rule("every-hour", None)
+    assert rule.event_pattern.matches_event({"source": "aws.batch", "detail-type": "x", "detail": {}}), (
+        "moto no longer matches a scheduled rule to bus events: simplify _send_to_targets")
+    with pytest.raises(Exception):  # noqa: B017 - moto's own error type for an undeliverable target
+        Rule.send_to_targets(rule, {"source": "aws.batch", "detail-type": "x", "detail": {}})
+
+
 def _wait(condition: Any, timeout_s: float = 20) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -175,3 +227,32 @@ def test_in_process_lambda_applies_env_and_reports_errors(aws: None) -> None:
     assert bad["FunctionError"] == "Unhandled"
     error = json.loads(bad["Payload"].read())
     assert error["errorType"] == "ValueError" and error["errorMessage"] == "no such trial"
+
+
+def test_shimmed_batch_refuses_what_aws_refuses_and_hands_over_what_moto_drops(aws: None) -> None:
+    queue, definition = _batch()
+    batch = boto3.client("batch", region_name=REGION)
+    jobs = ScriptedJobs()
+    seen: dict[str, Any] = {}
+    jobs.queue_created = lambda name, actions: seen.update({name: actions})  # type: ignore[method-assign]
+    with moto_shims(batch=jobs):
+        with pytest.raises(batch.exceptions.ClientException, match="minimum value for the timeout is 60"):
+            batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition,
+                             timeout={"attemptDurationSeconds": 5})
+        with pytest.raises(batch.exceptions.ClientException, match="minimum value for the timeout is 60"):
+            batch.register_job_definition(jobDefinitionName="short", type="container",
+                                          timeout={"attemptDurationSeconds": 10},
+                                          containerProperties={"image": "busybox", "vcpus": 1, "memory": 128})
+        order = batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["computeEnvironmentOrder"]
+        with pytest.raises(batch.exceptions.ClientException, match="must be RUNNABLE"):
+            batch.create_job_queue(jobQueueName="odd", state="ENABLED", priority=1, computeEnvironmentOrder=order,
+                                   jobStateTimeLimitActions=[{"reason": "r", "state": "RUNNING",
+                                                              "maxTimeSeconds": 600, "action": "CANCEL"}])
+        limits = [{"reason": "r", "state": "RUNNABLE", "maxTimeSeconds": 600, "action": "CANCEL"}]
+        batch.create_job_queue(jobQueueName="limited", state="ENABLED", priority=1, computeEnvironmentOrder=order,
+                               jobStateTimeLimitActions=limits)
+        job = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition, retryStrategy={"attempts": 3},
+                               containerOverrides={"environment": [{"name": "A", "value": "1"}]})["jobId"]
+        first, second = (batch.describe_jobs(jobs=[job])["jobs"][0] for _ in range(2))
+    assert seen == {"limited": limits}
+    assert len(first["container"]["environment"]) == len(second["container"]["environment"])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.ledger import CheckpointFact, LedgerEntry, SummaryFact
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Trials, Workflow
 from tests import fakes
 
@@ -39,8 +39,10 @@ def flavour(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _fact(key: str, value: int, kind: str = "transition") -> LedgerEntry:
-    return LedgerEntry(run_key="t-1#gpu", entry_key=key, kind=kind, body={"value": value})  # type: ignore[arg-type]
+def _fact(key: str, value: int, kind: str = "checkpoint") -> LedgerEntry:
+    """A fact under ``key`` whose body carries ``value`` (a checkpoint's step, or a summary's attempt)."""
+    fact = CheckpointFact(step=value) if kind == "checkpoint" else SummaryFact(attempt=value)
+    return LedgerEntry(run_key="t-1#gpu", entry_key=key, kind=fact.kind, body=fact.body())
 
 
 def test_ledger_facts_are_written_once_and_the_cost_only_moves_forward(flavour: str) -> None:
@@ -48,7 +50,8 @@ def test_ledger_facts_are_written_once_and_the_cost_only_moves_forward(flavour: 
     assert ledger.append(_fact("b", 1)) is True
     assert ledger.append(_fact("b", 2)) is False  # the first write stands
     assert ledger.append(_fact("a", 3, "summary")) is True
-    assert [(e.entry_key, e.body) for e in ledger.entries("t-1#gpu")] == [("a", {"value": 3}), ("b", {"value": 1})]
+    assert [(e.entry_key, e.body) for e in ledger.entries("t-1#gpu")] == [("a", _fact("a", 3, "summary").body),
+                                                                         ("b", _fact("b", 1).body)]
     assert ledger.entries("t-1#trn2") == []
     assert ledger.cost("t-1#gpu") is None
     assert ledger.put_cost("t-1#gpu", {"total_usd": "1.5"}, facts=2) is True

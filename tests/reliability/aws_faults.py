@@ -3,6 +3,13 @@
 A ``before-send`` hook answers chosen operations with the error response AWS would send (HTTP 400
 ``ThrottlingException`` for DynamoDB, HTTP 503 ``SlowDown`` for S3) instead of sending the request; botocore then
 parses and classifies it exactly as it would a real one (retryable throttling) and retries with its backoff.
+
+AWS executes nothing it throttles ("Throttling errors", DynamoDB developer guide, error handling: the request is
+rejected). botocore emits ``before-send`` to every handler and then takes the first response
+(``botocore/endpoint.py``: ``emit`` then ``first_non_none_response``), so moto's stubber, a later handler of the
+same event, would still execute a throttled request. The hook therefore points the throttled request at a host no
+backend serves while the later handlers run, and a handler registered last on the generic ``before-send`` (the
+generic event's handlers run after the operation's, moto's among them) points it back for the retry.
 """
 
 from __future__ import annotations
@@ -52,19 +59,34 @@ class Throttle:
     injected: int = 0
     passed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _held: dict[int, str] = field(default_factory=dict)  # throttled request -> its real URL
 
     def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
         with self._lock:
             if self.times is None or self.injected < self.times:
                 self.injected += 1
-                return RESPONSES[self.service](request.url)
+                url = request.url
+                self._held[id(request)] = url
+                request.url = "http://throttled.invalid/"  # no backend behind it: nothing is executed
+                return RESPONSES[self.service](url)
             self.passed += 1
         return None
 
+    def _restore(self, request: Any, **_: Any) -> None:
+        with self._lock:
+            url = self._held.pop(id(request), None)
+        if url is not None:
+            request.url = url
+
+    @property
+    def _event(self) -> str:
+        return f"before-send.{self.service}.{self.operation}"
+
     def install(self, client: Any) -> Throttle:
-        client.meta.events.register_first(f"before-send.{self.service}.{self.operation}", self,
-                                          unique_id=f"throttle-{id(self)}")
+        client.meta.events.register_first(self._event, self, unique_id=f"throttle-{id(self)}")
+        client.meta.events.register_last("before-send", self._restore, unique_id=f"throttle-restore-{id(self)}")
         return self
 
     def remove(self, client: Any) -> None:
-        client.meta.events.unregister(f"before-send.{self.service}.{self.operation}", unique_id=f"throttle-{id(self)}")
+        client.meta.events.unregister(self._event, unique_id=f"throttle-{id(self)}")
+        client.meta.events.unregister("before-send", unique_id=f"throttle-restore-{id(self)}")

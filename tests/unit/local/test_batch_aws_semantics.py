@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
 from dualtrack.local.batch_runner import (
     CANCELED_BY_TIME_LIMIT,
     INSUFFICIENT_CAPACITY,
@@ -24,8 +25,6 @@ from dualtrack.local.batch_runner import (
     LocalBatch,
     asset_image_configs,
     parse_dockerfile,
-    time_limit_actions_problem,
-    timeout_problem,
 )
 from dualtrack.local.moto_shims import moto_shims
 
@@ -375,7 +374,7 @@ def _template(timeout: int) -> dict[str, Any]:
 def test_template_keeps_time_limit_actions_and_refuses_short_timeouts(timeout: int) -> None:
     """https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-batch-jobqueue-jobstatetimelimitaction.html
     and https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html (at least 60 seconds)."""
-    from dualtrack.local.batch_runner import BatchClientError
+    from dualtrack.local.batch_rules import BatchClientError
     from dualtrack.local.template import LocalDeployment, TemplateResolver, _batch
 
     resolver = TemplateResolver({"App-Compute": _template(timeout)}, region="us-east-1")
