@@ -25,20 +25,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from stage_env import ENV, REGION  # bench/ is the script directory, first on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / "tests" / "events"
-REGION = "us-east-1"
-ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE": "cache-registry",
-       "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts", "CACHE_BUCKET": "compile-cache",
-       "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
-       "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "bench",
-       "AWS_SECRET_ACCESS_KEY": "bench", "DUALTRACK_METRICS": "off", "POWERTOOLS_METRICS_DISABLED": "true",
-       "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING",
-       "JOB_TARGETS": json.dumps({track: {instance: {"queue": f"bench-{track}", "single_node": f"bench-{track}-single",
-                                                     "multi_node": {}}}
-                                  for track, instance in (("gpu", "p5.48xlarge"), ("trn2", "trn2.48xlarge"))}),
-       "DATA_BUCKETS": "example-datasets", "ATTEMPT_TIMEOUT_S": "86400",
-       "PYDANTIC_DISABLE_PLUGINS": "__all__"}  # as infra/constructs/functions.py sets it for every function
 
 # The child: INIT (import) and the first invocation, timed together; the AWS calls it made recorded for the bare
 # side. ``record`` is off when timing (recording costs a little).

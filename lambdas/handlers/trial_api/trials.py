@@ -37,9 +37,27 @@ class ReportNotReady(LookupError):
     pass
 
 
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A model's JSON schema with its ``$defs`` written in place, so it stands alone inside the OpenAPI document
+    (a response schema that is not a route's return type is not registered under ``components``)."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(dict(defs[ref.removeprefix("#/$defs/")]))
+            return {k: resolve(v) for k, v in node.items()}
+        return [resolve(v) for v in node] if isinstance(node, list) else node
+
+    return resolve(schema)  # type: ignore[no-any-return]
+
+
+ERROR_SCHEMA = _inlined(ErrorBody.model_json_schema())
+
+
 def _error(description: str) -> OpenAPIResponse:
-    return {"description": description, "content": {"application/json": {"schema": {"$ref":
-                                                                                   "#/components/schemas/ErrorBody"}}}}
+    return {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
 
 
 # Answers every route can give, declared so the OpenAPI document lists each status the function returns.
@@ -54,7 +72,6 @@ WITH_BODY: dict[int, OpenAPIResponse] = {
     415: _error("body not sent as application/json"),
 }
 NOT_FOUND: dict[int, OpenAPIResponse] = {404: _error("no such trial")}
-_ = ErrorBody  # referenced by the responses above; the app registers its schema
 
 
 def api() -> Any:

@@ -19,6 +19,15 @@ def test_openapi_document_is_current() -> None:
     assert committed == document(), "lambdas/openapi.json is stale: run `dualtrack openapi --write`"
 
 
+def test_every_schema_the_openapi_document_references_is_in_it() -> None:
+    import json
+    import re
+
+    document = json.loads((ROOT / "lambdas" / "openapi.json").read_text())
+    referenced = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(document)))
+    assert referenced and referenced <= set(document["components"]["schemas"]), referenced
+
+
 def test_settings_name_the_missing_variable() -> None:
     from lambdas.runtime.settings import ApiSettings, SettingsInvalid
 
