@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from lambdas.domain.cost import COMPONENTS
+from lambdas.domain.cost import COMPONENTS, RunCost
 from lambdas.domain.ledger import LedgerEntry, TransitionFact
+from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import BATCH_TERMINAL
 
@@ -21,193 +22,167 @@ REPORT_VERSION = 1
 RATE_NOTE = "priced at the declared instance's rate"
 
 
-def _plain(value: Any) -> dict[str, Any]:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")  # type: ignore[no-any-return]
-    return dict(value)
-
-
 def _num(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _merged_loss(summaries: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+def _merged_loss(summaries: Sequence[RunSummary]) -> list[tuple[int, float]]:
     """Per-step loss by global step; a resumed attempt's values replace the ones it re-ran."""
-    points: dict[int, float] = {}
-    for s in summaries:
-        loss = s.get("loss") or {}
-        start = int(s.get("start_step") or 0)
-        for i, value in enumerate(loss.get("per_step") or []):
-            if isinstance(value, Mapping):
-                points[int(value["step"])] = float(value["loss"])
-            else:
-                points[start + i + 1] = float(value)
-    return sorted(points.items())
+    return sorted({p.step: p.loss for s in summaries for p in s.loss.per_step}.items())
 
 
-def _eval_points(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
-    points: dict[int, float] = {}
-    for s in summaries:
-        for point in (s.get("loss") or {}).get("eval") or []:
-            points[int(point["step"])] = float(point["loss"])
+def _eval_points(summaries: Sequence[RunSummary]) -> list[dict[str, float]]:
+    points = {p.step: p.loss for s in summaries for p in s.loss.eval}
     return [{"step": k, "loss": v} for k, v in sorted(points.items())]
 
 
-def _track(
-    run: str, summaries: Sequence[Mapping[str, Any]], cost: Mapping[str, Any] | None, spec: TrialSpec
-) -> dict[str, Any]:
-    last = summaries[-1] if summaries else {}
-    first = summaries[0] if summaries else {}
-    phases = [s.get("phases") or {} for s in summaries]
-    compiles = [s.get("compile") or {} for s in summaries]
-    checkpoints: dict[int, Mapping[str, Any]] = {}
-    for s in summaries:
-        for c in s.get("checkpoints") or []:
-            checkpoints[int(c["step"])] = c
-    resumed = next((s for s in summaries if s.get("resumed_from_step") is not None), None)
-    fault = next((s.get("fault") for s in summaries if (s.get("fault") or {}).get("injected_at_step")), None) or {}
-    continuity = (resumed or last).get("continuity") or {}
-    loss = last.get("loss") or {}
-    first_loss = first.get("loss") or {}
-    tokens = sum(int(s.get("tokens_this_attempt") or 0) for s in summaries)
-    steps = int(last.get("global_step") or 0)
-    executed = sum(int(s.get("steps_this_attempt") or 0) for s in summaries)
-    rerun = sum(int(s.get("rerun_steps") or 0) for s in summaries)
-    overlap = _checkpoint_overlap(summaries)
-    cost_view: dict[str, Any] = {
-        name: str(Decimal(str((cost or {}).get(name, 0)))) for name in (*COMPONENTS, "total_usd")
+def _cost_view(cost: RunCost | None, steps: int, tokens: int) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        name: str(getattr(cost, name) if cost else Decimal(0)) for name in (*COMPONENTS, "total_usd")
     }
-    total = Decimal(cost_view["total_usd"])
-    cost_view["cost_per_effective_step_usd"] = str((total / steps).quantize(Decimal("0.000001"))) if steps else None
-    cost_view["cost_per_1m_tokens_usd"] = (
+    total = cost.total_usd if cost else Decimal(0)
+    view["cost_per_effective_step_usd"] = str((total / steps).quantize(Decimal("0.000001"))) if steps else None
+    view["cost_per_1m_tokens_usd"] = (
         str((total * 1_000_000 / tokens).quantize(Decimal("0.000001"))) if tokens else None
     )
-    price = (cost or {}).get("price") or {}
-    cost_view["price_basis"] = (
-        f"{price.get('instance_type', '?')} at {price.get('hourly_usd', '?')} USD/h "
-        f"({price.get('confidence', '?')}, table {price.get('table_version', '?')}); "
-        f"{RATE_NOTE}"
-    )
-    cost_view["billed_instance_s"] = _num((cost or {}).get("billed_instance_seconds"))
-    cost_view["queue_s"] = _num((cost or {}).get("queue_seconds"))
-    throughput = last.get("throughput") or {}
-    stand_in = bool(last.get("stand_in"))
+    price = cost.price if cost else None
+    view["price_basis"] = (
+        f"{price.instance_type} at {price.hourly_usd} USD/h ({price.confidence}, table {price.table_version}); "
+        if price else "? at ? USD/h (?, table ?); "
+    ) + RATE_NOTE
+    view["billed_instance_s"] = _num(cost.billed_instance_seconds) if cost else None
+    view["queue_s"] = _num(cost.queue_seconds) if cost else None
+    return view
+
+
+def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec: TrialSpec) -> dict[str, Any]:
+    last = summaries[-1] if summaries else None
+    first = summaries[0] if summaries else None
+    compiles = [s.compile for s in summaries]
+    checkpoints = {c.step: c for s in summaries for c in s.checkpoints}
+    resumed = next((s for s in summaries if s.resumed_from_step is not None), None)
+    fault = next((s.fault for s in summaries if s.fault.injected_at_step), None)
+    continuity = resumed.continuity if resumed else None
+    tokens = sum(s.tokens_this_attempt for s in summaries)
+    steps = last.global_step if last else 0
+    executed = sum(s.steps_this_attempt for s in summaries)
+    rerun = sum(s.rerun_steps for s in summaries)
+    overlap = _checkpoint_overlap(summaries)
+    stand_in = bool(last and last.stand_in)
+    backend = last.backend if last else None
     return {
         "run": run,
-        "status": str(last.get("status") or ("unknown" if not summaries else "")),
-        "backend": last.get("backend"),
+        "status": last.status if last else "unknown",
+        "backend": backend,
         "stand_in": stand_in,
         "label": (
-            f"stand-in backend {last.get('backend')!s}: timings are from the stand-in, {RATE_NOTE}"
+            f"stand-in backend {backend!s}: timings are from the stand-in, {RATE_NOTE}"
             if stand_in
             else f"measured on the track's own hardware, {RATE_NOTE}"
         ),
         "instance_type": spec.track("trn2" if run == "trn2" else "gpu").instance_type,
         "steps_completed": steps,
-        "attempts": len(summaries) or int((cost or {}).get("attempts") or 0),
+        "attempts": len(summaries) or (cost.attempts if cost else 0),
         "tokens": tokens,
         "compile": {
-            "first_compile_s": _num(compiles[0].get("seconds")) if compiles else None,
-            "total_s": sum(float(c.get("seconds") or 0) for c in compiles),
-            "cache": (compiles[-1].get("cache") if compiles else None) or "none",
-            "cache_by_attempt": [c.get("cache") or "none" for c in compiles],
-            "cache_key": compiles[-1].get("cache_key") if compiles else None,
+            "first_compile_s": compiles[0].seconds if compiles else None,
+            "total_s": sum(c.seconds for c in compiles),
+            "cache": compiles[-1].cache if compiles else "none",
+            "cache_by_attempt": [c.cache for c in compiles],
+            "cache_key": compiles[-1].cache_key if compiles else None,
         },
-        "environment_s": sum(float(p.get("environment_s") or 0) for p in phases),
-        "data_load_s": sum(float(p.get("data_load_s") or 0) for p in phases),
-        "train_s": sum(float(p.get("train_s") or 0) for p in phases),
-        "eval_s": sum(float(p.get("eval_s") or 0) for p in phases),
+        "environment_s": sum(s.phases.environment_s for s in summaries),
+        "data_load_s": sum(s.phases.data_load_s for s in summaries),
+        "train_s": sum(s.phases.train_s for s in summaries),
+        "eval_s": sum(s.phases.eval_s for s in summaries),
         "throughput": {
-            "tokens_per_s": _num(throughput.get("tokens_per_s")),
-            "step_time_s": _num(throughput.get("step_time_s")),
-            "samples_per_s": _num(throughput.get("samples_per_s")),
+            "tokens_per_s": last.throughput.tokens_per_s if last else None,
+            "step_time_s": last.throughput.step_time_s if last else None,
+            "samples_per_s": last.throughput.samples_per_s if last else None,
         },
-        "memory_peak_mib": _num(last.get("memory_peak_mib")),
+        "memory_peak_mib": last.memory_peak_mib if last else None,
         "loss": {
-            "initial": _num(first_loss.get("initial")),
-            "final": _num(loss.get("final")),
-            "validation": _num(last.get("validation_loss")),
+            "initial": first.loss.initial if first else None,
+            "final": last.loss.final if last else None,
+            "validation": last.validation_loss if last else None,
             "eval": _eval_points(summaries),
             "per_step": [{"step": k, "loss": v} for k, v in _merged_loss(summaries)],
         },
         "checkpoint": {
             "count": len(checkpoints),
-            "total_bytes": sum(int(c.get("bytes") or 0) for c in checkpoints.values()),
-            "files": sum(int(c.get("files") or 0) for c in checkpoints.values()),
-            "save_s": sum(float(c.get("save_s") or 0) for c in checkpoints.values()),
-            "restore_s": sum(float(p.get("checkpoint_restore_s") or 0) for p in phases),
-            "asynchronous": overlap.get("asynchronous"),
-            "step_time_overlapping_save_s": _num(overlap.get("step_time_overlapping_s")),
-            "step_time_clear_s": _num(overlap.get("step_time_clear_s")),
-            "save_slowdown": _num(overlap.get("slowdown")),
+            "total_bytes": sum(c.bytes for c in checkpoints.values()),
+            "files": sum(c.files for c in checkpoints.values()),
+            "save_s": sum(c.save_s for c in checkpoints.values()),
+            "restore_s": sum(s.phases.checkpoint_restore_s for s in summaries),
+            "asynchronous": overlap.asynchronous if overlap else None,
+            "step_time_overlapping_save_s": overlap.step_time_overlapping_s if overlap else None,
+            "step_time_clear_s": overlap.step_time_clear_s if overlap else None,
+            "save_slowdown": overlap.slowdown if overlap else None,
         },
         "resume": {
-            "injected_at_step": fault.get("injected_at_step"),
-            "fault_mode": fault.get("mode"),
-            "resumed_from_step": resumed.get("resumed_from_step") if resumed else None,
+            "injected_at_step": fault.injected_at_step if fault else None,
+            "fault_mode": fault.mode if fault else None,
+            "resumed_from_step": resumed.resumed_from_step if resumed else None,
             "rerun_steps": rerun,
             "steps_executed": executed,
             "rerun_share": round(rerun / executed, 4) if executed else None,
-            "global_step_continuous": continuity.get("global_step_continuous") if resumed else None,
-            "loss_continuous": continuity.get("loss_continuous") if resumed else None,
-            "max_rel_loss_delta": _num(continuity.get("max_rel_delta")) if resumed else None,
+            "global_step_continuous": continuity.global_step_continuous if continuity else None,
+            "loss_continuous": continuity.loss_continuous if continuity else None,
+            "max_rel_loss_delta": continuity.max_rel_delta if continuity else None,
         },
         "final_samples": [
-            {"prompt": s.get("prompt"), "completion": s.get("completion")} for s in (last.get("final_samples") or [])
+            {"prompt": s.prompt, "completion": s.completion} for s in (last.final_samples if last else [])
         ],
-        "cost": cost_view,
-        "parallel": _parallel(last),
+        "cost": _cost_view(cost, steps, tokens),
+        "parallel": _parallel(last) if last else None,
     }
 
 
-def _checkpoint_overlap(summaries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+def _checkpoint_overlap(summaries: Sequence[RunSummary]) -> CheckpointOverlap | None:
     """Whether background saves slowed the steps they overlapped: the record of the attempt that timed the most
     steps (medians of different attempts do not combine)."""
-    records = [s.get("checkpoint_overlap") or {} for s in summaries]
-    return max(records, key=lambda r: int(r.get("steps_overlapping") or 0) + int(r.get("steps_clear") or 0),
-               default={})
+    return max((s.checkpoint_overlap for s in summaries),
+               key=lambda r: r.steps_overlapping + r.steps_clear, default=None)
 
 
-def _parallel(summary: Mapping[str, Any]) -> dict[str, Any] | None:
+def _parallel(summary: RunSummary) -> dict[str, Any] | None:
     """The document's multi-node figures for one run, from its last attempt: how many devices were billed, how many
     of them train (utilisation), how many processes ran them (fewer on a CPU stand-in, which simulates ranks), and
     the collectives' cost. A layout's model-parallel ranks count as training only when the trainer sharded the model
     over them (``layout.model_parallel_run``); otherwise one device per group trains and the report says so. None
     for a summary that predates the layout record."""
-    layout = summary.get("layout") or {}
-    if not layout:
+    layout = summary.layout
+    if layout is None:
         return None
-    comm = summary.get("communication") or {}
-    nodes = int(layout.get("nodes") or 1)
-    billed = nodes * int(layout.get("devices_per_node") or 1)
-    data_parallel = int(layout.get("data_parallel") or 1)
-    model_parallel = int(layout.get("tensor_parallel") or 1) * int(layout.get("pipeline_parallel") or 1)
-    sharded = bool(layout.get("model_parallel_run"))
-    ranks = data_parallel * (model_parallel if sharded else 1)
-    processes = int(layout.get("world_size_run") or 1)
+    comm = summary.communication
+    billed = layout.nodes * layout.devices_per_node
+    model_parallel = layout.tensor_parallel * layout.pipeline_parallel
+    sharded = layout.model_parallel_run
+    ranks = layout.data_parallel * (model_parallel if sharded else 1)
+    processes = layout.world_size_run
     idle = "" if sharded or model_parallel == 1 else (
         f"; tensor_parallel x pipeline_parallel = {model_parallel} is not run by the trainer: one device of each "
         f"group of {model_parallel} trains, {billed - ranks} of {billed} billed devices hold replicas and no samples")
     return {
-        "nodes": nodes,
+        "nodes": layout.nodes,
         "devices_billed": billed,
         "layout_ranks": ranks,
         "device_utilisation": round(ranks / billed, 4) if billed else None,
         "processes": processes,
-        "tensor_parallel_run": int(layout.get("tensor_parallel_run") or 1),
+        "tensor_parallel_run": layout.tensor_parallel_run,
         "basis": (f"{processes} process(es) ran the layout's {ranks} training ranks on backend "
-                  f"{summary.get('backend')}" + (" (a stand-in simulating ranks)" if processes < ranks else "")
+                  f"{summary.backend}" + (" (a stand-in simulating ranks)" if processes < ranks else "")
                   + _split_basis(layout) + idle),
-        "communication_s": _num(comm.get("communication_s")),
-        "communication_share": _num(comm.get("communication_share")),
-        "sync_wait_median_s": _num(comm.get("sync_wait_median_s")),
-        "sync_wait_max_s": _num(comm.get("sync_wait_max_s")),
-        "communication_measured": comm.get("measured"),
+        "communication_s": comm.communication_s,
+        "communication_share": comm.communication_share,
+        "sync_wait_median_s": comm.sync_wait_median_s,
+        "sync_wait_max_s": comm.sync_wait_max_s,
+        "communication_measured": comm.measured,
     }
 
 
-def _split_basis(layout: Mapping[str, Any]) -> str:
-    tensor, ran = int(layout.get("tensor_parallel") or 1), int(layout.get("tensor_parallel_run") or 1)
+def _split_basis(layout: LayoutRecord) -> str:
+    tensor, ran = layout.tensor_parallel, layout.tensor_parallel_run
     if tensor == 1:
         return ""
     if ran == tensor:
@@ -393,8 +368,8 @@ def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
 
 def build_trial_report(
     spec: TrialSpec,
-    summaries: Mapping[str, Sequence[Any]],
-    costs: Mapping[str, Any],
+    summaries: Mapping[str, Sequence[RunSummary]],
+    costs: Mapping[str, RunCost],
     ledger: Iterable[LedgerEntry] = (),
     *,
     generated_at: str | None = None,
@@ -405,9 +380,7 @@ def build_trial_report(
     outcomes = run_outcomes(ledger)
     runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs or r in outcomes]
     tracks = {
-        run: _track(
-            run, [_plain(s) for s in summaries.get(run, [])], _plain(costs[run]) if run in costs else None, spec
-        )
+        run: _track(run, summaries.get(run, []), costs.get(run), spec)
         for run in runs
     }
     for run, track in tracks.items():

@@ -36,6 +36,10 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ]
     comparison = report["comparison"]
     out += [f"**Verdict: {comparison['verdict']}**", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
+    unreadable = report.get("unreadable_summaries") or []
+    if unreadable:
+        out += ["> Summaries the report could not read (their attempts are missing from the figures below):", ""]
+        out += [f"- `{u['key']}`: {_cell(u['error'])}" for u in unreadable] + [""]
     out += ["## How each job ended", "", "| run | outcome | Batch status reason |", "|---|---|---|"]
     out += [f"| {run} | {tracks[run].get('outcome', 'unknown')} | {_cell(tracks[run].get('status_reason'))} |"
             for run in runs] + [""]

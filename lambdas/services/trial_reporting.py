@@ -3,37 +3,53 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
-from lambdas.domain.ledger import RUNS, run_key
+from pydantic import ValidationError
+
+from lambdas.domain.cost import RunCost
+from lambdas.domain.ledger import RUNS, LedgerEntry, run_key
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.domain.run_summary import RunSummary, parse_summary
 from lambdas.services.ports import Ledger, Objects
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 
 
-def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> tuple[dict[str, list[Any]], dict[str, Any], list]:
-    summaries: dict[str, list[Any]] = {}
-    costs: dict[str, Any] = {}
-    entries: list = []
+@dataclass
+class Evidence:
+    """A trial's evidence as the report reads it: each run's attempt summaries (in attempt order) and stored cost,
+    the ledger's entries, and the summaries that could not be read (kept by key, never silently dropped)."""
+
+    summaries: dict[str, list[RunSummary]] = field(default_factory=dict)
+    costs: dict[str, RunCost] = field(default_factory=dict)
+    entries: list[LedgerEntry] = field(default_factory=list)
+    unreadable: list[dict[str, str]] = field(default_factory=list)
+
+
+def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> Evidence:
+    evidence = Evidence()
     for run in RUNS:
         keys = [k for k in artifacts.list_keys(f"trials/{trial_id}/{run}/attempt-") if _SUMMARY.search(k)]
-        ordered = sorted(keys, key=lambda k: int(_SUMMARY.search(k).group(1)))  # type: ignore[union-attr]
-        found = [artifacts.get_json(k) for k in ordered]
-        if found:
-            summaries[run] = [s for s in found if isinstance(s, dict)]
+        for key in sorted(keys, key=lambda k: int(_SUMMARY.search(k).group(1))):  # type: ignore[union-attr]
+            try:
+                evidence.summaries.setdefault(run, []).append(parse_summary(artifacts.get_json(key) or {}))
+            except (ValidationError, TypeError, ValueError) as exc:
+                evidence.unreadable.append({"key": key, "error": str(exc).splitlines()[0]})
         stored = ledger.cost(run_key(trial_id, run))
         if stored is not None:
-            costs[run] = stored["cost"]
-        entries += ledger.entries(run_key(trial_id, run))
-    return summaries, costs, entries
+            evidence.costs[run] = RunCost.model_validate(stored["cost"])
+        evidence.entries += ledger.entries(run_key(trial_id, run))
+    return evidence
 
 
 def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str) -> dict[str, Any]:
 
-    summaries, costs, entries = gather(trial_id, artifacts, ledger)
-    report = build_trial_report(spec, summaries, costs, entries, generated_at=generated_at)
+    evidence = gather(trial_id, artifacts, ledger)
+    report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at)
+    report["unreadable_summaries"] = evidence.unreadable
     base = f"trials/{trial_id}/report/"
     artifacts.put_json(base + "report.json", report)
     artifacts.put_text(base + "report.md", render_markdown(report), "text/markdown; charset=utf-8")

@@ -17,9 +17,11 @@ def _loss(steps: range, scale: float) -> list[dict[str, float]]:
     return [{"step": s, "loss": round(2.6 * math.exp(-s / 400) * scale + 0.9, 5)} for s in steps]
 
 
-def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> dict[str, Any]:
+def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> Any:
+    from tests.builders import run_summary
+
     scale = 1.0 if run == "gpu" else 1.01
-    return {"run": run, "attempt": attempt, "status": "succeeded" if end == 1000 else "fault_injected",
+    return run_summary(run, **{"attempt": attempt, "status": "succeeded" if end == 1000 else "faulted",
             "backend": "cuda" if run == "gpu" else "neuron", "start_step": start, "global_step": end,
             "tokens_this_attempt": (end - start) * 64 * 4096,
             "phases": {"environment_s": 95.0, "data_load_s": 40.0, "train_s": (end - start) * 2.1, "eval_s": 30.0},
@@ -32,10 +34,12 @@ def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> dict
                      "eval": [{"step": s, "loss": p["loss"] + 0.05} for s, p in
                               ((p["step"], p) for p in _loss(range(start + 100, end + 1, 100), scale))]},
             "validation_loss": _loss(range(end, end + 1), scale)[0]["loss"] + 0.05,
-            "checkpoints": [{"step": s, "bytes": 167_000_000, "files": 4, "save_s": 6.5}
+            "stand_in": False, "precision": "bf16", "steps_this_attempt": end - start,
+            "checkpoints": [{"step": s, "bytes": 167_000_000, "files": 4, "save_s": 6.5, "uri": f"s3://a/{run}/{s}"}
                             for s in range(start + 200, end + 1, 200)],
-            "final_samples": [{"prompt": "Summarise the release notes.", "completion": "The release adds ..."}],
-            **extra}
+            "final_samples": [{"prompt": "Summarise the release notes.", "completion": "The release adds ...",
+                               "token_ids": [1, 2, 3]}],
+            **extra})
 
 
 def build_report() -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.builders import run_summary
 from tests.integration.conftest import Context, api_event, batch_event, s3_event
 
 T0 = 1_795_168_800_000  # 2026-11-20T10:00:00Z in ms
@@ -48,7 +49,7 @@ def summary(trial_id: str, attempt: int, **over: Any) -> dict[str, Any]:
         "loss": {
             "initial": 2.5,
             "final": 1.9 if attempt == 1 else 1.2,
-            "per_step": [2.5 - 0.002 * i for i in range(10)],
+            "per_step": [[i + 1, 2.5 - 0.002 * i] for i in range(10)],
             "eval": [{"step": 100, "loss": 2.2}] if attempt == 1 else [{"step": 1000, "loss": 1.25}],
         },
         "checkpoints": [{"step": 200, "bytes": 4000, "files": 3, "save_s": 10.0, "uri": "s3://x"}],
@@ -72,7 +73,7 @@ def summary(trial_id: str, attempt: int, **over: Any) -> dict[str, Any]:
         "ended_at": iso(T0 + 3_600_000 * attempt),
     }
     base.update(over)
-    return base
+    return run_summary(str(base.pop("run")), **base).model_dump(mode="json")
 
 
 def scenario(aws: dict[str, Any], example: dict[str, Any]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:

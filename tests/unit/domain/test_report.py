@@ -6,50 +6,36 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lambdas.domain.cost import RunCost
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.domain.run_summary import RunSummary
 from lambdas.domain.trial import parse_trial
+from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
 
 
-def summary(run: str, final: float, validation: float, **over: Any) -> dict[str, Any]:
-    out = {
-        "run": run,
-        "track": "trn2" if run == "trn2" else "gpu",
-        "attempt": 1,
-        "status": "succeeded",
-        "backend": "cpu",
-        "stand_in": True,
-        "global_step": 1000,
-        "start_step": 0,
+def summary(run: str, final: float, validation: float, **over: Any) -> RunSummary:
+    return run_summary(run, **{
         "tokens_this_attempt": 2_000_000,
         "phases": {"environment_s": 10.0, "compile_s": 5.0, "train_s": 100.0},
         "loss": {
             "initial": 2.5,
             "final": final,
-            "per_step": [2.5, 2.0, final],
+            "per_step": [[1, 2.5], [2, 2.0], [3, final]],
             "eval": [{"step": 100, "loss": 2.2}, {"step": 1000, "loss": validation}],
         },
         "validation_loss": validation,
         "compile": {"seconds": 5.0, "cache": "miss"},
         "throughput": {"tokens_per_s": 1000.0, "step_time_s": 0.1, "samples_per_s": 10.0},
-        "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0}],
-    }
-    out.update(over)
-    return out
+        "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0, "uri": "s3://a/ckpt/500"}],
+        **over,
+    })
 
 
-def cost(total: str) -> dict[str, Any]:
-    return {
-        "effective_training_usd": total,
-        "compile_usd": "0",
-        "failed_reruns_usd": "0",
-        "checkpoint_storage_usd": "0",
-        "queue_environment_usd": "0",
-        "total_usd": total,
-        "price": {"instance_type": "x", "hourly_usd": "1", "confidence": "list", "table_version": "v"},
-    }
+def cost(total: str) -> RunCost:
+    return run_cost(total)
 
 
 def test_report_compares_tracks_and_renders() -> None:

@@ -1,0 +1,40 @@
+"""Test data builders: whole, valid domain objects with only the fields a test cares about given. A builder fills
+every field the model requires with a plain value, so a test that builds a report or a cost from them exercises
+the same typed objects the Lambdas read back from S3 and DynamoDB."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from lambdas.domain.cost import RunCost
+from lambdas.domain.run_summary import RunSummary
+
+_ENVIRONMENT = {"python": "3.11.9", "torch": "2.5.1", "hostname": "test-host"}
+
+
+def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
+    """A RunSummary of ``run``'s first attempt that trained 1000 steps on the CPU stand-in, with ``fields`` over it
+    (nested records as dicts or models)."""
+    base: dict[str, Any] = {
+        "trial_id": "trial-1", "run": run, "track": "trn2" if run == "trn2" else "gpu", "attempt": 1,
+        "backend": "cpu", "stand_in": True, "precision": "bf16", "status": "succeeded", "exit_code": 0,
+        "global_step": 1000, "max_steps": 1000, "start_step": 0, "environment": _ENVIRONMENT,
+        "started_at": "2026-11-20T09:00:00Z", "ended_at": "2026-11-20T10:00:00Z",
+    }
+    if fields.get("status") not in (None, "succeeded") and "exit_code" not in fields:
+        base["exit_code"] = 1
+    return RunSummary.model_validate({**base, **fields})
+
+
+def run_cost(total: str | Decimal, run: str = "gpu", **fields: Any) -> RunCost:
+    """A RunCost whose whole total is effective training on an instance at 1 USD/h, with ``fields`` over it."""
+    base: dict[str, Any] = {
+        "trial_id": "trial-1", "run": run, "track": "trn2" if run == "trn2" else "gpu",
+        "effective_training_usd": total, "total_usd": total, "instance_usd": total, "storage_usd": "0",
+        "billed_instance_seconds": "3600", "queue_seconds": "0", "seconds": {}, "effective_steps": 1000,
+        "rerun_steps": 0, "attempts": 1,
+        "price": {"instance_type": "x", "region": "us-east-1", "hourly_usd": "1", "confidence": "list",
+                  "table_version": "v"},
+    }
+    return RunCost.model_validate({**base, **fields})
