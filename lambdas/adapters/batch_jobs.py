@@ -1,9 +1,7 @@
-"""AWS Batch: what a job ran on (its queue's instance type, cached per execution environment) and the job as
-DescribeJobs reports it."""
+"""AWS Batch: what a job ran on (its queue's instance type, kept for the life of the adapter, which a function
+builds once per execution environment) and the job as DescribeJobs reports it."""
 
 from __future__ import annotations
-
-from functools import cache
 
 from lambdas.adapters.aws import client
 from lambdas.domain.events import BatchJobStateChangeDetail
@@ -12,8 +10,14 @@ from lambdas.domain.events import BatchJobStateChangeDetail
 class BatchJobsApi:
     """The ``BatchJobs`` port over the Batch API."""
 
+    def __init__(self) -> None:
+        self._instance_types: dict[str, str | None] = {}
+
     def instance_type(self, job_queue: str) -> str | None:
-        return queue_instance_type(job_queue)
+        """A queue's compute environments do not change under a deployed function, so the answer is kept."""
+        if job_queue not in self._instance_types:
+            self._instance_types[job_queue] = queue_instance_type(job_queue)
+        return self._instance_types[job_queue]
 
     def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
         """The workflow settles a trial right after its .sync tasks return, which can be before the terminal
@@ -22,10 +26,8 @@ class BatchJobsApi:
         return BatchJobStateChangeDetail.model_validate(jobs[0]) if jobs else None
 
 
-@cache
 def queue_instance_type(job_queue_arn: str) -> str | None:
-    """The single instance type the queue's compute environments allow, or None when it is not pinned to one.
-    A queue's compute environments do not change under a deployed function, so the answer is kept."""
+    """The single instance type the queue's compute environments allow, or None when it is not pinned to one."""
     queues = client("batch").describe_job_queues(jobQueues=[job_queue_arn]).get("jobQueues", [])
     if not queues:
         return None

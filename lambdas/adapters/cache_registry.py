@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, written
+from lambdas.adapters.aws import client, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
 from lambdas.services.ports import Outcome
 
@@ -121,7 +121,7 @@ class DynamoCacheRegistry:
         return from_item(got["Item"]) if "Item" in got else None
 
     def iter_all(self) -> Iterator[dict[str, Any]]:
-        for page in client("dynamodb").get_paginator("scan").paginate(TableName=self.table):
+        for page in pages("dynamodb", "scan", TableName=self.table):
             for item in page["Items"]:
                 yield from_item(item)
 

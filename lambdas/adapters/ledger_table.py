@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, written
+from lambdas.adapters.aws import client, pages, written
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry
 
@@ -27,9 +27,9 @@ class DynamoLedger:
         ))
 
     def entries(self, run_key: str) -> list[LedgerEntry]:
-        paginator = client("dynamodb").get_paginator("query")
         out: list[LedgerEntry] = []
-        for page in paginator.paginate(
+        for page in pages(
+            "dynamodb", "query",
             TableName=self.table,
             KeyConditionExpression="run_key = :k",
             ExpressionAttributeValues={":k": {"S": run_key}},
@@ -82,8 +82,8 @@ class DynamoLedger:
     def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
         """Entries of the given kinds, with their kind, in one scan of the table."""
         values = {f":k{i}": {"S": k} for i, k in enumerate(kinds)}
-        paginator = client("dynamodb").get_paginator("scan")
-        for page in paginator.paginate(
+        for page in pages(
+            "dynamodb", "scan",
             TableName=self.table,
             FilterExpression=f"#k IN ({', '.join(values)})",
             ExpressionAttributeValues=values,

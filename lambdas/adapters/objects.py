@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lambdas.adapters.aws import client, error_code
+from lambdas.adapters.aws import client, error_code, pages
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -45,7 +45,7 @@ class S3Objects:
 
     def list_keys(self, prefix: str) -> list[str]:
         keys: list[str] = []
-        for page in client("s3").get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in pages("s3", "list_objects_v2", Bucket=self.bucket, Prefix=prefix):
             keys += [o["Key"] for o in page.get("Contents", [])]
         return keys
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, written
+from lambdas.adapters.aws import client, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
 
 
@@ -54,6 +54,6 @@ class DynamoTrials:
         return [from_item(i) for i in page["Items"]], next_token
 
     def iter_all(self) -> Iterator[dict[str, Any]]:
-        for page in client("dynamodb").get_paginator("scan").paginate(TableName=self.table):
+        for page in pages("dynamodb", "scan", TableName=self.table):
             for item in page["Items"]:
                 yield from_item(item)

@@ -57,7 +57,7 @@ LLAMA_UNWRAPPABLE = ("model", "layers", "self_attn", "mlp", "input_layernorm", "
 
 class _Model(BaseModel):
     # strict: "lots" is never coerced to a number, "true" never to a bool.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

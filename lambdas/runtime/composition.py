@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Generic
 
 from lambdas.adapters.aws import reset_clients
-from lambdas.adapters.batch_jobs import queue_instance_type
 from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
@@ -58,4 +57,3 @@ def reset_environment() -> None:
     and the local rehearsal switch between accounts and stages in one process)."""
     reset_settings()
     reset_clients()
-    queue_instance_type.cache_clear()

@@ -12,14 +12,16 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lambdas.domain import ledger as L
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import compute_run_cost
-from lambdas.domain.events import BatchJobStateChangeDetail
 from lambdas.domain.prices import PriceTable
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
+
+if TYPE_CHECKING:  # the API settles runs without parsing Batch events: it need not build their models
+    from lambdas.domain.events import BatchJobStateChangeDetail
 
 CHECKPOINT_MANIFEST = re.compile(
     r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"

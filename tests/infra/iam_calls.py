@@ -5,7 +5,8 @@ expression* is a call ``client("svc")`` / ``boto3.client("svc")`` / ``<session>.
 argument names a botocore service, a call of a module function that returns one (``storage._s3()``), or a name or
 ``self.<attr>`` assigned from one. A method call on a client expression is an AWS call when its name is the
 snake_case form (``botocore.xform_name``) of an operation in that service's botocore model;
-``get_paginator("op")`` and ``generate_presigned_url("op", ...)`` count as operation ``op``. A call whose name is
+``get_paginator("op")``, ``generate_presigned_url("op", ...)`` and ``pages("svc", "op", ...)`` (the adapters' paging
+helper) count as operation ``op``. A call whose name is
 an operation of a service the module uses, on a receiver the scan cannot resolve, is reported as *unresolved*
 (the test fails on it, so a new client pattern is noticed rather than skipped). Calls made inside libraries are
 encoded in ``LIBRARY_CALLS`` (Powertools' idempotency layer). The CLI in ``dualtrack/`` runs with the user's
@@ -51,7 +52,7 @@ class Call:
     operation: str  # botocore operation name: "PutObject", "ListObjectsV2", ...
     path: str  # repository-relative file
     line: int
-    via: str  # "client", "paginator", "presign" or "library"
+    via: str  # "client", "paginator", "pages", "presign" or "library"
     keywords: frozenset[str] = frozenset()
     transact_kinds: frozenset[str] = frozenset()  # Put/Update/Delete/ConditionCheck seen in TransactItems
 
@@ -200,6 +201,14 @@ def _scan_calls(module: Module) -> None:
         called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         if called in LIBRARY_CALLS:
             module.calls += [Call(s, op, rel, node.lineno, "library") for s, op in LIBRARY_CALLS[called]]
+            continue
+        if called == "pages" and len(node.args) >= 2:  # lambdas.adapters.aws.pages("svc", "op", **params)
+            service, op_name = _const_str(node.args[0]), _const_str(node.args[1])
+            if service is None or op_name is None or op_name not in operations(service):
+                module.unresolved.append(f"{rel}:{node.lineno} {ast.unparse(func)} (not literals)")
+                continue
+            keywords = frozenset(k.arg for k in node.keywords if k.arg)
+            module.calls.append(Call(service, operations(service)[op_name], rel, node.lineno, "pages", keywords))
             continue
         if not isinstance(func, ast.Attribute):
             continue

@@ -364,10 +364,10 @@ def test_inventory_finds_every_client_call() -> None:
     calls = {(c.service, c.operation, c.via) for c in iam_calls.inventory()}
     assert calls >= {
         ("dynamodb", "PutItem", "client"), ("dynamodb", "GetItem", "client"), ("dynamodb", "UpdateItem", "client"),
-        ("dynamodb", "Query", "paginator"), ("dynamodb", "Scan", "paginator"),
+        ("dynamodb", "Query", "pages"), ("dynamodb", "Scan", "pages"),
         ("dynamodb", "PutItem", "library"),
         ("s3", "PutObject", "client"), ("s3", "GetObject", "client"), ("s3", "HeadObject", "client"),
-        ("s3", "ListObjectsV2", "paginator"), ("s3", "GetObject", "presign"),
+        ("s3", "ListObjectsV2", "pages"), ("s3", "GetObject", "presign"),
         ("stepfunctions", "StartExecution", "client"), ("stepfunctions", "StopExecution", "client"),
         ("batch", "DescribeJobs", "client"), ("batch", "DescribeJobQueues", "client"),
         ("cloudwatch", "GetMetricData", "client"), ("cloudwatch", "PutMetricData", "client"),

@@ -140,3 +140,24 @@ def test_workflow_starts_one_execution_per_name_and_stops_it(flavour: str) -> No
     assert workflow.status(workflow.execution_arn("t-none")) is None
     if workflow.status(first.execution_arn) == "RUNNING":
         assert workflow.stop(first.execution_arn, "cancelled") == "ABORTED"
+
+
+def test_pages_follows_each_continuation_token_to_the_last_page(aws: dict[str, Any]) -> None:
+    """``pages`` stands in for botocore's paginators: a Query/Scan page that stops early carries
+    ``LastEvaluatedKey``, passed back as ``ExclusiveStartKey`` ("Paginating table query results", DynamoDB developer
+    guide); a truncated ListObjectsV2 carries ``NextContinuationToken``, passed back as ``ContinuationToken``
+    ("ListObjectsV2", S3 API reference). Every item comes back once, whatever the page size."""
+    from lambdas.adapters.aws import pages
+
+    for n in range(5):
+        aws["ddb"].put_item(TableName="ledger", Item={"run_key": {"S": "t#gpu"}, "entry_key": {"S": f"e{n}"}})
+        aws["s3"].put_object(Bucket="artifacts", Key=f"p/{n}", Body=b"x")
+    scanned = list(pages("dynamodb", "scan", TableName="ledger", Limit=2))
+    queried = list(pages("dynamodb", "query", TableName="ledger", Limit=2, KeyConditionExpression="run_key = :k",
+                         ExpressionAttributeValues={":k": {"S": "t#gpu"}}))
+    listed = list(pages("s3", "list_objects_v2", Bucket="artifacts", Prefix="p/", MaxKeys=2))
+    for got in (scanned, queried):
+        assert len(got) >= 3 and sorted(i["entry_key"]["S"] for p in got for i in p["Items"]) == [
+            f"e{n}" for n in range(5)]
+    keys = [o["Key"] for p in listed for o in p.get("Contents", [])]
+    assert len(listed) == 3 and keys == [f"p/{n}" for n in range(5)]
