@@ -27,6 +27,8 @@ from typing import Any
 
 from stage_env import ENV, REGION  # bench/ is the script directory, first on sys.path
 
+from dualtrack.local.tables import create_tables
+
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / "tests" / "events"
 
@@ -130,11 +132,7 @@ def _set_up(endpoint: str) -> dict[str, str]:
 
     kw = {"region_name": REGION, "endpoint_url": endpoint}
     ddb = boto3.client("dynamodb", **kw)
-    for name, pk, sk in (("trials", "trial_id", None), ("ledger", "run_key", "entry_key"),
-                         ("cache-registry", "cache_key", None), ("idempotency", "id", None)):
-        keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
-        attrs = [{"AttributeName": k["AttributeName"], "AttributeType": "S"} for k in keys]
-        ddb.create_table(TableName=name, KeySchema=keys, AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST")
+    create_tables(ddb)
     s3 = boto3.client("s3", **kw)
     for bucket in ("artifacts", "compile-cache"):
         s3.create_bucket(Bucket=bucket)

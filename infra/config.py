@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.governance import Governance
+from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 STAGE_NAME = r"^[a-z][a-z0-9-]{0,15}$"
 # Valid CloudWatch Logs retention periods (days); anything else is rejected at deploy time.
@@ -127,7 +129,8 @@ class StageConfig(_Model):
         "false where the account already has one"
     )
     max_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
-        default=2, description="Batch attempts per run (attempt 2 resumes from the newest checkpoint)"
+        default=DEFAULT_MAX_ATTEMPTS,
+        description="Batch attempts per run (attempt 2 resumes from the newest checkpoint)"
     )
     attempt_timeout_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 24
     workflow_timeout_hours: Annotated[float, Field(gt=0, le=24 * 365)] = 24 * 14
@@ -144,9 +147,26 @@ class StageConfig(_Model):
     )
     cache_gc_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 5 * * ? *)"
     price_region: str = "us-east-1"
-    price_overrides: dict[str, Any] | None = None
+    price_overrides: dict[str, Any] | None = Field(
+        default=None, description="price-table overrides (negotiated rates), applied to the shipped table at synth "
+        "time so a malformed one fails the synth, not the functions after deploy")
+    governance: Governance = Field(
+        default_factory=Governance, description="teams, their members and approvers, platform admins and quotas "
+        "(lambdas.domain.governance.Governance); a caller in no team can submit nothing")
     vpc_cidr: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")] = "10.40.0.0/16"
     alarm_email: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")] | None = None
+
+    @field_validator("price_overrides")
+    @classmethod
+    def _overrides_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value:
+            from lambdas.domain.prices import load_price_table
+
+            try:
+                load_price_table(value)
+            except (ValidationError, ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"does not apply to the price table: {str(exc).splitlines()[0]}") from None
+        return value
 
     @field_validator("log_retention_days")
     @classmethod

@@ -87,12 +87,27 @@ class InMemoryTrials:
             else:
                 self.items[trial_id][name] = _plain(value)
 
-    def list(self, limit: int, start: str | None) -> tuple[list[dict[str, Any]], str | None]:
-        ids = sorted(self.items)
-        first = ids.index(start) + 1 if start in self.items else 0
+    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: Any) -> bool:
+        if self.items.get(trial_id, {}).get("status") not in statuses:
+            return False
+        self.update(trial_id, **fields)
+        return True
+
+    def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        if team is None:
+            ids = sorted(self.items)
+        else:  # newest first, as the team index answers
+            ids = [i for i in sorted(self.items, key=lambda i: (self.items[i].get("created_at", ""), i), reverse=True)
+                   if self.items[i].get("team") == team]
+        first = ids.index(start) + 1 if start in ids else 0
         page = ids[first:first + limit]
         token = page[-1] if first + limit < len(ids) and page else None
         return [copy.deepcopy(self.items[i]) for i in page], token
+
+    def of_team(self, team: str) -> Iterator[dict[str, Any]]:
+        for trial_id in sorted(self.items):
+            if self.items[trial_id].get("team") == team:
+                yield copy.deepcopy(self.items[trial_id])
 
     def iter_all(self) -> Iterator[dict[str, Any]]:
         for trial_id in sorted(self.items):

@@ -19,7 +19,30 @@ def job_targets(stage: str = STAGE) -> dict[str, dict[str, dict[str, Any]]]:
             for track, types in INSTANCE_TYPES.items()}
 
 
+ACCOUNT = "123456789012"  # moto's default account, the API's own
+# Two teams in one account: team-nlp's members are the test users (tests/events/api_gateway_rest.json, the client
+# tests' API Gateway stand-in) and any role
+# named dualtrack-team-nlp-submitter; approvers by the dualtrack-<team>-approver convention.
+GOVERNANCE = {
+    "platform_admins": [f"arn:aws:iam::{ACCOUNT}:role/platform-admin"],
+    "member_roles": ["dualtrack-{team}-submitter"],
+    "approver_roles": ["dualtrack-{team}-approver"],
+    "teams": {
+        "team-nlp": {"members": [f"arn:aws:iam::{ACCOUNT}:user/model-team", f"arn:aws:iam::{ACCOUNT}:user/tester"]},
+        "team-vision": {},
+        "platform": {},
+    },
+}
+
+
+def principal(role: str) -> str:
+    """The userArn API Gateway reports for a session of ``role`` in the API's account."""
+    return f"arn:aws:sts::{ACCOUNT}:assumed-role/{role}/session-1"
+
+
 API_STAGE_ENV = {
+    "GOVERNANCE": json.dumps(GOVERNANCE),
+    "MAX_ATTEMPTS": "2",
     "JOB_TARGETS": json.dumps(job_targets()),
     "DATA_BUCKETS": "example-datasets",
     "ATTEMPT_TIMEOUT_S": "86400",

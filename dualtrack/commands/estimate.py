@@ -8,16 +8,20 @@ import json
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from dualtrack.pricing import load_table_file
 from lambdas.domain.prices import PriceMissing, worst_case_usd
+from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = """\
-Worst-case cost of a trial: hourly price x nodes x limits.max_hours for each track, plus a GPU fallback run when
-the trial has both tracks. The API refuses a submission whose worst case exceeds limits.max_usd.
+Worst-case cost of a trial: hourly price x nodes x limits.max_hours x attempts for each track, plus a GPU fallback
+run when the trial has both tracks. Every attempt Batch makes may run for max_hours (it is each attempt's timeout),
+so the stage's max_attempts (default 2) multiplies the ceiling. The API refuses a submission whose worst case
+exceeds limits.max_usd, or a quota of the owner's team.
 
 exit codes: 0 within limits (or no limits), 1 over limits.max_usd, 2 invalid trial or no price
 
 examples:
   dualtrack estimate examples/trial-llama31-8b-lora.json
   dualtrack estimate --region us-west-2 --prices prices.json trial.json
+  dualtrack estimate --attempts 3 trial.json      # a stage with max_attempts 3
 """
 
 
@@ -27,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_trial_argument(parser)
     parser.add_argument("--region", default=None, help="price region (default: the table's default region)")
     parser.add_argument("--prices", metavar="FILE", help="price table file (default: shipped table)")
+    parser.add_argument("--attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, choices=range(1, 11), metavar="N",
+                        help=f"Batch attempts per run: the stage's max_attempts (default {DEFAULT_MAX_ATTEMPTS})")
     parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     parser.set_defaults(func=run)
 
@@ -39,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     table = load_table_file(args.prices)
     try:
-        worst = worst_case_usd(spec, table, args.region)
+        worst = worst_case_usd(spec, table, args.region, args.attempts)
     except PriceMissing as exc:
         print(f"{args.trial}: {exc}")
         return 2
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             if name != "total":
                 track = spec.track("gpu" if name == "gpu-fallback" else name)  # type: ignore[arg-type]
                 print(f"  {name:12} {track.instance_type} x{track.nodes} for {spec.limits.max_hours} h "  # type: ignore[union-attr]
-                      f"= {usd(value)}")
+                      f"x {args.attempts} attempt(s) = {usd(value)}")
         print(f"worst case {usd(worst['total'])} (price table {table.version})"
               + (f" vs limits.max_usd {usd(type(worst['total'])(str(limit)))}: {'OVER' if over else 'within'}"
                  if limit is not None else ""))

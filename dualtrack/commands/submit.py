@@ -39,13 +39,14 @@ def preflight(spec: Any) -> dict[str, Any]:
     """Local triage and worst case: what the API will decide, shown before anything is spent."""
     from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
     from lambdas.domain.triage import submission_refusal, triage
+    from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
     result = triage(spec)
     table = load_price_table()
     out: dict[str, Any] = {"triage": result.model_dump(mode="json"), "refusal": submission_refusal(spec, result),
                            "price_table": table.version, "worst_case_usd": {}, "price_note": None}
     try:
-        out["worst_case_usd"] = worst_case_usd(spec, table)
+        out["worst_case_usd"] = worst_case_usd(spec, table, attempts=DEFAULT_MAX_ATTEMPTS)
     except PriceMissing as exc:
         out["price_note"] = str(exc)
     limit = spec.limits.max_usd if spec.limits else None

@@ -12,7 +12,8 @@ HELP = """\
 Route a trial: gpu, trn2_trial or dual_track, with the matched scenario, its scores (table 3: higher = better
 fit, not vendor performance), the conclusion and the main risks (table 1). Blockers (custom CUDA operators,
 daily graph changes, dynamic shapes) route to gpu; a gpu-routed trial that still asks for a trn2 track is refused
-at submission unless it carries triage_override {route, reason, approved_by}.
+at submission unless it carries triage_override {route, reason}; such a trial then waits PENDING_APPROVAL until
+an approver of its team (not its submitter) approves it (dualtrack approve).
 
 exit codes: 0 routed, 2 invalid trial
 
@@ -60,5 +61,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"submission: refused: {refusal}")
     elif spec.triage_override:
         o = spec.triage_override
-        print(f"submission: override to {o.route} recorded (approved by {o.approved_by}: {o.reason})")
+        print(f"submission: override to {o.route} recorded ({o.reason}); the trial waits for a team approver")
     return 0

@@ -8,6 +8,7 @@ import json
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
 from lambdas.domain.trial import gradient_accumulation_steps, track_layout
+from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = """\
 Check a trial JSON file against the trial schema and its rules: unknown fields, types, s3:// data URIs,
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     layouts = {name: track_layout(spec, name) for name in spec.track_names()}
     try:
-        worst = worst_case_usd(spec, load_price_table())
+        worst = worst_case_usd(spec, load_price_table(), attempts=DEFAULT_MAX_ATTEMPTS)
     except PriceMissing as exc:
         worst, note = {}, str(exc)
     else:

@@ -307,8 +307,11 @@ def _buckets(resolver: TemplateResolver, s3: Any, region: str, out: LocalDeploym
 def _tables(resolver: TemplateResolver, dynamodb: Any, out: LocalDeployment) -> None:
     for stack, logical_id, props in resolver.resources("AWS::DynamoDB::Table"):
         name = resolver.refs[(stack, logical_id)]
+        indexes = [{k: index[k] for k in ("IndexName", "KeySchema", "Projection")}
+                   for index in props.get("GlobalSecondaryIndexes", [])]
         dynamodb.create_table(TableName=name, KeySchema=props["KeySchema"],
-                              AttributeDefinitions=props["AttributeDefinitions"], BillingMode="PAY_PER_REQUEST")
+                              AttributeDefinitions=props["AttributeDefinitions"], BillingMode="PAY_PER_REQUEST",
+                              **({"GlobalSecondaryIndexes": indexes} if indexes else {}))
         ttl = props.get("TimeToLiveSpecification")
         if ttl and ttl.get("Enabled"):
             dynamodb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)

@@ -21,6 +21,28 @@ from infra.bundling import dependency_layer_code, lambda_code
 from infra.constructs.nag import acknowledge
 from lambdas.domain import telemetry
 
+# Lambda quotas: "Environment variables: 4 KB, for all environment variables associated with the function, in
+# aggregate". A value CloudFormation resolves at deploy (a table name, an ARN) is counted at TOKEN_BYTES.
+ENVIRONMENT_LIMIT_BYTES = 4096
+TOKEN_BYTES = 128
+
+
+def environment_bytes(environment: Mapping[str, object]) -> int:
+    """The aggregate size Lambda counts, names and values, with unresolved values at ``TOKEN_BYTES``."""
+    return sum(len(name.encode()) + (TOKEN_BYTES if not isinstance(value, str) or cdk.Token.is_unresolved(value)
+                                     else len(value.encode()))
+               for name, value in environment.items())
+
+
+def check_environment_size(function: str, environment: Mapping[str, object]) -> None:
+    size = environment_bytes(environment)
+    if size > ENVIRONMENT_LIMIT_BYTES:
+        largest = sorted(environment, key=lambda n: -len(str(environment[n])))[:3]
+        raise ValueError(f"function {function}: its environment is about {size} bytes, over Lambda's 4 KB limit "
+                         f"for all variables together; the largest are {', '.join(largest)} (for GOVERNANCE, map "
+                         "teams by member_roles / approver_roles patterns instead of listing every principal)")
+
+
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 ARCHITECTURE = lambda_.Architecture.ARM_64
 
@@ -55,6 +77,16 @@ class FunctionFactory(Construct):
         construct_id = "".join(part.capitalize() for part in module.split("_"))
         log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention,
                                   encryption_key=self._log_key)
+        variables = {
+            **self._environment,
+            "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
+            "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
+            # No pydantic plugins ship with the functions: skip scanning every installed distribution's entry
+            # points when the first model class is built (pydantic.plugin._loader), a cold-start cost.
+            "PYDANTIC_DISABLE_PLUGINS": "__all__",
+            **(environment or {}),
+        }
+        check_environment_size(module, variables)
         fn = lambda_.Function(
             self, construct_id,
             runtime=RUNTIME,
@@ -68,15 +100,7 @@ class FunctionFactory(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             description=description or f"dualtrack {module}",
-            environment={
-                **self._environment,
-                "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
-                "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
-                # No pydantic plugins ship with the functions: skip scanning every installed distribution's entry
-                # points when the first model class is built (pydantic.plugin._loader), a cold-start cost.
-                "PYDANTIC_DISABLE_PLUGINS": "__all__",
-                **(environment or {}),
-            },
+            environment=variables,
             retry_attempts=2 if asynchronous else None,
             on_failure=lambda_destinations.SqsDestination(self.async_failures) if asynchronous else None,
         )

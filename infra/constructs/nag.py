@@ -93,6 +93,10 @@ class GrantFindings:
         return self._ack(f"Resource::{arn_ref(self._policy, bucket)}/{prefix}",
                          f"objects are addressed by id under {prefix}; the grant stops at that prefix")
 
+    def table_indexes(self, table: IConstruct) -> GrantFindings:
+        return self._ack(f"Resource::{arn_ref(self._policy, table)}/index/*",
+                         "CDK table grant: the table's own indexes (the trials table's team index), nothing else")
+
     def kms(self) -> GrantFindings:
         self._ack("Action::kms:GenerateDataKey*", "CDK key grant on the one data key that encrypts this data")
         return self._ack("Action::kms:ReEncrypt*", "CDK key grant on the one data key that encrypts this data")

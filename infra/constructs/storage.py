@@ -54,6 +54,14 @@ class TrialStorage(Construct):
         _pin(self.compile_cache, "CompileCacheBucket")
 
         self.trials = self._table("Trials", "TrialsTable", partition="trial_id")
+        # One team's trials, newest first: the API lists them and counts a team's quota use without a scan
+        # (lambdas.adapters.trials_table.TEAM_INDEX).
+        self.trials.add_global_secondary_index(
+            index_name="team-created",
+            partition_key=dynamodb.Attribute(name="team", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="created_at", type=dynamodb.AttributeType.STRING),
+            projection_type=dynamodb.ProjectionType.ALL,
+        )
         self.ledger = self._table("Ledger", "LedgerTable", partition="run_key", sort="entry_key")
         self.cache_registry = self._table("CacheRegistry", "CacheRegistryTable", partition="cache_key")
         # Powertools idempotency layout: pk "id", TTL attribute "expiration".

@@ -62,6 +62,8 @@ class ControlStack(cdk.Stack):
                                        for track, by_type in sorted(targets.items())}, sort_keys=True),
             "ATTEMPT_TIMEOUT_S": str(config.attempt_timeout_s),
             "DATA_BUCKETS": ",".join(config.data_buckets),
+            "MAX_ATTEMPTS": str(config.max_attempts),
+            "GOVERNANCE": config.governance.model_dump_json(exclude_defaults=True),
         }
         if config.price_overrides:
             environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
@@ -135,7 +137,7 @@ class ControlStack(cdk.Stack):
 
         def findings(fn: lambda_.Function) -> GrantFindings:
             assert fn.role is not None
-            return GrantFindings(fn.role).xray().kms()
+            return GrantFindings(fn.role).xray().kms().table_indexes(s.trials)
 
         s.trials.grant_read_data(resolve)
         s.cache_registry.grant_read_write_data(resolve)

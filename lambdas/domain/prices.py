@@ -105,10 +105,13 @@ def load_price_table(overrides: dict[str, Any] | None = None, base: dict[str, An
     return table.with_overrides(overrides)
 
 
-def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None) -> dict[str, Decimal]:
-    """Pre-flight ceiling: hourly price x nodes x limits.max_hours per track (a GPU fallback can double trn2's GPU
-    share, so the fallback run is priced too when the trial has a trn2 track and a gpu track)."""
-    hours = Decimal(str(spec.limits.max_hours)) if spec.limits and spec.limits.max_hours else None
+def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None,
+                   attempts: int = 1) -> dict[str, Decimal]:
+    """Pre-flight ceiling: hourly price x nodes x limits.max_hours x ``attempts`` per run. Every attempt Batch makes
+    may run for max_hours (it is each attempt's timeout), so the stage's max_attempts multiplies the ceiling. A GPU
+    fallback can double trn2's GPU share, so the fallback run is priced too when the trial has a trn2 track and a
+    gpu track."""
+    hours = Decimal(str(spec.limits.max_hours)) * attempts if spec.limits and spec.limits.max_hours else None
     out: dict[str, Decimal] = {}
     if hours is None:
         return out

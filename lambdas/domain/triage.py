@@ -174,5 +174,6 @@ def submission_refusal(spec: TrialSpec, result: TriageResult) -> str | None:
     """Why a submission must be refused, or None. A trn2 track on a gpu-routed trial needs a recorded override."""
     if result.route == "gpu" and spec.tracks.trn2 is not None and spec.triage_override is None:
         return (f"triage routes this trial to gpu ({'; '.join(result.blockers or result.reasons)}), but it asks for "
-                "a trn2 track; remove tracks.trn2 or add triage_override {route, reason, approved_by}")
+                "a trn2 track; remove tracks.trn2 or add triage_override {route, reason} (a team approver then "
+                "approves the trial)")
     return None

@@ -187,14 +187,16 @@ class Workload(_Model):
 
 
 class Limits(_Model):
-    max_usd: Annotated[float, Field(gt=0)] | None = None
-    max_hours: Annotated[float, Field(gt=0, le=24 * 14)] | None = None
+    max_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_hours: Annotated[float, Field(gt=0, le=24 * 14, allow_inf_nan=False)] | None = None
 
 
 class TriageOverride(_Model):
     route: Route
     reason: Annotated[str, Field(min_length=10, max_length=1000)]
-    approved_by: Annotated[str, Field(min_length=1, max_length=128)]
+    approved_by: Annotated[str, Field(min_length=1, max_length=128)] | None = Field(
+        default=None, description="who the submitter consulted (free text, informational): an override is approved "
+        "only by a team approver through POST /trials/{id}/approve, which records who and when")
 
 
 class TrialSpec(_Model):

@@ -16,13 +16,18 @@ BATCH_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED")  # in order of precede
 ExecutionStatus = Literal["RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE"]
 EXECUTION_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 
-# The values the trials table holds: SUBMITTING while the submission writes the trial and starts its execution,
-# SUBMITTED once the execution runs (the execution's own status says how far it got), then one terminal value set
-# by the workflow's last state or by a cancel.
-TrialStatus = Literal["SUBMITTING", "SUBMITTED", "SUCCEEDED", "FAILED", "CANCELLED"]
+# The values the trials table holds: PENDING_APPROVAL while a trial waits for an approver (nothing started),
+# SUBMITTING while the submission (or the approval) starts its execution, SUBMITTED once the execution runs (the
+# execution's own status says how far it got), then one terminal value: set by the workflow's last state, by a
+# cancel, or REJECTED by an approver.
+TrialStatus = Literal["PENDING_APPROVAL", "SUBMITTING", "SUBMITTED", "SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"]
 TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
-TRIAL_ACTIVE: tuple[str, ...] = ("SUBMITTING", "SUBMITTED")
-TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED")
+TRIAL_ACTIVE: tuple[str, ...] = ("PENDING_APPROVAL", "SUBMITTING", "SUBMITTED")
+TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
+
+# Batch attempts per run a stage allows unless it sets max_attempts (infra.config.StageConfig): attempt 2 resumes
+# from the newest checkpoint. A trial's worst case counts every attempt.
+DEFAULT_MAX_ATTEMPTS = 2
 
 # Trainer exit codes. 75 and 76 are the planned fault injections (the job definitions retry 75, never 76); 143 is
 # 128 + SIGTERM, the trainer's exit after a stop it checkpointed for; 1 is any other failure.

@@ -24,6 +24,7 @@ from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.workflow import StepFunctionsWorkflow
+from lambdas.domain.governance import NotPermitted
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.trial import TrialInvalid, problems_from_errors
 from lambdas.handlers.trial_api import compile_cache, trials
@@ -34,7 +35,7 @@ from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ApiSettings, per_environment, settings_for
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_settlement import RunSettlement
-from lambdas.services.trial_submission import SubmissionRefused, TrialNotFound
+from lambdas.services.trial_submission import DecisionConflict, QuotaExceeded, SubmissionRefused, TrialNotFound
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,35 @@ def _request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
 @app.exception_handler(SubmissionRefused)
 def _refused(exc: SubmissionRefused) -> Response[dict[str, Any]]:
     status = 409 if exc.reason == "triage" else 422
-    return _json(status, {"message": f"submission refused ({exc.reason}); nothing was started", **exc.detail})
+    detail = dict(exc.detail)
+    errors = detail.pop("errors", [])
+    if "message" in detail:  # the triage's sentence is a problem of the trial, not the answer's own message
+        errors = [{"path": exc.reason, "message": detail.pop("message")}, *errors]
+    return _json(status, {"message": f"submission refused ({exc.reason}); nothing was started", "errors": errors,
+                          **detail})
+
+
+@app.exception_handler(NotPermitted)
+def _not_permitted(exc: NotPermitted) -> Response[dict[str, Any]]:
+    return _error(403, f"not permitted ({exc.role}); nothing was changed", [{"path": exc.role, "message": str(exc)}])
+
+
+@app.exception_handler(QuotaExceeded)
+def _over_quota(exc: QuotaExceeded) -> Response[dict[str, Any]]:
+    """429 when every quota exceeded frees by itself (a running trial ends, a month turns); 409 when the trial
+    itself must change (a per-trial limit)."""
+    frees = all(b.quota in ("concurrent_trials", "usd_per_month") for b in exc.breaches)
+    waits = [b.retry_after_s for b in exc.breaches if b.retry_after_s is not None]
+    headers = {"Retry-After": str(max(waits))} if frees and waits else None
+    return _json(429 if frees else 409, {
+        "message": "submission refused (quota); nothing was stored",
+        "errors": [{"path": f"quota.{b.quota}", "message": b.message} for b in exc.breaches],
+        "quotas": [b.model_dump() for b in exc.breaches]}, headers)
+
+
+@app.exception_handler(DecisionConflict)
+def _decided(exc: DecisionConflict) -> Response[dict[str, Any]]:
+    return _error(409, str(exc), [{"path": "status", "message": f"the trial is {exc.status}"}])
 
 
 @app.exception_handler(TrialNotFound)

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lambdas.domain.governance import Governance
+
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -103,9 +105,15 @@ class ApiSettings(ArtifactEventSettings):
         "setting data_buckets); may be empty, the artifacts bucket's trials/ prefix is always readable",
     )
 
-    @field_validator("JOB_TARGETS", mode="before")
+    MAX_ATTEMPTS: int = Field(default=1, ge=1, le=10, description="the stage's Batch attempts per run (max_attempts); "
+                              "a trial's worst case counts every one")
+    GOVERNANCE: Governance = Field(
+        default_factory=Governance, description="JSON: the stage's teams, their members, approvers and quotas, and "
+        "its platform admins (the stage setting governance, lambdas.domain.governance.Governance)")
+
+    @field_validator("JOB_TARGETS", "GOVERNANCE", mode="before")
     @classmethod
-    def _job_targets(cls, value: Any) -> Any:
+    def _json_settings(cls, value: Any) -> Any:
         return _json_text(value)
 
     @field_validator("DATA_BUCKETS", mode="before")

@@ -20,10 +20,19 @@ from typing import Any
 
 from lambdas.domain import ledger as L
 from lambdas.domain.cost import compute_run_cost
+from lambdas.domain.governance import (
+    Caller,
+    Governance,
+    NotPermitted,
+    QuotaBreach,
+    approval_reasons,
+    month_start,
+    quota_breaches,
+)
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.triage import submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
-from lambdas.domain.vocabulary import TRIAL_TERMINAL
+from lambdas.domain.vocabulary import TRIAL_ACTIVE, TRIAL_TERMINAL
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_progress import run_progress
 from lambdas.services.run_settlement import RunSettlement
@@ -122,15 +131,17 @@ def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucke
                                 {"errors": [{"path": p.path, "message": p.message} for p in problems]})
 
 
-def preflight(spec: TrialSpec, prices: PriceTable, region: str) -> tuple[Any, dict[str, str]]:
-    """Triage and the worst-case ceiling; raises SubmissionRefused when the trial must not start."""
+def preflight(spec: TrialSpec, prices: PriceTable, region: str,
+              attempts: int = 1) -> tuple[Any, dict[str, str]]:
+    """Triage and the worst-case ceiling (every attempt Batch may make); raises SubmissionRefused when the trial
+    must not start."""
 
     result = triage(spec)
     refusal = submission_refusal(spec, result)
     if refusal:
         raise SubmissionRefused("triage", {"message": refusal, "triage": result.model_dump(mode="json")})
     try:
-        worst = worst_case_usd(spec, prices, region)
+        worst = worst_case_usd(spec, prices, region, attempts)
     except PriceMissing as exc:
         raise SubmissionRefused("price", {"errors": [{"path": "tracks", "message": str(exc)}]}) from None
     limits = spec.limits
@@ -155,8 +166,8 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str) -> tuple[Any, di
                     "errors": [
                         {
                             "path": "limits.max_usd",
-                            "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours per run, "
-                            f"fallback included) exceeds "
+                            "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours x {attempts} "
+                            f"attempt(s) per run, fallback included) exceeds "
                             f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes",
                         }
                     ],
@@ -166,31 +177,118 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str) -> tuple[Any, di
     return result, {k: str(v.quantize(Decimal("0.01"))) for k, v in worst.items()}
 
 
-def submit(
-    spec: TrialSpec, *, trials: Trials, artifacts: Objects, workflow: Workflow, prices: PriceTable, region: str,
-    now: str,
-    attempt_timeout_s: int, data_buckets: Sequence[str], artifacts_bucket: str,
-    targets: Mapping[str, Mapping[str, Mapping[str, Any]]],
-) -> Submitted:
-    """``attempt_timeout_s``, ``data_buckets`` and ``artifacts_bucket`` are the stage's (ApiSettings)."""
-    check_readable(spec, data_buckets, artifacts_bucket)
-    jobs = job_targets(spec, targets)
-    triage_result, worst = preflight(spec, prices, region)
+@dataclass(frozen=True)
+class Stage:
+    """What a submission is checked against: the stage's settings (ApiSettings) and its governance."""
+
+    region: str
+    attempt_timeout_s: int
+    data_buckets: Sequence[str]
+    artifacts_bucket: str
+    targets: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    governance: Governance
+    max_attempts: int = 1
+
+
+@dataclass(frozen=True)
+class Plane:
+    """The ports a submission writes through."""
+
+    trials: Trials
+    artifacts: Objects
+    workflow: Workflow
+    prices: PriceTable
+
+
+class QuotaExceeded(Exception):
+    def __init__(self, breaches: list[QuotaBreach]) -> None:
+        super().__init__("; ".join(b.message for b in breaches))
+        self.breaches = breaches
+
+
+class DecisionConflict(Exception):
+    """An approval or rejection of a trial that is no longer pending (someone else decided, or it was cancelled)."""
+
+    def __init__(self, trial_id: str, status: str | None) -> None:
+        super().__init__(f"trial {trial_id} is {status}, not PENDING_APPROVAL; nothing was changed")
+        self.trial_id, self.status = trial_id, status
+
+
+def submitting_team(spec: TrialSpec, caller: Caller, governance: Governance) -> str:
+    """The team the trial is booked to: the caller's own (``owner`` must name it); a platform admin submits for
+    any team the stage defines."""
+    if caller.admin:
+        if governance.teams and spec.owner not in governance.teams:
+            raise NotPermitted(f"owner {spec.owner!r} is not a team of this stage (teams: "
+                               f"{', '.join(sorted(governance.teams))}); set owner to one of them", role="team")
+        return spec.owner
+    if caller.team is None:
+        raise NotPermitted(f"principal {caller.principal} is a member of no team on this stage; ask a platform "
+                           "admin to add it to governance.teams.<team>.members (or a member_roles pattern)",
+                           role="team")
+    if spec.owner != caller.team:
+        raise NotPermitted(f"owner {spec.owner!r} is not your team: principal {caller.principal} submits for "
+                           f"team {caller.team!r}; set owner to {caller.team!r}", role="team")
+    return caller.team
+
+
+def team_usage(trials: Trials, team: str, now: datetime) -> tuple[int, Decimal]:
+    """The team's trials that hold a place (active), and its spend this calendar month: a trial's settled cost once
+    known, else its worst case; trials that never started (rejected, cancelled before their execution) count 0."""
+    active, spend = 0, Decimal(0)
+    since = month_start(now).isoformat().replace("+00:00", "Z")
+    for item in trials.of_team(team):
+        if item.get("status") in TRIAL_ACTIVE:
+            active += 1
+        if str(item.get("created_at") or "") < since:
+            continue
+        if item.get("status") == "REJECTED" or (item.get("status") == "CANCELLED" and not item.get("execution_arn")):
+            continue
+        settled = item.get("total_usd")
+        worst = (item.get("worst_case_usd") or {}).get("total")
+        spend += Decimal(str(settled if settled is not None else worst or 0))
+    return active, spend
+
+
+def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: datetime) -> Submitted:
+    """Store the trial and start its workflow, or store it PENDING_APPROVAL when an approver must agree first."""
+    team = submitting_team(spec, caller, stage.governance)
+    check_readable(spec, stage.data_buckets, stage.artifacts_bucket)
+    jobs = job_targets(spec, stage.targets)
+    triage_result, worst = preflight(spec, plane.prices, stage.region, stage.max_attempts)
     trial_id = spec.trial_id
-    existing = trials.get(trial_id)
-    if existing is not None and existing.get("execution_arn"):
+    existing = plane.trials.get(trial_id)
+    if existing is not None and (existing.get("execution_arn") or existing.get("status") == "PENDING_APPROVAL"):
+        if not caller.sees(existing.get("team")):
+            raise TrialNotFound(trial_id)  # another team's trial: never say it exists
         return Submitted(_view(existing, already_submitted=True), created=False)
-    payload = execution_input(spec, artifacts, attempt_timeout_s=attempt_timeout_s, jobs=jobs)
-    artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
+    worst_total = Decimal(worst["total"]) if "total" in worst else None
+    active, spend = team_usage(plane.trials, team, now)
+    breaches = quota_breaches(stage.governance.quotas(team), worst_case_usd=worst_total,
+                              max_hours=spec.limits.max_hours if spec.limits else None, active_trials=active,
+                              month_spend_usd=spend, now=now)
+    if breaches:
+        raise QuotaExceeded(breaches)
+    policy = stage.governance.teams.get(team)
+    reasons = approval_reasons(
+        triage_override=spec.triage_override is not None,
+        override_route=spec.triage_override.route if spec.triage_override else None,
+        worst_case_usd=worst_total, threshold_usd=policy.approval_threshold_usd if policy else None)
+    payload = execution_input(spec, plane.artifacts, attempt_timeout_s=stage.attempt_timeout_s, jobs=jobs)
+    plane.artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
+    stamp = _iso(now)
     item = {
         "trial_id": trial_id,
         "name": spec.name,
         "owner": spec.owner,
+        "team": team,
+        "submitted_by": caller.principal,
+        "submitted_as": caller.authenticated_as,
         "spec_hash": spec.spec_hash(),
         "spec_uri": payload["spec_uri"],
-        "status": "SUBMITTING",
-        "created_at": now,
-        "updated_at": now,
+        "status": "PENDING_APPROVAL" if reasons else "SUBMITTING",
+        "created_at": stamp,
+        "updated_at": stamp,
         "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
         "max_steps": spec.max_steps,
         "triage": {
@@ -203,20 +301,72 @@ def submit(
         },
         "worst_case_usd": worst,
     }
-    created = trials.create(item)
+    if reasons:
+        item["approval"] = {"status": "PENDING", "reasons": reasons, "requested_by": caller.principal,
+                            "requested_at": stamp}
+        item["execution_input"] = payload
+    created = plane.trials.create(item)
     if not created:
-        current = trials.get(trial_id) or item
-        if current.get("execution_arn"):
+        current = plane.trials.get(trial_id) or item
+        if current.get("execution_arn") or current.get("status") == "PENDING_APPROVAL":
             return Submitted(_view(current, already_submitted=True), created=False)
+    if reasons:
+        return Submitted(_view(item), created=created)
     try:
-        started = workflow.start(trial_id, payload)
+        started = plane.workflow.start(trial_id, payload)
     except Exception:
         if created:
-            trials.delete(trial_id)  # leave nothing half-submitted; the same body can simply be sent again
+            plane.trials.delete(trial_id)  # leave nothing half-submitted; the same body can simply be sent again
         raise
-    trials.update(trial_id, execution_arn=started.execution_arn, status="SUBMITTED", updated_at=now)
-    item.update(execution_arn=started.execution_arn, status="SUBMITTED")
-    return Submitted(_view(item, already_submitted=started.already_submitted), created=not started.already_submitted)
+    return Submitted(_started(plane, item, started, stamp), created=not started.already_submitted)
+
+
+def _started(plane: Plane, item: dict[str, Any], started: Any, stamp: str) -> dict[str, Any]:
+    """Move the trial from SUBMITTING to SUBMITTED with its execution. A cancel that landed while the execution
+    was being started has already made it CANCELLED: the execution is stopped, so a cancelled trial never runs."""
+    trial_id = item["trial_id"]
+    if plane.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=started.execution_arn,
+                               updated_at=stamp):
+        item.update(execution_arn=started.execution_arn, status="SUBMITTED")
+        return _view(item, already_submitted=started.already_submitted)
+    current = plane.trials.get(trial_id) or item
+    if current.get("status") == "CANCELLED":
+        plane.workflow.stop(started.execution_arn, current.get("status_cause") or "cancelled while submitting")
+        plane.trials.update(trial_id, execution_arn=started.execution_arn, updated_at=stamp)
+        current["execution_arn"] = started.execution_arn
+    return _view(current)
+
+
+def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane: Plane,
+           now: datetime) -> dict[str, Any]:
+    """An approver's decision on a pending trial. The first decision wins (a conditional write); a trial that is no
+    longer pending is a conflict. Approval starts the execution with the input checked at submission."""
+    item = plane.trials.get(trial_id)
+    if item is None or (not caller.sees(item.get("team")) and not caller.may_approve(item.get("team"))):
+        raise TrialNotFound(trial_id)
+    if item.get("status") != "PENDING_APPROVAL":
+        raise DecisionConflict(trial_id, item.get("status"))
+    if not caller.may_approve(item.get("team")):
+        raise NotPermitted(f"principal {caller.principal} is not an approver of team {item.get('team')!r}; an "
+                           "approver listed in governance.teams.<team>.approvers (or approver_roles) decides",
+                           role="approver")
+    if caller.principal == item.get("submitted_by"):
+        raise NotPermitted(f"principal {caller.principal} submitted trial {trial_id} and cannot approve or reject it; "
+                           "another approver of the team must decide", role="approver")
+    stamp = _iso(now)
+    decision = {**(item.get("approval") or {}), "status": "APPROVED" if approve else "REJECTED",
+                "decided_by": caller.principal, "decided_as": caller.authenticated_as, "decided_at": stamp,
+                "comment": comment}
+    status = "SUBMITTING" if approve else "REJECTED"
+    if not plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status=status, approval=decision,
+                                   updated_at=stamp, status_cause=None if approve else f"rejected: {comment}"):
+        current = plane.trials.get(trial_id) or {}
+        raise DecisionConflict(trial_id, current.get("status"))
+    item.update(status=status, approval=decision)
+    if not approve:
+        return _view(item)
+    started = plane.workflow.start(trial_id, item["execution_input"])
+    return _started(plane, item, started, stamp)
 
 
 def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, Any]:
@@ -233,6 +383,9 @@ def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, An
             "created_at",
             "triage",
             "worst_case_usd",
+            "team",
+            "submitted_by",
+            "approval",
         )
     }
     out["status_url"] = f"/trials/{item['trial_id']}"
@@ -241,14 +394,21 @@ def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, An
     return out
 
 
+def visible(trials: Trials, trial_id: str, caller: Caller) -> dict[str, Any]:
+    """The trial item, if the caller's team may see it; another team's trial is reported missing, so trial ids do
+    not leak across teams."""
+    item = trials.get(trial_id)
+    if item is None or not caller.sees(item.get("team")):
+        raise TrialNotFound(trial_id)
+    return item
+
+
 def trial_status(
-    trial_id: str, *, trials: Trials, ledger: Ledger, settlement: RunSettlement, metrics: RunMetrics | None = None,
-    now: datetime | None = None,
+    trial_id: str, *, caller: Caller, trials: Trials, ledger: Ledger, settlement: RunSettlement,
+    metrics: RunMetrics | None = None, now: datetime | None = None,
 ) -> dict[str, Any]:
     """Status per run: attempts, current cost, and progress (global step and loss) against the trial's max_steps."""
-    item = trials.get(trial_id)
-    if item is None:
-        raise TrialNotFound(trial_id)
+    item = visible(trials, trial_id, caller)
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
@@ -283,12 +443,23 @@ def trial_status(
     }
 
 
-def cancel(trial_id: str, *, trials: Trials, workflow: Workflow, now: str, reason: str) -> dict[str, Any]:
+def cancel(trial_id: str, *, caller: Caller, trials: Trials, workflow: Workflow, now: str,
+           reason: str) -> dict[str, Any]:
+    """Cancel a trial of the caller's team. A trial still being submitted is marked CANCELLED at once; the
+    submission then finds it cancelled and stops the execution it started (``_started``)."""
     item = trials.get(trial_id)
-    if item is None:
+    if item is None or not caller.sees(item.get("team")):
         raise TrialNotFound(trial_id)
     if item.get("status") in TRIAL_TERMINAL:
         return {"trial_id": trial_id, "status": item["status"], "changed": False}
-    execution = workflow.stop(item["execution_arn"], reason) if item.get("execution_arn") else "NOT_STARTED"
-    trials.update(trial_id, status="CANCELLED", status_cause=reason, updated_at=now)
+    if not trials.transition(trial_id, TRIAL_ACTIVE, status="CANCELLED", status_cause=reason, updated_at=now,
+                             cancelled_by=caller.authenticated_as):
+        current = trials.get(trial_id) or item
+        return {"trial_id": trial_id, "status": current.get("status"), "changed": False}
+    arn = item.get("execution_arn") or (trials.get(trial_id) or {}).get("execution_arn")
+    execution = workflow.stop(arn, reason) if arn else "NOT_STARTED"
     return {"trial_id": trial_id, "status": "CANCELLED", "execution_status": execution, "changed": True}
+
+
+def _iso(now: datetime) -> str:
+    return now.astimezone(UTC).isoformat().replace("+00:00", "Z")

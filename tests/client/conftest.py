@@ -12,6 +12,7 @@ import pytest
 from botocore.credentials import Credentials
 from moto import mock_aws
 
+from dualtrack.local.tables import create_tables
 from tests.client.dualtrack_api_shim import ApiShim
 from tests.stage import API_STAGE_ENV
 
@@ -31,12 +32,6 @@ def _isolated_client_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
         monkeypatch.delenv(name, raising=False)
 
 
-def _table(ddb: Any, name: str, pk: str, sk: str | None = None) -> None:
-    keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
-    attrs = [{"AttributeName": n, "AttributeType": "S"} for n in (pk, sk) if n]
-    ddb.create_table(TableName=name, KeySchema=keys, AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST")
-
-
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     for key, value in ENV.items():
@@ -45,10 +40,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         from lambdas.runtime.composition import reset_environment
 
         ddb = boto3.client("dynamodb", region_name=REGION)
-        _table(ddb, "trials", "trial_id")
-        _table(ddb, "ledger", "run_key", "entry_key")
-        _table(ddb, "cache-registry", "cache_key")
-        _table(ddb, "idempotency", "id")
+        create_tables(ddb)
         s3 = boto3.client("s3", region_name=REGION)
         for bucket in ("artifacts", "compile-cache"):
             s3.create_bucket(Bucket=bucket)

@@ -26,7 +26,8 @@ _AUTH = re.compile(r"^AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})
                    r"(?P<service>[^/]+)/aws4_request, ?SignedHeaders=(?P<signed>[^,]+), ?"
                    r"Signature=(?P<sig>[0-9a-f]{64})$")
 # API Gateway resource templates, most specific first: the proxy event carries the matched resource.
-RESOURCES = ("/trials/{trial_id}/report", "/trials/{trial_id}/cancel", "/trials/{trial_id}", "/trials",
+RESOURCES = ("/trials/{trial_id}/report", "/trials/{trial_id}/cancel", "/trials/{trial_id}/approve",
+             "/trials/{trial_id}/reject", "/trials/{trial_id}", "/trials",
              "/compile-cache")
 
 

@@ -92,7 +92,10 @@ def test_api_409_triage_refusal(served: Any, example_text: str) -> None:
     from lambdas.domain.trial import parse_trial
 
     spec = parse_trial(refused)
-    assert raised.value.message == f"HTTP 409: {submission_refusal(spec, triage(spec))}"  # the CLI's local words
+    # The API's answer is its own sentence; the triage's reason (the CLI's local words) is the problem it lists.
+    assert raised.value.message == "HTTP 409: submission refused (triage); nothing was started"
+    assert [(e.path, e.message) for e in raised.value.errors] == [
+        ("triage", submission_refusal(spec, triage(spec)))]
 
 
 def test_the_cli_refuses_a_triage_blocked_trial_locally_with_the_same_reason(cli: Any, served: Any,

@@ -421,3 +421,34 @@ def test_cfn_lint_has_no_errors_on_prod(prod_assembly: Any) -> None:
                           capture_output=True, text=True, check=False, timeout=300)
     errors = [f for f in json.loads(done.stdout or "[]") if f["Level"] == "Error"]
     assert errors == [], json.dumps(errors, indent=1)[:4000]
+
+
+def test_every_function_environment_fits_lambdas_4_kb(templates: dict[str, dict[str, Any]],
+                                                      prod_control: dict[str, Any]) -> None:
+    """Lambda quotas (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html): environment
+    variables are limited to 4 KB for all variables of a function together; a larger set fails the deploy. A
+    governance or price-override setting too large for it is refused at synth time, naming the variables."""
+    from infra.constructs.functions import ENVIRONMENT_LIMIT_BYTES, check_environment_size, environment_bytes
+
+    functions = [p for t in (*templates.values(), prod_control) for p in props(t, "AWS::Lambda::Function")]
+    assert functions
+    for fn in functions:
+        variables = fn.get("Environment", {}).get("Variables", {})
+        assert environment_bytes(variables) <= ENVIRONMENT_LIMIT_BYTES, fn["Handler"]
+    teams = {f"team-{n:03d}": {"members": [f"arn:aws:iam::123456789012:role/team-{n:03d}-engineer-{k}"
+                                           for k in range(3)]} for n in range(50)}
+    with pytest.raises(ValueError, match=r"over Lambda's 4 KB limit.*GOVERNANCE"):
+        check_environment_size("on_trial_api", {"GOVERNANCE": json.dumps({"teams": teams}), "OTHER": "x"})
+
+
+def test_stage_settings_that_would_fail_after_deploy_are_refused_at_synth() -> None:
+    """A price override the functions cannot apply, or a governance entry that maps a role to no team, used to be
+    discovered as 503s after deploy; the stage model refuses them naming the setting."""
+    base = {"gpu": {"instance_types": ["g6e.48xlarge"], "ami_id": "ami-0123456789abcdef0"}}
+    with pytest.raises(ConfigInvalid, match=r"price_overrides: .*does not apply to the price table"):
+        stage_config({"dualtrack:stages": {"s": {**base, "price_overrides": {"instance": {}}}}}, "s")
+    with pytest.raises(ConfigInvalid, match=r"governance: .*must contain \{team\}"):
+        stage_config({"dualtrack:stages": {"s": {**base, "governance": {"member_roles": ["engineers"]}}}}, "s")
+    with pytest.raises(ConfigInvalid, match=r"governance\.default_quotas\.max_usd_per_trial"):
+        stage_config({"dualtrack:stages": {"s": {**base, "governance": {
+            "default_quotas": {"max_usd_per_trial": "Infinity"}}}}}, "s")

@@ -96,3 +96,24 @@ def test_tables_keys_pitr_and_encryption(stateful: dict[str, Any]) -> None:
         assert "TableName" not in table
     ttl = stateful["Resources"]["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"]
     assert ttl == {"AttributeName": "expiration", "Enabled": True}
+
+
+def test_the_tables_tests_stand_up_are_the_tables_the_stack_defines(stateful: dict[str, Any]) -> None:
+    """``dualtrack.local.tables`` (what the moto-backed tests and benchmarks create) has the key schema, attribute
+    definitions and global secondary indexes of the synthesized tables, so an index the code queries exists in both
+    ("AWS::DynamoDB::Table", CloudFormation template reference: KeySchema, AttributeDefinitions,
+    GlobalSecondaryIndexes)."""
+    from dualtrack.local.tables import TABLES, create_table_request
+
+    logical = {"trials": "TrialsTable", "ledger": "LedgerTable", "cache-registry": "CacheRegistryTable",
+               "idempotency": "IdempotencyTable"}
+    assert set(logical) == set(TABLES)
+    for name, logical_id in logical.items():
+        props = stateful["Resources"][logical_id]["Properties"]
+        request = create_table_request(name)
+        assert props["KeySchema"] == request["KeySchema"], name
+        assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == \
+            request["AttributeDefinitions"], name
+        indexes = [{k: i[k] for k in ("IndexName", "KeySchema", "Projection")}
+                   for i in props.get("GlobalSecondaryIndexes", [])]
+        assert indexes == request.get("GlobalSecondaryIndexes", []), name

@@ -12,6 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from dualtrack.local.tables import create_tables
 from tests.stage import API_STAGE_ENV
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
@@ -50,14 +51,6 @@ def load_event(name: str) -> dict[str, Any]:
     return json.loads((EVENTS / name).read_text())
 
 
-def _table(ddb: Any, name: str, pk: str, sk: str | None = None) -> None:
-    keys = [{"AttributeName": pk, "KeyType": "HASH"}] + ([{"AttributeName": sk, "KeyType": "RANGE"}] if sk else [])
-    attrs = [{"AttributeName": pk, "AttributeType": "S"}] + (
-        [{"AttributeName": sk, "AttributeType": "S"}] if sk else []
-    )
-    ddb.create_table(TableName=name, KeySchema=keys, AttributeDefinitions=attrs, BillingMode="PAY_PER_REQUEST")
-
-
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     for key, value in ENV.items():
@@ -67,10 +60,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         from lambdas.runtime.composition import reset_environment
 
         ddb = boto3.client("dynamodb", region_name=REGION)
-        _table(ddb, "trials", "trial_id")
-        _table(ddb, "ledger", "run_key", "entry_key")
-        _table(ddb, "cache-registry", "cache_key")
-        _table(ddb, "idempotency", "id")
+        create_tables(ddb)
         s3 = boto3.client("s3", region_name=REGION)
         s3.create_bucket(Bucket="artifacts")
         s3.create_bucket(Bucket="compile-cache")

@@ -41,7 +41,8 @@ def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[s
     from lambdas.domain.prices import load_price_table
 
     table = load_price_table()
-    expected = (2 * table.instance_hourly_usd("p5.48xlarge") + table.instance_hourly_usd("trn2.48xlarge")) * 12
+    # Every attempt Batch may make (the stage's MAX_ATTEMPTS, 2) may run limits.max_hours (12 h).
+    expected = (2 * table.instance_hourly_usd("p5.48xlarge") + table.instance_hourly_usd("trn2.48xlarge")) * 12 * 2
     assert Decimal(first["worst_case_usd"]["total"]) == expected.quantize(Decimal("0.01"))
     status, again = call(api_event("POST", "/trials", example))
     assert status == 200 and again["already_submitted"] is True
@@ -189,6 +190,7 @@ def test_runs_go_to_the_queue_and_job_definition_of_their_instance_type(
     assert status == 422, body
     assert "runs 2, 4 nodes" in {e["path"]: e["message"] for e in body["errors"]}["tracks.trn2.nodes"], body
     multi["tracks"]["trn2"]["nodes"] = 2
+    multi["limits"] = {"max_usd": 5000, "max_hours": 12}  # two trn2 nodes, two attempts each: 4,358.54 USD
     status, body = call(api_event("POST", "/trials", multi))
     assert status == 201, body
     jobs = _execution_input(aws, body["trial_id"])["jobs"]

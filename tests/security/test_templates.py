@@ -244,11 +244,26 @@ def _entropy(text: str) -> float:
 def _secret_looking(name: str, value: Any) -> bool:
     if not isinstance(value, str):
         return False  # a CloudFormation reference, resolved at deploy time, is not a literal secret
+    if value.startswith(("{", "[")):  # a JSON setting (JOB_TARGETS, GOVERNANCE): each string in it is scanned
+        try:
+            document = json.loads(value)
+        except ValueError:
+            pass
+        else:
+            return any(_secret_looking(key, leaf) for key, leaf in _json_leaves(document, name))
     if any(p.search(value) for p in SECRET_VALUE):
         return True
     if SECRET_NAME.search(name) and value and not value.startswith(("arn:", "{{resolve:")):
         return True
     return len(value) >= 32 and " " not in value and "/" not in value and _entropy(value) > 4.5
+
+
+def _json_leaves(node: Any, key: str) -> list[tuple[str, Any]]:
+    if isinstance(node, dict):
+        return [leaf for k, v in node.items() for leaf in [(str(k), str(k)), *_json_leaves(v, str(k))]]
+    if isinstance(node, list):
+        return [leaf for v in node for leaf in _json_leaves(v, key)]
+    return [(key, node)]
 
 
 def test_no_secrets_in_environment_variables_or_images(templates: dict[str, Any]) -> None:
@@ -286,3 +301,8 @@ def test_the_secret_scanner_catches_what_it_should() -> None:
     assert _secret_looking("X", "q8Zr3vW0pLk2Ns9Tb5Yc7Hd1Jf4Gm6Xa")
     assert not _secret_looking("LEDGER_TABLE", "Dualtrack-dev-Stateful-Ledger")
     assert not _secret_looking("TOKEN_TABLE", {"Ref": "Table"})
+    # A JSON setting is scanned string by string: a secret inside one is still found, its shape alone is not one.
+    assert _secret_looking("GOVERNANCE", json.dumps({"teams": {"a": {"api_key": "AKIAABCDEFGHIJKLMNOP"}}}))
+    assert _secret_looking("SETTINGS", json.dumps({"db_password": "hunter2"}))
+    assert not _secret_looking("GOVERNANCE", json.dumps({"member_roles": ["dualtrack-{team}-submitter"],
+                                                         "teams": {f"team-{n}": {} for n in range(20)}}))

@@ -23,11 +23,31 @@ class CancelBody(BaseModel):
     reason: str = Field(default="cancelled through the API", max_length=1000)
 
 
+class DecisionBody(BaseModel):
+    comment: str = Field(min_length=3, max_length=1000, description="why: recorded with the decision")
+
+
+class Approval(BaseModel):
+    status: str = Field(description="PENDING, APPROVED or REJECTED")
+    reasons: list[str] = Field(default_factory=list, description="why the trial needs an approver")
+    requested_by: str | None = None
+    requested_at: str | None = None
+    decided_by: str | None = Field(default=None, description="the approver's IAM principal (a role session as its "
+                                   "role)")
+    decided_as: str | None = Field(default=None, description="the approver as API Gateway authenticated it")
+    decided_at: str | None = None
+    comment: str | None = None
+
+
 class TrialView(BaseModel):
     trial_id: str = Field(description="name-hash: the same trial submitted twice has the same id")
     name: str | None = None
     owner: str | None = None
-    status: str | None = Field(default=None, description="SUBMITTING, SUBMITTED, then a terminal status")
+    status: str | None = Field(default=None, description="PENDING_APPROVAL, SUBMITTING, SUBMITTED, then a terminal "
+                               "status (SUCCEEDED, FAILED, CANCELLED, REJECTED)")
+    team: str | None = Field(default=None, description="the team the trial is booked to (its owner)")
+    submitted_by: str | None = Field(default=None, description="the IAM principal that submitted it")
+    approval: Approval | None = None
     spec_hash: str | None = None
     spec_uri: str | None = Field(default=None, description="the frozen spec in the artifacts bucket")
     execution_arn: str | None = None
@@ -45,6 +65,7 @@ class TrialSummary(BaseModel):
     trial_id: str
     name: str | None = None
     owner: str | None = None
+    team: str | None = None
     status: str | None = None
     created_at: str | None = None
 

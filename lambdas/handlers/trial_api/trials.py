@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -9,10 +10,12 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
+from lambdas.domain.governance import Caller, NotPermitted
 from lambdas.domain.trial import TrialInvalid, TrialSpec, check_rules
 from lambdas.handlers.trial_api.models import (
     CancelBody,
     Cancelled,
+    DecisionBody,
     ErrorBody,
     ReportLinks,
     Submission,
@@ -22,7 +25,6 @@ from lambdas.handlers.trial_api.models import (
 )
 from lambdas.services import trial_submission as service
 from lambdas.services.cache_resolution import now_iso
-from lambdas.services.trial_submission import TrialNotFound
 
 router = Router()
 
@@ -79,42 +81,70 @@ def api() -> Any:
     return router.context["api"]
 
 
+def caller() -> Caller:
+    """The IAM principal API Gateway authenticated for this request, as the stage's governance sees it."""
+    context = router.current_event.raw_event.get("requestContext") or {}
+    arn = (context.get("identity") or {}).get("userArn")
+    if not arn:
+        raise NotPermitted("the request carries no IAM principal (requestContext.identity.userArn); call the API "
+                           "with SigV4-signed requests (AWS_IAM authorisation)", role="team")
+    return api().settings.GOVERNANCE.identify(arn, context.get("accountId"))
+
+
+def stage() -> service.Stage:
+    settings = api().settings
+    return service.Stage(region=settings.PRICE_REGION, attempt_timeout_s=settings.ATTEMPT_TIMEOUT_S,
+                         data_buckets=settings.DATA_BUCKETS, artifacts_bucket=settings.ARTIFACTS_BUCKET,
+                         targets=settings.JOB_TARGETS, governance=settings.GOVERNANCE,
+                         max_attempts=settings.MAX_ATTEMPTS)
+
+
+def plane() -> service.Plane:
+    app = api()
+    return service.Plane(trials=app.trials, artifacts=app.artifacts, workflow=app.workflow, prices=app.prices)
+
+
+
+
 @router.post(
     "/",
     summary="Submit a trial",
     responses={
         200: {"description": "already submitted: the same trial, no second execution"},
         201: {"description": "trial stored and its workflow started"},
+        202: {"description": "trial stored PENDING_APPROVAL: an approver of the team must approve it"},
         **WITH_BODY,
-        409: _error("refused by triage"),
+        403: _error("the caller's principal is in no team, or owner names another team"),
+        409: _error("refused by triage, or over a per-trial quota"),
         422: _error("invalid trial (field paths and fixes)"),
+        429: _error("over a team quota that frees later (Retry-After where it frees with time)"),
     },
 )
 def submit_trial(trial: Annotated[TrialSpec, Body(description="the trial")]) -> Response[Submission]:
-    app = api()
     problems = check_rules(trial)  # the catalogue's rules: instance types, layouts, limits
     if problems:
         raise TrialInvalid(problems)
-    settings = app.settings
-    done = service.submit(
-        trial, trials=app.trials, artifacts=app.artifacts, workflow=app.workflow, prices=app.prices,
-        region=settings.PRICE_REGION, now=now_iso(), attempt_timeout_s=settings.ATTEMPT_TIMEOUT_S,
-        data_buckets=settings.DATA_BUCKETS, artifacts_bucket=settings.ARTIFACTS_BUCKET, targets=settings.JOB_TARGETS,
-    )
+    done = service.submit(trial, caller=caller(), stage=stage(), plane=plane(), now=datetime.now(UTC))
     body = Submission.model_validate(done.body)
-    return Response(status_code=201 if done.created else 200, content_type=content_types.APPLICATION_JSON,
+    status = 202 if body.status == "PENDING_APPROVAL" and done.created else 201 if done.created else 200
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
                     body=body, headers={"Location": body.status_url})
 
 
-@router.get("/", summary="List trials",
+@router.get("/", summary="List the caller's team's trials (every team's for a platform admin), newest first",
             responses={200: {"description": "a page of trials"}, **COMMON,
-                       400: _error("next_token is not one this API returned")})
+                       400: _error("next_token is not one this API returned"),
+                       403: _error("the caller's principal is in no team")})
 def list_trials(
     limit: Annotated[int, Query(ge=1, le=100)] = 25,
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> TrialPage:
+    who = caller()
+    if not who.admin and who.team is None:
+        raise NotPermitted(f"principal {who.principal} is a member of no team on this stage; ask a platform admin "
+                           "to add it to governance.teams.<team>.members (or a member_roles pattern)", role="team")
     try:
-        items, token = api().trials.list(limit, next_token)
+        items, token = api().trials.list(limit, next_token, None if who.admin else who.team)
     except ValueError as exc:  # an undecodable token (UnicodeDecodeError, binascii.Error, JSON): the caller's
         raise BadPageToken(str(exc)) from None
     return TrialPage(trials=[TrialSummary.model_validate(i) for i in items], next_token=token)
@@ -124,8 +154,9 @@ def list_trials(
             responses={200: {"description": "the trial's status"}, **NOT_FOUND, **COMMON})
 def get_trial(trial_id: TrialId) -> TrialStatus:
     app = api()
-    return TrialStatus.model_validate(service.trial_status(trial_id, trials=app.trials, ledger=app.ledger,
-                                                           settlement=app.settlement, metrics=app.metrics))
+    return TrialStatus.model_validate(service.trial_status(trial_id, caller=caller(), trials=app.trials,
+                                                           ledger=app.ledger, settlement=app.settlement,
+                                                           metrics=app.metrics))
 
 
 @router.get("/<trial_id>/report", summary="The trial report (presigned URL, or the JSON itself)",
@@ -135,8 +166,7 @@ def get_report(
     trial_id: TrialId, format: Annotated[str, Query(pattern="^(url|json)$")] = "url"
 ) -> ReportLinks | dict[str, Any]:
     app = api()
-    if app.trials.get(trial_id) is None:
-        raise TrialNotFound(trial_id)
+    service.visible(app.trials, trial_id, caller())
     key = f"trials/{trial_id}/report/report.json"
     report = app.artifacts.get_json(key)
     if report is None:
@@ -154,5 +184,26 @@ def get_report(
 def cancel_trial(trial_id: TrialId, body: Annotated[CancelBody | None, Body()] = None) -> Cancelled:
     app = api()
     reason = (body or CancelBody()).reason
-    return Cancelled.model_validate(service.cancel(trial_id, trials=app.trials, workflow=app.workflow, now=now_iso(),
-                                                   reason=reason))
+    return Cancelled.model_validate(service.cancel(trial_id, caller=caller(), trials=app.trials,
+                                                   workflow=app.workflow, now=now_iso(), reason=reason))
+
+
+DECISION: dict[int, OpenAPIResponse] = {
+    **NOT_FOUND, **WITH_BODY,
+    403: _error("the caller is not an approver of the trial's team, or submitted the trial"),
+    409: _error("the trial is not PENDING_APPROVAL (decided, cancelled or never pending)"),
+}
+
+
+@router.post("/<trial_id>/approve", summary="Approve a pending trial (an approver of its team, not its submitter)",
+             responses={200: {"description": "approved: the workflow started"}, **DECISION})
+def approve_trial(trial_id: TrialId, body: Annotated[DecisionBody, Body()]) -> Submission:
+    return Submission.model_validate(service.decide(trial_id, approve=True, comment=body.comment, caller=caller(),
+                                                    plane=plane(), now=datetime.now(UTC)))
+
+
+@router.post("/<trial_id>/reject", summary="Reject a pending trial (an approver of its team, not its submitter)",
+             responses={200: {"description": "rejected: nothing was started"}, **DECISION})
+def reject_trial(trial_id: TrialId, body: Annotated[DecisionBody, Body()]) -> Submission:
+    return Submission.model_validate(service.decide(trial_id, approve=False, comment=body.comment, caller=caller(),
+                                                    plane=plane(), now=datetime.now(UTC)))

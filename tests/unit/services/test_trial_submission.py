@@ -1,21 +1,48 @@
-"""Submitting and cancelling a trial (``lambdas.services.trial_submission``) over in-memory ports: no moto, no
-patching of the project's seams. The ports' behaviour is pinned against AWS by
-``tests/integration/test_port_contracts.py``."""
+"""Submitting, approving and cancelling a trial (``lambdas.services.trial_submission``) over in-memory ports: no
+moto, no patching of the project's seams. The ports' behaviour is pinned against AWS by
+``tests/integration/test_port_contracts.py``. Two teams share the stage (``tests/stage.GOVERNANCE``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from lambdas.domain.governance import Caller, Governance, NotPermitted
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
 from lambdas.services.ports import Started
-from lambdas.services.trial_submission import SubmissionRefused, Submitted, cancel, submit
+from lambdas.services.trial_submission import (
+    DecisionConflict,
+    Plane,
+    QuotaExceeded,
+    Stage,
+    SubmissionRefused,
+    Submitted,
+    TrialNotFound,
+    cancel,
+    decide,
+    submit,
+    trial_status,
+    visible,
+)
 from tests import fakes
-from tests.stage import job_targets
+from tests.stage import ACCOUNT, GOVERNANCE, job_targets, principal
 
-NOW = "2026-12-04T12:00:00Z"
+NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
+STAMP = "2026-12-04T12:00:00Z"
+
+
+def who(arn: str, governance: Governance | None = None) -> Caller:
+    return (governance or Governance.model_validate(GOVERNANCE)).identify(arn, ACCOUNT)
+
+
+NLP = f"arn:aws:iam::{ACCOUNT}:user/model-team"  # a member of team-nlp
+NLP_LEAD = principal("dualtrack-team-nlp-approver")
+NLP_ROLE = principal("dualtrack-team-nlp-submitter")
+VISION = principal("dualtrack-team-vision-submitter")
+ADMIN = principal("platform-admin")
 
 
 @pytest.fixture
@@ -29,11 +56,29 @@ def ports() -> dict[str, Any]:
             "workflow": fakes.InMemoryWorkflow()}
 
 
-def _submit(spec: TrialSpec, ports: dict[str, Any], **overrides: Any) -> Submitted:
-    stage: dict[str, Any] = {"prices": load_price_table(), "region": "us-east-1", "now": NOW,
-                             "attempt_timeout_s": 86400, "data_buckets": ["example-datasets"],
-                             "artifacts_bucket": "artifacts", "targets": job_targets()}
-    return submit(spec, **ports, **{**stage, **overrides})
+def _plane(ports: dict[str, Any]) -> Plane:
+    return Plane(trials=ports["trials"], artifacts=ports["artifacts"], workflow=ports["workflow"],
+                 prices=load_price_table())
+
+
+def _stage(**overrides: Any) -> Stage:
+    settings: dict[str, Any] = {"region": "us-east-1", "attempt_timeout_s": 86400,
+                                "data_buckets": ["example-datasets"], "artifacts_bucket": "artifacts",
+                                "targets": job_targets(), "governance": Governance.model_validate(GOVERNANCE),
+                                "max_attempts": 2}
+    return Stage(**{**settings, **overrides})
+
+
+def _submit(spec: TrialSpec, ports: dict[str, Any], caller: str = NLP, now: datetime = NOW,
+            **overrides: Any) -> Submitted:
+    stage = _stage(**overrides)
+    return submit(spec, caller=who(caller, stage.governance), stage=stage, plane=_plane(ports), now=now)
+
+
+def _governed(**team_nlp: Any) -> Governance:
+    data = {**GOVERNANCE, "teams": {**GOVERNANCE["teams"], "team-nlp": {**GOVERNANCE["teams"]["team-nlp"],
+                                                                         **team_nlp}}}
+    return Governance.model_validate(data)
 
 
 def test_a_submission_freezes_the_spec_records_the_trial_and_starts_one_execution(spec: TrialSpec,
@@ -44,6 +89,7 @@ def test_a_submission_freezes_the_spec_records_the_trial_and_starts_one_executio
     assert ports["artifacts"].get_json(f"trials/{trial_id}/spec.json")["name"] == spec.name
     item = ports["trials"].get(trial_id)
     assert item["status"] == "SUBMITTED" and item["spec_hash"] == spec.spec_hash()
+    assert (item["team"], item["submitted_by"]) == ("team-nlp", NLP)
     assert item["max_steps"] == spec.max_steps
     execution = ports["workflow"].executions[item["execution_arn"]]
     assert execution["input"]["spec_uri"] == f"s3://artifacts/trials/{trial_id}/spec.json"
@@ -74,9 +120,164 @@ def test_an_input_the_job_role_cannot_read_is_refused_before_anything_is_stored(
 
 def test_cancelling_stops_the_execution_once(spec: TrialSpec, ports: dict[str, Any]) -> None:
     _submit(spec, ports)
-    first = cancel(spec.trial_id, trials=ports["trials"], workflow=ports["workflow"], now=NOW, reason="not needed")
+    caller = who(NLP)
+    first = cancel(spec.trial_id, caller=caller, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+                   reason="not needed")
     assert first == {"trial_id": spec.trial_id, "status": "CANCELLED", "execution_status": "ABORTED",
                      "changed": True}
-    assert ports["trials"].get(spec.trial_id)["status_cause"] == "not needed"
-    second = cancel(spec.trial_id, trials=ports["trials"], workflow=ports["workflow"], now=NOW, reason="again")
+    item = ports["trials"].get(spec.trial_id)
+    assert item["status_cause"] == "not needed" and item["cancelled_by"] == NLP
+    second = cancel(spec.trial_id, caller=caller, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+                    reason="again")
     assert second == {"trial_id": spec.trial_id, "status": "CANCELLED", "changed": False}
+
+
+def test_the_submitting_principal_books_the_trial_to_its_own_team(spec: TrialSpec, ports: dict[str, Any],
+                                                                  example_trial: dict[str, Any]) -> None:
+    """``owner`` is no longer whatever the JSON says: it must name the caller's team; a principal in no team
+    submits nothing; a platform admin submits for any team the stage defines."""
+    with pytest.raises(NotPermitted, match=r"owner 'team-nlp' is not your team.*'team-vision'") as raised:
+        _submit(spec, ports, caller=VISION)
+    assert raised.value.role == "team"
+    with pytest.raises(NotPermitted, match="member of no team"):
+        _submit(spec, ports, caller=f"arn:aws:iam::{ACCOUNT}:user/stranger")
+    with pytest.raises(NotPermitted, match="member of no team"):  # the convention matches the API's account only
+        _submit(spec, ports, caller="arn:aws:sts::999999999999:assumed-role/dualtrack-team-nlp-submitter/s")
+    assert ports["trials"].items == {} and ports["workflow"].executions == {}
+    assert _submit(spec, ports, caller=NLP_ROLE).body["team"] == "team-nlp"  # a role session, by convention
+    other = parse_trial({**example_trial, "name": "for-vision", "owner": "team-vision"})
+    assert _submit(other, ports, caller=ADMIN).body["team"] == "team-vision"
+    with pytest.raises(NotPermitted, match="not a team of this stage"):
+        _submit(parse_trial({**example_trial, "name": "x", "owner": "nobody"}), ports, caller=ADMIN)
+
+
+def test_another_teams_trial_reads_as_missing(spec: TrialSpec, ports: dict[str, Any]) -> None:
+    """404, not 403: a team cannot learn that another team's trial id exists; reading, cancelling and approving
+    all say "no trial"."""
+    _submit(spec, ports)
+    vision = who(VISION)
+    for attempt in (
+        lambda: visible(ports["trials"], spec.trial_id, vision),
+        lambda: trial_status(spec.trial_id, caller=vision, trials=ports["trials"], ledger=fakes.InMemoryLedger(),
+                             settlement=None),  # type: ignore[arg-type]
+        lambda: cancel(spec.trial_id, caller=vision, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+                       reason="sabotage"),
+        lambda: decide(spec.trial_id, approve=False, comment="nope", caller=vision, plane=_plane(ports), now=NOW),
+    ):
+        with pytest.raises(TrialNotFound):
+            attempt()
+    assert ports["trials"].get(spec.trial_id)["status"] == "SUBMITTED"
+    assert visible(ports["trials"], spec.trial_id, who(ADMIN))["team"] == "team-nlp"  # the admin sees every team
+
+
+def test_an_override_waits_for_an_approver_who_is_not_its_submitter(example_trial: dict[str, Any],
+                                                                    ports: dict[str, Any]) -> None:
+    spec = parse_trial({**example_trial, "workload": {"custom_cuda_ops": True},
+                        "triage_override": {"route": "dual_track", "reason": "the kernels have NKI ports now"}})
+    done = _submit(spec, ports, caller=NLP_LEAD)  # an approver submits: still needs another approver
+    assert done.body["status"] == "PENDING_APPROVAL" and ports["workflow"].executions == {}
+    assert "triage_override routes the trial to dual_track" in done.body["approval"]["reasons"][0]
+    with pytest.raises(NotPermitted, match=r"submitted trial .* cannot approve") as raised:
+        decide(spec.trial_id, approve=True, comment="fine by me", caller=who(NLP_LEAD), plane=_plane(ports), now=NOW)
+    assert raised.value.role == "approver"
+    with pytest.raises(NotPermitted, match="not an approver of team 'team-nlp'"):
+        decide(spec.trial_id, approve=True, comment="lgtm", caller=who(NLP), plane=_plane(ports), now=NOW)
+    approved = decide(spec.trial_id, approve=True, comment="kernels ported, go", caller=who(ADMIN),
+                      plane=_plane(ports), now=NOW)
+    assert approved["status"] == "SUBMITTED" and len(ports["workflow"].executions) == 1
+    record = ports["trials"].get(spec.trial_id)["approval"]
+    assert (record["status"], record["decided_as"], record["decided_at"]) == ("APPROVED", ADMIN, STAMP)
+    assert record["decided_by"] == f"arn:aws:iam::{ACCOUNT}:role/platform-admin"  # the session's role
+    with pytest.raises(DecisionConflict, match="is SUBMITTED, not PENDING_APPROVAL"):
+        decide(spec.trial_id, approve=False, comment="too late", caller=who(ADMIN), plane=_plane(ports), now=NOW)
+
+
+def test_a_trial_over_the_teams_approval_threshold_waits_and_a_rejection_starts_nothing(
+        spec: TrialSpec, ports: dict[str, Any]) -> None:
+    governance = _governed(approval_threshold_usd="1000")
+    done = _submit(spec, ports, governance=governance)  # worst case 3,500.23 USD
+    assert done.body["status"] == "PENDING_APPROVAL"
+    assert "above the team's approval_threshold_usd 1000 USD" in done.body["approval"]["reasons"][0]
+    lead = who(NLP_LEAD, governance)
+    rejected = decide(spec.trial_id, approve=False, comment="run it at 4 h first", caller=lead, plane=_plane(ports),
+                      now=NOW)
+    assert rejected["status"] == "REJECTED" and ports["workflow"].executions == {}
+    assert ports["trials"].get(spec.trial_id)["status_cause"] == "rejected: run it at 4 h first"
+
+
+def test_two_approvers_racing_record_one_decision(spec: TrialSpec, ports: dict[str, Any]) -> None:
+    """The decision is a conditional write from PENDING_APPROVAL: the second decider finds it decided."""
+    governance = _governed(approval_threshold_usd="1000")
+    _submit(spec, ports, governance=governance)
+
+    class Interleaved(fakes.InMemoryTrials):
+        def get(self, trial_id: str) -> dict[str, Any] | None:
+            item = super().get(trial_id)
+            if item and item["status"] == "PENDING_APPROVAL" and not getattr(self, "raced", False):
+                self.raced = True  # the other approver's rejection lands between our read and our write
+                decide(trial_id, approve=False, comment="rejected first", caller=who(ADMIN, governance),
+                       plane=Plane(trials=ports["trials"], artifacts=ports["artifacts"],
+                                   workflow=ports["workflow"], prices=load_price_table()), now=NOW)
+            return item
+
+    racing = Interleaved(items=ports["trials"].items)
+    with pytest.raises(DecisionConflict, match="is REJECTED"):
+        decide(spec.trial_id, approve=True, comment="approved second", caller=who(NLP_LEAD, governance),
+               plane=Plane(trials=racing, artifacts=ports["artifacts"], workflow=ports["workflow"],
+                           prices=load_price_table()), now=NOW)
+    assert ports["trials"].get(spec.trial_id)["approval"]["status"] == "REJECTED"
+    assert ports["workflow"].executions == {}
+
+
+def test_a_cancel_during_submission_is_never_lost(spec: TrialSpec, ports: dict[str, Any]) -> None:
+    """A cancel that lands while the execution is being started marks the trial CANCELLED; the submission then
+    finds it cancelled and stops the execution it started, so a cancelled trial never ends up running."""
+    trials = ports["trials"]
+
+    class CancelledMeanwhile(fakes.InMemoryWorkflow):
+        def start(self, name: str, payload: dict[str, Any]) -> Started:
+            cancel(name, caller=who(NLP), trials=trials, workflow=self, now=STAMP, reason="changed my mind")
+            return super().start(name, payload)
+
+    workflow = CancelledMeanwhile()
+    done = _submit(spec, {**ports, "workflow": workflow})
+    item = trials.get(spec.trial_id)
+    assert done.body["status"] == item["status"] == "CANCELLED"
+    assert workflow.executions[item["execution_arn"]]["status"] == "ABORTED"
+
+
+def test_quotas_refuse_a_submission_naming_the_quota_its_limit_use_and_when_it_frees(
+        spec: TrialSpec, ports: dict[str, Any], example_trial: dict[str, Any]) -> None:
+    governance = _governed(quotas={"concurrent_trials": 1, "usd_per_month": "6000"})
+    _submit(spec, ports, governance=governance)
+    second = parse_trial({**example_trial, "name": "second"})
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(second, ports, governance=governance)
+    (breach, month) = raised.value.breaches
+    assert (breach.quota, breach.limit, breach.current) == ("concurrent_trials", "1", "1")
+    assert "frees when one of the team's trials finishes" in breach.frees
+    # 3,500.23 USD committed by the running trial + 3,500.23 asked > 6,000 USD
+    assert (month.quota, month.current) == ("usd_per_month", "3500.23 USD")
+    assert month.retry_after_s == 27 * 86400 + 43200  # 4 December, noon, to 1 January
+    assert "2027-01-01T00:00:00Z" in month.frees
+    cancel(spec.trial_id, caller=who(NLP, governance), trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+           reason="make room")
+    with pytest.raises(QuotaExceeded) as raised:  # it ran, so its worst case stays booked to the month
+        _submit(second, ports, governance=governance)
+    assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
+    ports["trials"].update(spec.trial_id, total_usd="210.50")  # settled: its real cost replaces the worst case
+    assert _submit(second, ports, governance=governance).created is True
+    per_trial = _governed(quotas={"max_usd_per_trial": "3000", "max_hours_per_trial": 8})
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(parse_trial({**example_trial, "name": "third"}), ports, governance=per_trial)
+    assert [b.quota for b in raised.value.breaches] == ["max_hours_per_trial", "max_usd_per_trial"]
+    assert "set limits.max_hours to at most 8" in raised.value.breaches[0].frees
+
+
+def test_the_worst_case_counts_every_attempt_batch_may_make(spec: TrialSpec, ports: dict[str, Any]) -> None:
+    one = _submit(spec, ports, max_attempts=1).body["worst_case_usd"]["total"]
+    ports = {"trials": fakes.InMemoryTrials(), "artifacts": fakes.InMemoryObjects(),
+             "workflow": fakes.InMemoryWorkflow()}
+    with pytest.raises(SubmissionRefused, match="limits"):  # 3 x 1,750.12 USD > limits.max_usd 4,000
+        _submit(spec, ports, max_attempts=3)
+    assert float(one) == pytest.approx(1750.12, abs=0.01)
