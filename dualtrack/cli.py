@@ -15,7 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dualtrack.commands.triage",
     "dualtrack.commands.estimate",
     "dualtrack.commands.prices",
-    *(f"dualtrack.commands.{n}" for n in ("submit", "status", "watch", "report", "cancel", "cache")),
+    *(f"dualtrack.commands.{n}" for n in ("submit", "approve", "status", "watch", "report", "cancel", "cache")),
     "dualtrack.commands.local",
     "dualtrack.commands.openapi",
 )

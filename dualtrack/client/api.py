@@ -23,8 +23,8 @@ class TrialApi:
         self.http = http
 
     def submit(self, trial: dict[str, Any]) -> Submission:
-        got = self.http.request("POST", "/trials", body=trial, ok=(200, 201))
-        return Submission(created=got.status == 201, body=_object(got.body, "POST /trials"))
+        got = self.http.request("POST", "/trials", body=trial, ok=(200, 201, 202))
+        return Submission(created=got.status in (201, 202), body=_object(got.body, "POST /trials"))
 
     def list(self, limit: int = 25, next_token: str | None = None) -> dict[str, Any]:
         got = self.http.request("GET", "/trials", query={"limit": limit, "next_token": next_token})
@@ -46,6 +46,12 @@ class TrialApi:
         body = {"reason": reason} if reason else {}
         return _object(self.http.request("POST", f"/trials/{_id(trial_id)}/cancel", body=body).body,
                        "POST /trials/{id}/cancel")
+
+    def decide(self, trial_id: str, *, approve: bool, comment: str) -> dict[str, Any]:
+        """Approve or reject a PENDING_APPROVAL trial (an approver of its team other than its submitter)."""
+        action = "approve" if approve else "reject"
+        got = self.http.request("POST", f"/trials/{_id(trial_id)}/{action}", body={"comment": comment})
+        return _object(got.body, f"POST /trials/{{id}}/{action}")
 
     def compile_cache(self, model: str | None = None, compiler_version: str | None = None) -> dict[str, Any]:
         got = self.http.request("GET", "/compile-cache", query={"model": model, "compiler_version": compiler_version})

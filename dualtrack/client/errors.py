@@ -10,15 +10,16 @@ EXIT_OK = 0
 EXIT_TRIAL_FAILED = 1  # watch/status: the trial ended FAILED or CANCELLED; submit: declined at the prompt
 EXIT_INVALID = 2  # bad arguments, invalid trial (local or API 422), bad request (400)
 EXIT_NOT_FOUND = 3  # 404: unknown trial, report not written yet
-EXIT_REFUSED = 4  # 409: refused by the API (over limits, triage refusal, trial already finished)
+EXIT_REFUSED = 4  # 409, or a quota 429: refused by the API (over limits or a team quota, triage, already decided)
 EXIT_UNAVAILABLE = 5  # network failure, 429 or 5xx after every retry
 EXIT_CONFIG = 6  # no endpoint, no credentials, or the credentials were rejected (401/403)
 
 EXIT_CODES_HELP = """\
 exit codes:
   0 done   1 trial ended FAILED/CANCELLED (or declined at the prompt)   2 invalid input or trial (field paths shown)
-  3 unknown trial or report not ready   4 refused by the API (409)   5 API unreachable or failing after retries
-  6 no endpoint / no credentials / access denied   130 interrupted"""
+  3 unknown trial or report not ready   4 refused by the API (409, or a team quota)   5 API unreachable or failing
+  after retries   6 no endpoint / no credentials / access denied (also: not a member or approver of the team)
+  130 interrupted"""
 
 
 @dataclass(frozen=True)
@@ -97,4 +98,6 @@ def api_failure(status: int, body: Any, reason: str = "") -> ClientFailure:
                  "(execute-api:Invoke) and that the endpoint's region matches the signing region"}.get(status)
     if hint and not errors:
         message = f"{message} ({hint})"
-    return ClientFailure(f"HTTP {status}: {message}", exit_code_for_status(status), errors, status, body)
+    code = EXIT_REFUSED if status == 429 and isinstance(body, dict) and body.get("quotas") else \
+        exit_code_for_status(status)
+    return ClientFailure(f"HTTP {status}: {message}", code, errors, status, body)

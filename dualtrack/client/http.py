@@ -1,7 +1,8 @@
 """A SigV4-signed JSON client for the trial API, with bounded retries (exponential backoff, full jitter).
 
 Signing is botocore's (`SigV4Auth`, service `execute-api`); every attempt is signed afresh so a retry never
-replays a stale `X-Amz-Date`. Retried: connection failures, timeouts, 429 and 5xx. Repeating a POST is safe
+replays a stale `X-Amz-Date`. Retried: connection failures, timeouts, 429 (except a
+team-quota refusal) and 5xx. Repeating a POST is safe
 because the API is idempotent by trial id (a repeated submit answers 200 with the same trial).
 """
 
@@ -91,12 +92,12 @@ class SignedClient:
                                          ) from None
                 self._wait(attempt, exc.reason, None)
                 continue
-            if response.status in RETRYABLE_STATUS and not last:
+            if response.status in RETRYABLE_STATUS and not last and not quota_refusal(response.body):
                 self._wait(attempt, f"HTTP {response.status}", _retry_after(response.headers))
                 continue
             if response.status not in ok:
                 failure = api_failure(response.status, response.body)
-                if response.status in RETRYABLE_STATUS and attempts > 1:
+                if response.status in RETRYABLE_STATUS and attempts > 1 and not quota_refusal(response.body):
                     failure.message += f" (gave up after {attempts} attempts)"
                 raise failure
             return response
@@ -154,6 +155,12 @@ class _Transient(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def quota_refusal(body: Any) -> bool:
+    """A 429 the API answers for a team quota (its body lists ``quotas``) is a refusal, not throttling: sending it
+    again before a trial ends or the month turns cannot succeed, so it is not retried."""
+    return isinstance(body, dict) and bool(body.get("quotas"))
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -131,7 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"ok": True, "created": done.created, "trial": body, "local": local})
         return EXIT_OK
-    if done.created:
+    if done.created and body.get("status") == "PENDING_APPROVAL":
+        reasons = "; ".join((body.get("approval") or {}).get("reasons") or [])
+        print(f"submitted {body.get('trial_id')}: waiting for an approver of team {body.get('team')} ({reasons}); "
+              f"nothing runs until one approves: dualtrack approve {body.get('trial_id')} --comment ...")
+    elif done.created:
         print(f"submitted {body.get('trial_id')}: workflow started ({body.get('execution_arn')})")
     else:
         print(f"already submitted {body.get('trial_id')} (status {body.get('status')}): no second run started")

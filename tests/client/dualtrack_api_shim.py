@@ -82,7 +82,11 @@ def verify_sigv4(method: str, url: str, headers: dict[str, str], body: bytes, cr
     return None if expected == match["sig"] else "signature mismatch"
 
 
-def proxy_event(method: str, path: str, query: str, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+TESTER = f"arn:aws:iam::{ACCOUNT}:user/tester"
+
+
+def proxy_event(method: str, path: str, query: str, headers: dict[str, str], body: bytes,
+                user_arn: str = TESTER) -> dict[str, Any]:
     resource, params = path, None
     for template in RESOURCES:
         pattern = "^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", template) + "$"
@@ -105,7 +109,7 @@ def proxy_event(method: str, path: str, query: str, headers: dict[str, str], bod
             "resourcePath": resource, "httpMethod": method, "path": f"/{STAGE}{path}", "stage": STAGE,
             "requestId": str(uuid.uuid4()), "accountId": ACCOUNT, "apiId": "local", "protocol": "HTTP/1.1",
             "identity": {"sourceIp": "127.0.0.1", "accessKey": "testing", "caller": "AIDATESTING",
-                         "userArn": f"arn:aws:iam::{ACCOUNT}:user/tester", "user": "AIDATESTING",
+                         "userArn": user_arn, "user": "AIDATESTING",
                          "userAgent": headers.get("User-Agent", "")},
         },
         # API Gateway passes a non-binary media type's body through as text: undecodable bytes arrive replaced.
@@ -118,6 +122,9 @@ def proxy_event(method: str, path: str, query: str, headers: dict[str, str], bod
 class ApiShim:
     handler: Callable[[dict[str, Any], Any], dict[str, Any]]
     credentials: Credentials = field(default_factory=lambda: Credentials("testing", "testing", "testing"))
+    # The principal API Gateway reports for the signed requests (IAM maps the access key to it); a test switches it
+    # to act as another member of a team.
+    user_arn: str = TESTER
     region: str = "us-east-1"
     seen: list[Seen] = field(default_factory=list)
     _failures: list[int] = field(default_factory=list)
@@ -164,7 +171,8 @@ class ApiShim:
                 if not parts.path.startswith(prefix + "/"):
                     return self._reply(403, {"Content-Type": "application/json"},
                                        b'{"message": "Missing Authentication Token"}')
-                event = proxy_event(self.command, parts.path[len(prefix):], parts.query, headers, body)
+                event = proxy_event(self.command, parts.path[len(prefix):], parts.query, headers, body,
+                                    shim.user_arn)
                 result = shim.handler(event, LambdaContext())
                 out_headers = dict(result.get("headers") or {})
                 for name, values in (result.get("multiValueHeaders") or {}).items():

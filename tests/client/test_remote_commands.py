@@ -207,3 +207,35 @@ def test_missing_credentials_are_a_config_problem(cli: Any, served: Any, monkeyp
     monkeypatch.setattr("botocore.credentials.ContainerProvider.load", lambda self: None)
     code, _, err = cli("status", "x", "--endpoint", served.url)
     assert code == EXIT_CONFIG and "no AWS credentials found" in err
+
+
+def test_a_pending_trial_is_approved_by_another_approver_and_a_quota_refusal_is_not_retried(
+        cli: Any, served: Any, trial_file: Any, aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """submit answers 202 PENDING_APPROVAL and says who must act; approve as the submitter is refused (403, exit
+    6), as another approver it starts the workflow; reject afterwards is a conflict (exit 4). A team-quota 429 is
+    a refusal: the client does not retry it and exits 4."""
+    from lambdas.runtime.settings import reset_settings
+    from tests.stage import GOVERNANCE, principal
+
+    teams = {**GOVERNANCE["teams"], "team-nlp": {"approval_threshold_usd": "1000",
+                                                 "quotas": {"concurrent_trials": 1}}}
+    monkeypatch.setenv("GOVERNANCE", json.dumps({**GOVERNANCE, "teams": teams}))
+    reset_settings()
+    served.user_arn = principal("dualtrack-team-nlp-approver")
+    code, out, err = submit(cli, served.url, trial_file(), "--yes")
+    assert code == 0, err
+    trial_id = out.split()[1].rstrip(":")
+    assert "waiting for an approver of team team-nlp" in out and f"dualtrack approve {trial_id}" in out
+    code, _, err = cli("approve", trial_id, "--comment", "my own", "--endpoint", served.url)
+    assert code == EXIT_CONFIG and "cannot approve or reject it" in err
+    served.user_arn = principal("platform-admin")
+    code, out, err = cli("approve", trial_id, "--comment", "budget agreed", "--endpoint", served.url)
+    assert code == 0 and out.startswith(f"approved {trial_id}: SUBMITTED (workflow arn:aws:states:"), err
+    code, _, err = cli("reject", trial_id, "--comment", "too late", "--endpoint", served.url)
+    assert code == EXIT_REFUSED and "not PENDING_APPROVAL" in err
+
+    served.user_arn = principal("dualtrack-team-nlp-submitter")
+    before = len(served.seen)
+    code, _, err = submit(cli, served.url, trial_file(name="second-trial"), "--yes")
+    assert code == EXIT_REFUSED and "quota.concurrent_trials: quota concurrent_trials: limit 1, in use 1" in err
+    assert len(served.seen) == before + 1  # one request: a quota refusal is not retried

@@ -85,8 +85,12 @@ def example() -> dict[str, Any]:
     return json.loads(EXAMPLE.read_text())
 
 
-def api_event(method: str, path: str, body: Any = None, query: dict[str, str] | None = None) -> dict[str, Any]:
+def api_event(method: str, path: str, body: Any = None, query: dict[str, str] | None = None,
+              principal: str | None = None) -> dict[str, Any]:
+    """A REST proxy event; ``principal`` is the caller's ARN as API Gateway reports it (default: a team-nlp user)."""
     event = load_event("api_gateway_rest.json")
+    if principal is not None:
+        event["requestContext"]["identity"]["userArn"] = principal
     event["httpMethod"] = method
     event["path"] = path
     event["requestContext"]["httpMethod"] = method

@@ -1,0 +1,115 @@
+"""Two teams sharing one stage in one (moto) account, through the API handler as API Gateway invokes it: each
+team sees and cancels only its own trials, an approver other than the submitter approves, quotas refuse with the
+quota named. The caller is ``requestContext.identity.userArn`` (API Gateway developer guide, "Variables for data
+transformations for API Gateway": "The Amazon Resource Name (ARN) of the effective user identified after
+authentication"; https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-mapping-template-reference.html)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Context, api_event
+from tests.stage import ACCOUNT, GOVERNANCE, principal
+
+NLP = f"arn:aws:iam::{ACCOUNT}:user/model-team"
+NLP_LEAD = principal("dualtrack-team-nlp-approver")
+VISION = principal("dualtrack-team-vision-submitter")
+ADMIN = principal("platform-admin")
+
+
+def call(method: str, path: str, body: Any = None, *, who: str = NLP,
+         query: dict[str, str] | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+    from lambdas.handlers.on_trial_api import handler
+
+    out = handler(api_event(method, path, body, query=query, principal=who), Context())
+    # A REST API proxy response carries its headers as multiValueHeaders (Powertools' APIGatewayRestResolver).
+    headers = {k: v[-1] for k, v in (out.get("multiValueHeaders") or {}).items()} | (out.get("headers") or {})
+    return out["statusCode"], json.loads(out["body"]), headers
+
+
+def executions(aws: dict[str, Any]) -> int:
+    return len(aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"])
+
+
+def governed(monkeypatch: pytest.MonkeyPatch, **team_nlp: Any) -> None:
+    from lambdas.runtime.settings import reset_settings
+
+    teams = {**GOVERNANCE["teams"], "team-nlp": {**GOVERNANCE["teams"]["team-nlp"], **team_nlp}}
+    monkeypatch.setenv("GOVERNANCE", json.dumps({**GOVERNANCE, "teams": teams}))
+    reset_settings()
+
+
+def test_a_team_reads_lists_and_cancels_only_its_own_trials(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    status, submitted, _ = call("POST", "/trials", example)
+    assert status == 201 and submitted["team"] == "team-nlp" and submitted["submitted_by"] == NLP
+    trial = submitted["trial_id"]
+    vision_trial = dict(example, name="vision-pilot", owner="team-vision")
+    status, other, _ = call("POST", "/trials", vision_trial, who=VISION)
+    assert status == 201, other
+
+    for method, path in (("GET", f"/trials/{trial}"), ("GET", f"/trials/{trial}/report"),
+                         ("POST", f"/trials/{trial}/cancel")):
+        status, body, _ = call(method, path, who=VISION)
+        assert status == 404 and body["message"].startswith(f"no trial '{trial}'"), (method, path, body)
+    assert call("GET", f"/trials/{trial}")[1]["status"] == "SUBMITTED"  # nothing was cancelled
+
+    listed = {who: [t["trial_id"] for t in call("GET", "/trials", who=who)[1]["trials"]]
+              for who in (NLP, VISION, ADMIN)}
+    assert listed[NLP] == [trial] and listed[VISION] == [other["trial_id"]]
+    assert sorted(listed[ADMIN]) == sorted([trial, other["trial_id"]])
+    assert call("GET", f"/trials/{trial}", who=ADMIN)[0] == 200
+
+    status, body, _ = call("POST", "/trials", dict(example, name="posing"), who=VISION)  # owner team-nlp
+    assert status == 403 and body["errors"][0]["path"] == "team" and "set owner to 'team-vision'" in \
+        body["errors"][0]["message"]
+    status, body, _ = call("GET", "/trials", who=f"arn:aws:iam::{ACCOUNT}:user/stranger")
+    assert status == 403 and "member of no team" in body["errors"][0]["message"]
+
+
+def test_an_approver_other_than_the_submitter_starts_a_pending_trial(aws: dict[str, Any], example: dict[str, Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    governed(monkeypatch, approval_threshold_usd="1000")
+    status, pending, headers = call("POST", "/trials", example, who=NLP_LEAD)
+    assert status == 202 and pending["status"] == "PENDING_APPROVAL" and executions(aws) == 0
+    trial = pending["trial_id"]
+    assert headers["Location"] == f"/trials/{trial}"
+    assert call("POST", "/trials", example, who=NLP_LEAD)[0] == 200  # the same body: the same pending trial
+
+    status, body, _ = call("POST", f"/trials/{trial}/approve", {"comment": "mine, approved"}, who=NLP_LEAD)
+    assert status == 403 and body["errors"][0]["path"] == "approver" and "cannot approve" in body["errors"][0][
+        "message"]
+    status, body, _ = call("POST", f"/trials/{trial}/approve", {"comment": "lgtm"}, who=NLP)
+    assert status == 403 and "not an approver of team 'team-nlp'" in body["errors"][0]["message"]
+    assert call("POST", f"/trials/{trial}/approve", {"comment": "lgtm"}, who=VISION)[0] == 404
+    assert executions(aws) == 0
+
+    status, approved, _ = call("POST", f"/trials/{trial}/approve", {"comment": "budget agreed with finance"},
+                               who=ADMIN)
+    assert status == 200 and approved["status"] == "SUBMITTED" and executions(aws) == 1
+    assert approved["approval"]["decided_as"] == ADMIN and approved["approval"]["comment"] == \
+        "budget agreed with finance"
+    status, body, _ = call("POST", f"/trials/{trial}/reject", {"comment": "changed my mind"}, who=ADMIN)
+    assert status == 409 and "is SUBMITTED, not PENDING_APPROVAL" in body["message"]
+
+
+def test_quotas_refuse_naming_the_quota_its_limit_use_and_when_it_frees(aws: dict[str, Any], example: dict[str, Any],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    governed(monkeypatch, quotas={"concurrent_trials": 1})
+    assert call("POST", "/trials", example)[0] == 201
+    status, body, headers = call("POST", "/trials", dict(example, name="second"))
+    assert status == 429 and "Retry-After" not in headers  # frees when a trial ends, not at a known time
+    assert body["errors"] == [{"path": "quota.concurrent_trials",
+                               "message": "quota concurrent_trials: limit 1, in use 1, this trial asks 1; frees when "
+                                          "one of the team's trials finishes, is cancelled or is rejected"}]
+    governed(monkeypatch, quotas={"usd_per_month": "5000"})
+    status, body, headers = call("POST", "/trials", dict(example, name="third"))
+    assert status == 429 and int(headers["Retry-After"]) > 0
+    assert body["quotas"][0]["quota"] == "usd_per_month" and body["quotas"][0]["current"] == "3500.23 USD"
+    governed(monkeypatch, quotas={"max_usd_per_trial": "3000"})
+    status, body, headers = call("POST", "/trials", dict(example, name="fourth"))
+    assert status == 409 and body["quotas"][0]["quota"] == "max_usd_per_trial"
+    assert "lower limits.max_hours" in body["errors"][0]["message"]
+    assert executions(aws) == 1
