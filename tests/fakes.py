@@ -138,6 +138,9 @@ class InMemoryObjects:
     def list_keys(self, prefix: str) -> list[str]:
         return sorted(k for k in self.blobs if k.startswith(prefix))
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        return {k: len(self.blobs[k]) for k in self.list_keys(prefix)}
+
     def delete_key(self, key: str) -> None:
         self.blobs.pop(key, None)
 

@@ -44,10 +44,13 @@ class S3Objects:
         return None if raw is None else json.loads(raw)
 
     def list_keys(self, prefix: str) -> list[str]:
-        keys: list[str] = []
+        return list(self.sizes(prefix))
+
+    def sizes(self, prefix: str) -> dict[str, int]:
+        out: dict[str, int] = {}
         for page in pages("s3", "list_objects_v2", Bucket=self.bucket, Prefix=prefix):
-            keys += [o["Key"] for o in page.get("Contents", [])]
-        return keys
+            out.update((o["Key"], int(o["Size"])) for o in page.get("Contents", []))
+        return out
 
     def delete_key(self, key: str) -> None:
         client("s3").delete_object(Bucket=self.bucket, Key=key)

@@ -18,7 +18,13 @@ Status = Literal["succeeded", "failed", "faulted", "interrupted"]
 CacheOutcome = Literal["hit", "miss", "none"]
 STAND_IN_BACKENDS: tuple[str, ...] = ("cpu", "compiled")
 
-Seconds = Annotated[float, Field(ge=0)]
+# Bounds that no real attempt reaches: an attempt lasts at most the stage's 14-day attempt timeout, and a petabyte
+# is far beyond any checkpoint; anything beyond them is a malformed or forged summary, refused.
+MAX_SECONDS = 14 * 24 * 3600
+MAX_BYTES = 10**15
+MAX_TOKENS = 10**15
+
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 
 
 class _Model(BaseModel):
@@ -65,7 +71,7 @@ class LossRecord(_Model):
 
 class CheckpointRecord(_Model):
     step: Annotated[int, Field(ge=0)]
-    bytes: Annotated[int, Field(ge=0)]
+    bytes: Annotated[int, Field(ge=0, le=MAX_BYTES)]
     files: Annotated[int, Field(ge=0)]
     save_s: Seconds
     uri: str
@@ -225,7 +231,7 @@ class RunSummary(_Model):
     resumed_from_uri: str | None = None
     rerun_steps: Annotated[int, Field(ge=0)] = 0
     steps_this_attempt: Annotated[int, Field(ge=0)] = 0
-    tokens_this_attempt: Annotated[int, Field(ge=0)] = 0
+    tokens_this_attempt: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
     samples_consumed: Annotated[int, Field(ge=0)] = 0
     layout: LayoutRecord | None = None
     phases: Phases = Field(default_factory=Phases)

@@ -18,6 +18,9 @@ TRIAL_COST_USD = "TrialCostUSD"  # a trial's total cost when the workflow closes
 CACHE_HITS = "CompileCacheHits"  # a Trn2 attempt reported its compile-cache lookup hit (Count)
 CACHE_MISSES = "CompileCacheMisses"  # ... missed and compiled (Count)
 CACHE_FAILURES = "CompileCacheFailures"  # ... failed to compile (Count)
+# An event acknowledged and dropped: about a trial or run the plane did not start, or an object under trials/ that
+# is not a well-formed fact (a forged or malformed manifest or summary). Never a ledger fact, never retried (Count).
+EVENTS_REJECTED = "EventsRejected"
 
 # Run outcomes are recorded by the run-events function, or first by the workflow's cost step when it reconciles a
 # job whose terminal event has not arrived yet; compile-cache use by whichever event function first counts a
@@ -29,6 +32,7 @@ EMITTERS: dict[str, tuple[str, ...]] = {
     CACHE_HITS: ("on_batch_job_state", "on_artifact_created"),
     CACHE_MISSES: ("on_batch_job_state", "on_artifact_created"),
     CACHE_FAILURES: ("on_batch_job_state", "on_artifact_created"),
+    EVENTS_REJECTED: ("on_batch_job_state", "on_artifact_created"),
 }
 RUN_OUTCOMES = {"SUCCEEDED": RUNS_SUCCEEDED, "FAILED": RUNS_FAILED}
 CACHE_OUTCOMES = {"hit": CACHE_HITS, "miss": CACHE_MISSES, "failed": CACHE_FAILURES}

@@ -9,13 +9,15 @@ from aws_lambda_powertools.utilities.parser import parse
 from pydantic import BaseModel
 
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
+from lambdas.domain.artifacts import ArtifactRejected
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import S3ObjectCreatedEvent
 from lambdas.runtime.function import lambda_handler
-from lambdas.runtime.observability import count_cache_outcomes, logger
+from lambdas.runtime.observability import count_cache_outcomes, count_rejected_event, logger
 from lambdas.runtime.settings import ArtifactEventSettings, per_environment, settings_for
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import observe_run
+from lambdas.services.run_settlement import ForeignEvent
 
 
 class ObjectFact(BaseModel):
@@ -32,6 +34,7 @@ class ObjectResult(BaseModel):
     trial_id: str | None = None
     run: str | None = None
     cache_key: str | None = None
+    rejected: str | None = None  # why the object is not a fact (acknowledged, not retried)
 
 
 @per_environment
@@ -46,7 +49,11 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
         return ObjectResult(kind="compile-cache" if key else "ignored", recorded=key is not None, cache_key=key)
     if fact.bucket != settings.ARTIFACTS_BUCKET:
         return ObjectResult(kind="ignored")
-    outcome = record_artifact(app.settlement, fact.object_key)
+    try:
+        outcome = record_artifact(app.settlement, fact.object_key)
+    except (ArtifactRejected, ForeignEvent) as exc:
+        count_rejected_event(str(exc), key=fact.object_key)
+        return ObjectResult(kind="rejected", rejected=str(exc))
     if outcome is None:
         return ObjectResult(kind="ignored")
     if outcome.kind == "summary" and outcome.added:

@@ -17,9 +17,10 @@ from lambdas.domain.ledger import TransitionFact, facts_of
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import BatchJobStateChangeEvent
 from lambdas.runtime.function import lambda_handler
-from lambdas.runtime.observability import count_cache_outcomes, count_run_outcomes, logger
+from lambdas.runtime.observability import count_cache_outcomes, count_rejected_event, count_run_outcomes, logger
 from lambdas.runtime.settings import RunEventSettings, per_environment, settings_for
 from lambdas.services.cache_observation import observe_run
+from lambdas.services.run_settlement import ForeignEvent
 
 
 class JobStateFact(BaseModel):
@@ -47,7 +48,11 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
     event = fact.event
     detail = event.detail
     app = compose()
-    recorded = app.settlement.record_job_state(detail, event.time)
+    try:
+        recorded = app.settlement.record_job_state(detail, event.time)
+    except ForeignEvent as exc:
+        count_rejected_event(str(exc), job_id=detail.job_id, status=detail.status)
+        return JobStateResult(status=detail.status, attempt=detail.attempt, ignored=str(exc))
     if recorded is None:
         return JobStateResult(status=detail.status, attempt=detail.attempt, ignored="not a dualtrack job")
     trial_id, run = recorded.identity.trial_id, recorded.identity.run

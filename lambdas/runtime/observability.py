@@ -33,3 +33,9 @@ def count_cache_outcomes(outcomes: Mapping[str, int]) -> None:
 
 def record_trial_cost(total_usd: float) -> None:
     metrics.add_metric(name=telemetry.TRIAL_COST_USD, unit=MetricUnit.NoUnit, value=total_usd)
+
+
+def count_rejected_event(reason: str, **context: str | None) -> None:
+    """An event acknowledged and dropped (never a ledger fact, not retried): logged with why, and counted."""
+    logger.warning("event rejected", extra={"reason": reason, **context})
+    metrics.add_metric(name=telemetry.EVENTS_REJECTED, unit=MetricUnit.Count, value=1)

@@ -6,9 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from lambdas.domain.ledger import LedgerEntry, summary_entry
+from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST
+from lambdas.domain.ledger import LedgerEntry
 from lambdas.services.ports import CacheRegistry
-from lambdas.services.run_settlement import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, RunSettlement, checkpoint_fact
+from lambdas.services.run_settlement import RunSettlement
 
 CACHE_OBJECT = re.compile(r"^neuron/(?P<model>[^/]+)/(?P<compiler>[^/]+)/(?P<key>[0-9a-f]{64})/(?P<name>.+)$")
 
@@ -23,21 +24,16 @@ class Recorded:
 
 
 def record_artifact(settlement: RunSettlement, key: str) -> Recorded | None:
-    """Record a checkpoint manifest or an attempt summary; re-close the run's cost if it has already ended."""
-    if (match := CHECKPOINT_MANIFEST.match(key)) is not None:
-        manifest = settlement.artifacts.get_json(key)
-        fact = checkpoint_fact(key, manifest, settlement.artifacts.uri(key)) if isinstance(manifest, dict) else None
-        kind: Literal["checkpoint", "summary"] = "checkpoint"
-    elif (match := ATTEMPT_SUMMARY.match(key)) is not None:
-        summary = settlement.artifacts.get_json(key)
-        fact = (
-            summary_entry(match["trial"], match["run"], int(match["attempt"]), summary)
-            if isinstance(summary, dict)
-            else None
-        )
-        kind = "summary"
-    else:
+    """Record a checkpoint manifest or an attempt summary; re-close the run's cost if it has already ended. Raises
+    ArtifactRejected for a malformed or forged object, ForeignEvent for one under a trial or run the plane did not
+    start: neither becomes a ledger fact."""
+    match = CHECKPOINT_MANIFEST.match(key) or ATTEMPT_SUMMARY.match(key)
+    if match is None:
         return None
+    kind: Literal["checkpoint", "summary"] = "checkpoint" if CHECKPOINT_MANIFEST.match(key) else "summary"
+    settlement.check_started(match["trial"], match["run"])
+    sizes = settlement.artifacts.sizes(key.rsplit("/", 1)[0] + "/") if kind == "checkpoint" else None
+    fact = settlement.artifact_fact(key, sizes)
     if fact is None:
         return None
     added = settlement.ledger.append(fact)

@@ -8,13 +8,14 @@ STARTING, a checkpoint manifest), so the stored cost is the fold of the full led
 from __future__ import annotations
 
 import json
-import re
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from lambdas.domain import ledger as L
+from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
@@ -23,14 +24,14 @@ from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trial
 if TYPE_CHECKING:  # the API settles runs without parsing Batch events: it need not build their models
     from lambdas.domain.events import BatchJobStateChangeDetail
 
-CHECKPOINT_MANIFEST = re.compile(
-    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
-    r"step-(?P<step>\d+)/manifest\.json$"
-)
-ATTEMPT_SUMMARY = re.compile(
-    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
-    r"summary\.json$"
-)
+log = logging.getLogger(__name__)
+# Trial statuses of a trial whose workflow never started: no job or artifact can be the plane's.
+NEVER_STARTED = ("PENDING_APPROVAL", "REJECTED")
+
+
+class ForeignEvent(ValueError):
+    """An event about a trial or run the plane did not start (unknown trial, a run the trial does not have, a
+    trial that never started): acknowledged and dropped, never a ledger fact."""
 
 
 @dataclass(frozen=True)
@@ -90,31 +91,6 @@ def job_facts(identity: JobIdentity, detail: BatchJobStateChangeDetail, at: date
     return facts
 
 
-def checkpoint_fact(key: str, manifest: dict[str, Any], uri: str) -> L.LedgerEntry | None:
-    match = CHECKPOINT_MANIFEST.match(key)
-    if match is None:
-        return None
-    shards = manifest.get("shards") or manifest.get("files") or []
-    files = len(shards) if isinstance(shards, list | dict) else int(shards)
-    if isinstance(shards, list):
-        size = sum(int(s.get("bytes") or 0) for s in shards if isinstance(s, dict))
-    elif isinstance(shards, dict):
-        size = sum(int(s.get("bytes") or 0) for s in shards.values() if isinstance(s, dict))
-    else:
-        size = 0
-    size = int(manifest.get("bytes") or manifest.get("total_bytes") or size or 0)
-    step = int(manifest.get("step") or match["step"])
-    return L.checkpoint_entry(
-        match["trial"],
-        match["run"],
-        step=step,
-        bytes_=size,
-        files=files,
-        save_s=float(manifest.get("save_s") or 0.0),
-        uri=uri.rsplit("/", 1)[0] + "/",
-    )
-
-
 class RunSettlement:
     def __init__(
         self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: PriceTable, region: str,
@@ -122,12 +98,34 @@ class RunSettlement:
     ) -> None:
         self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
         self.prices, self.region, self.metrics, self.jobs = prices, region, metrics, jobs
+        # Trials whose runs are known to be the plane's, as read then: what the fold uses of an item (its tracks'
+        # declared instance types and nodes) is frozen at submission, so the copy stays right.
+        self._started: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def check_started(self, trial_id: str, run: str) -> None:
+        """Raise ForeignEvent unless ``run`` is a run of a trial the plane started. A run once confirmed is kept for
+        the life of the execution environment, so a trial's events cost one trials-table read per environment."""
+        if (trial_id, run) in self._started:
+            return
+        item = next((i for (t, _), i in self._started.items() if t == trial_id), None) or self.trials.get(trial_id)
+        if item is None:
+            raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
+        tracks = set(item.get("tracks") or {})
+        runs = tracks | ({"gpu-fallback"} if {"gpu", "trn2"} <= tracks else set())
+        if run not in runs:
+            raise ForeignEvent(f"trial {trial_id} has no run {run!r} (its runs: {', '.join(sorted(runs))})")
+        status = item.get("status")
+        if status in NEVER_STARTED or (status == "CANCELLED" and not item.get("execution_arn")):
+            raise ForeignEvent(f"trial {trial_id} never started (status {status})")
+        self._started[(trial_id, run)] = item
 
     def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
-        """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job)."""
+        """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job). Raises
+        ForeignEvent for a job that names a trial or run the plane did not start."""
         identity = identify_job(detail.environment(), detail.tags, detail.job_name)
         if identity is None:
             return None
+        self.check_started(identity.trial_id, identity.run)
         instance_type = self.jobs.instance_type(detail.job_queue) if self.jobs and detail.job_queue else None
         return JobRecorded(identity, self.record(job_facts(identity, detail, at, instance_type)))
 
@@ -155,24 +153,32 @@ class RunSettlement:
         """Read what the trainer left in S3 for a run (summaries, checkpoint manifests) into the ledger; returns the
         facts this call added."""
         found: list[L.LedgerEntry] = []
-        for key in self.artifacts.list_keys(f"trials/{trial_id}/{run}/"):
-            summary = ATTEMPT_SUMMARY.match(key)
-            if summary:
-                body = self.artifacts.get_json(key)
-                if isinstance(body, dict):
-                    found.append(L.summary_entry(trial_id, run, int(summary["attempt"]), body))
-            elif CHECKPOINT_MANIFEST.match(key):
-                manifest = self.artifacts.get_json(key)
-                fact = checkpoint_fact(key, manifest, self.artifacts.uri(key)) if isinstance(manifest, dict) else None
-                if fact is not None:
-                    found.append(fact)
+        sizes = self.artifacts.sizes(f"trials/{trial_id}/{run}/")
+        for key in sizes:
+            if not (ATTEMPT_SUMMARY.match(key) or CHECKPOINT_MANIFEST.match(key)):
+                continue
+            try:
+                fact = self.artifact_fact(key, sizes)
+            except ArtifactRejected as exc:
+                log.warning("artifact rejected: %s", exc)  # never a ledger fact; the event function counted it
+                continue
+            if fact is not None:
+                found.append(fact)
         return self.record(found)
+
+    def artifact_fact(self, key: str, sizes: dict[str, int] | None) -> L.LedgerEntry | None:
+        """The fact an object under trials/ carries (``artifact_fact``); an object that is not JSON is rejected."""
+        try:
+            document = self.artifacts.get_json(key)
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError
+            raise ArtifactRejected(key, f"not JSON: {exc}") from None
+        return artifact_fact(key, document, self.artifacts.uri(key), sizes)
 
     def fold(self, trial_id: str, run: str, entries: list[L.LedgerEntry] | None = None,
              trial: dict[str, Any] | None = None) -> L.RunFold:
         """The run's usage from its ledger entries (read here unless given) and the trial's declared layout."""
         if trial is None:
-            trial = self.trials.get(trial_id) or {}
+            trial = self._started.get((trial_id, run)) or self.trials.get(trial_id) or {}
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
         tracks = trial.get("tracks") or {}
@@ -219,13 +225,14 @@ class RunSettlement:
         """``settle``, and the run's ledger entries it read (with the facts it added), for the caller to reuse.
 
         Reads the ledger once. The trial item is read only when the run is terminal (the fold's terminal status
-        depends on the entries alone); collected and backfilled facts join the entries already read; a cost stored
+        depends on the entries alone), and not at all when this environment has already read it; collected and
+        backfilled facts join the entries already read; a cost stored
         by this call is returned as written, and only a lost race reads back the one that won."""
         key = L.run_key(trial_id, run)
         entries = self.ledger.entries(key)
         if L.fold_run(entries, trial_id=trial_id, run=run, instance_type="unknown").terminal_status is None:
             return Settled(None, entries)
-        trial = self.trials.get(trial_id) or {}
+        trial = self._started.get((trial_id, run)) or self.trials.get(trial_id) or {}
         fold = self.fold(trial_id, run, entries, trial)
         if collect:
             added = self.collect_artifacts(trial_id, run)

@@ -95,6 +95,7 @@ def scenario(aws: dict[str, Any], example: dict[str, Any]) -> tuple[str, list[tu
     }
     put(f"{base}/checkpoints/step-200/manifest.json", manifest)
     s3.put_object(Bucket="artifacts", Key=f"{base}/checkpoints/step-200/model.pt", Body=b"x" * 3000)
+    s3.put_object(Bucket="artifacts", Key=f"{base}/checkpoints/step-200/optim.pt", Body=b"x" * 1000)
     job = "job-trn2-1"
     a1 = {
         "container": {"exitCode": 75},
@@ -223,8 +224,9 @@ def test_shuffled_duplicated_events_converge(aws: dict[str, Any], example: dict[
 def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: dict[str, Any],
                                                  monkeypatch: Any) -> None:
     """DynamoDB calls per Batch event (first delivery): the idempotency record (PutItem, then UpdateItem when done),
-    the new fact (PutItem), one Query of the run's ledger; a terminal event adds one GetItem of the trial (its
-    declared instance type) and its writes, and returns the cost as written. Each call is a round trip the
+    the new fact (PutItem), one Query of the run's ledger; the first event of a run in an execution environment
+    adds one GetItem of the trial (that the plane started it, and its declared instance types, kept for the fold);
+    a terminal event adds its writes, and returns the cost as written. Each call is a round trip the
     function waits for, so a new read is a deliberate choice (DynamoDB developer guide, "Query", "GetItem")."""
     from collections import Counter
 
@@ -236,7 +238,7 @@ def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: di
 
     def counted(client: Any, operation: str, params: Any) -> Any:
         if client.meta.service_model.service_name == "dynamodb":
-            calls[operation] += 1
+            calls[operation if operation != "GetItem" else f"GetItem:{params['TableName']}"] += 1
         return original(client, operation, params)
 
     monkeypatch.setattr(BaseClient, "_make_api_call", counted)
@@ -248,9 +250,52 @@ def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: di
         deliver([(kind, event)])
         per_event.append((event["detail"]["status"], dict(calls)))
     running = {"PutItem": 2, "UpdateItem": 1, "Query": 1}
-    assert per_event[:4] == [(status, running) for status in ("SUBMITTED", "RUNNABLE", "STARTING", "RUNNING")]
+    assert per_event[0] == ("SUBMITTED", {**running, "GetItem:trials": 1})
+    assert per_event[1:4] == [(status, running) for status in ("RUNNABLE", "STARTING", "RUNNING")]
     # The terminal event writes what it found (the attempts, the summaries and manifests already in S3, the cost,
-    # the compile-cache registry's counts) but still reads the ledger once and the trial once.
+    # the compile-cache registry's counts) but still reads the ledger once, and the trial not again.
     status, terminal = per_event[-1]
-    assert status == "SUCCEEDED" and (terminal["Query"], terminal["GetItem"]) == (1, 1)
-    assert set(terminal) == {"PutItem", "UpdateItem", "Query", "GetItem"}
+    assert status == "SUCCEEDED" and terminal["Query"] == 1 and "GetItem:trials" not in terminal
+    assert set(terminal) <= {"PutItem", "UpdateItem", "Query", "GetItem:ledger"}, terminal
+
+
+def test_forged_artifacts_and_foreign_jobs_never_enter_the_ledger_and_costs_stay_exact(
+        aws: dict[str, Any], example: dict[str, Any], capsys: Any) -> None:
+    """A job role can write anything under its trial's prefix, and anyone with SubmitJob can name a trial in a
+    job: a manifest whose shards are not in S3 or whose sizes disagree with S3's listing
+    (https://docs.aws.amazon.com/AmazonS3/latest/API/API_ListObjectsV2.html: Size), a summary of another attempt,
+    absurd values, and Batch events for an unknown trial or a run the trial does not have are acknowledged
+    (no retry), logged and counted as EventsRejected, never ledger facts; the run's cost is what it was."""
+    from lambdas.adapters.ledger_table import DynamoLedger
+    from lambdas.handlers.on_artifact_created import handler as on_artifact
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+    from tests.integration.conftest import batch_event, s3_event
+    from tests.integration.test_metrics import published
+
+    trial_id, events = scenario(aws, example)
+    deliver(events)
+    ledger = DynamoLedger("ledger")
+    clean_cost, clean_entries = ledger.cost(f"{trial_id}#trn2"), ledger.entries(f"{trial_id}#trn2")
+    capsys.readouterr()
+    base = f"trials/{trial_id}/trn2"
+    put = lambda key, body: aws["s3"].put_object(Bucket="artifacts", Key=key,  # noqa: E731
+                                                 Body=body if isinstance(body, bytes) else json.dumps(body).encode())
+    put(f"{base}/checkpoints/step-400/big.pt", b"x" * 10)
+    forged = {
+        f"{base}/checkpoints/step-400/manifest.json": {"step": 400, "shards": [{"name": "big.pt", "bytes": 10**14}]},
+        f"{base}/checkpoints/step-600/manifest.json": {"step": 600, "shards": [{"name": "absent.pt", "bytes": 5}]},
+        f"{base}/checkpoints/step-800/manifest.json": {"step": 800, "shards": [{"name": "w", "bytes": -1}]},
+        f"{base}/attempt-3/summary.json": summary(trial_id, 2),  # attempt 2's summary posing as attempt 3
+        f"{base}/attempt-4/summary.json": b"{not json",
+    }
+    for n, (key, body) in enumerate(forged.items()):
+        put(key, body)
+        assert on_artifact(s3_event("artifacts", key, 10, f"f{n}"), Context())["kind"] == "rejected"
+    for n, (trial, run) in enumerate([("no-such-trial", "gpu"), (f"{trial_id}0", "trn2")]):
+        out = on_batch(batch_event(trial_id=trial, run=run, job_id=f"foreign-{n}", status="RUNNING",
+                                   time="2026-11-20T11:00:00Z"), Context())
+        assert out["ignored"] and "trial_id" not in {k for k, v in out.items() if v}, out
+    assert published(capsys.readouterr().out).get("EventsRejected") == len(forged) + 2
+    assert ledger.entries(f"{trial_id}#trn2") == clean_entries
+    assert ledger.cost(f"{trial_id}#trn2") == clean_cost
+    assert ledger.entries(f"{trial_id}0#trn2") == [] and ledger.entries("no-such-trial#gpu") == []

@@ -278,7 +278,9 @@ def test_status_shows_each_runs_progress_against_max_steps(aws: dict[str, Any], 
 
     # A checkpoint manifest newer than the flushed metrics: the step is at least the checkpoint's.
     key = f"trials/{trial_id}/trn2/checkpoints/step-50/manifest.json"
-    aws["s3"].put_object(Bucket="artifacts", Key=key, Body=json.dumps({"step": 50, "shards": []}).encode())
+    aws["s3"].put_object(Bucket="artifacts", Key=key.replace("manifest.json", "model.safetensors"), Body=b"w" * 64)
+    aws["s3"].put_object(Bucket="artifacts", Key=key, Body=json.dumps(
+        {"step": 50, "shards": [{"name": "model.safetensors", "bytes": 64}]}).encode())
     on_artifact(s3_event("artifacts", key, 20, "m50"), Context())
     status, view = call(api_event("GET", f"/trials/{trial_id}"))
     assert (view["runs"]["trn2"]["step"], view["runs"]["trn2"]["progress_source"]) == (50, "checkpoint")

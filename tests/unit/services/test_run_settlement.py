@@ -73,3 +73,19 @@ def test_a_settlement_that_lost_the_race_returns_the_cost_that_won(settlement: R
     winner = {"cost": {"total_usd": "9.99"}, "facts": 99}
     settlement.ledger.put_cost("t-1#gpu", winner, facts=99)  # a fold over more facts, stored by another delivery
     assert settlement.settle_run("t-1", "gpu").cost == winner
+
+
+def test_only_runs_of_trials_the_plane_started_are_recorded(settlement: RunSettlement) -> None:
+    from lambdas.services.run_settlement import ForeignEvent
+
+    settlement.trials.create({"trial_id": "t-2", "status": "PENDING_APPROVAL", "tracks": {"gpu": {}, "trn2": {}}})
+    with pytest.raises(ForeignEvent, match="no trial 'nope'"):
+        settlement.check_started("nope", "gpu")
+    with pytest.raises(ForeignEvent, match=r"trial t-1 has no run 'trn2' \(its runs: gpu\)"):
+        settlement.check_started("t-1", "trn2")
+    with pytest.raises(ForeignEvent, match="never started"):
+        settlement.check_started("t-2", "gpu-fallback")
+    reads = settlement.trials.reads  # type: ignore[attr-defined]
+    settlement.check_started("t-1", "gpu")
+    settlement.check_started("t-1", "gpu")  # known now: no second read
+    assert settlement.trials.reads == reads + 1  # type: ignore[attr-defined]
