@@ -72,7 +72,7 @@ def test_a_real_summary_feeds_the_ledger_and_report(write_spec, tmp_path: Path) 
     summary = parse_summary(raw)
     assert code == 0 and summary.exit_code == 0
     plain = summary.model_dump(mode="json")
-    assert _merged_loss([plain]) == [(p.step, p.loss) for p in summary.loss.per_step]
+    assert _merged_loss([summary]) == [(p.step, p.loss) for p in summary.loss.per_step]
     entry = summary_entry("t", "gpu", 1, plain)
     assert entry.body["phases"]["train_s"] == summary.phases.train_s and entry.body["global_step"] == 4
     metrics = [json.loads(line) for line in (tmp_path / "gpu" / "attempt-1" / "metrics.jsonl").read_text()
