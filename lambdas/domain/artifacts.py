@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -69,6 +69,19 @@ def _problem(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}{more}"
 
 
+M = TypeVar("M", CheckpointManifest, RunSummary)
+
+
+def _validated(key: str, document: Any, model: type[M], what: str) -> M:
+    """``document`` as ``model``, or ArtifactRejected naming the first problem."""
+    if not isinstance(document, dict):
+        raise ArtifactRejected(key, f"a {what} must be a JSON object")
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise ArtifactRejected(key, _problem(exc)) from None
+
+
 def artifact_fact(key: str, document: Any, uri: str, sizes: Mapping[str, int] | None = None) -> LedgerEntry | None:
     """The ledger fact an object under ``trials/`` carries, or None for an object the ledger does not record.
     Raises ArtifactRejected for a manifest or summary that is malformed, out of bounds, or about another trial,
@@ -76,12 +89,7 @@ def artifact_fact(key: str, document: Any, uri: str, sizes: Mapping[str, int] | 
     checks a manifest against what is stored: every shard it lists must exist with the size it claims, so the
     bytes the ledger books are the bytes S3 bills."""
     if (match := CHECKPOINT_MANIFEST.match(key)) is not None:
-        if not isinstance(document, dict):
-            raise ArtifactRejected(key, "a checkpoint manifest must be a JSON object")
-        try:
-            manifest = CheckpointManifest.model_validate(document)
-        except ValidationError as exc:
-            raise ArtifactRejected(key, _problem(exc)) from None
+        manifest = _validated(key, document, CheckpointManifest, "checkpoint manifest")
         if manifest.step != int(match["step"]):
             raise ArtifactRejected(key, f"manifest step {manifest.step} is not the step its key names "
                                         f"({int(match['step'])})")
@@ -98,12 +106,7 @@ def artifact_fact(key: str, document: Any, uri: str, sizes: Mapping[str, int] | 
                                 bytes_=sum(s.bytes for s in manifest.shards), files=len(manifest.shards),
                                 save_s=manifest.save_s, uri=uri.rsplit("/", 1)[0] + "/")
     if (match := ATTEMPT_SUMMARY.match(key)) is not None:
-        if not isinstance(document, dict):
-            raise ArtifactRejected(key, "a run summary must be a JSON object")
-        try:
-            summary = RunSummary.model_validate(document)
-        except ValidationError as exc:
-            raise ArtifactRejected(key, _problem(exc)) from None
+        summary = _validated(key, document, RunSummary, "run summary")
         named = (match["trial"], match["run"], int(match["attempt"]))
         if (summary.trial_id, summary.run, summary.attempt) != named:
             raise ArtifactRejected(key, f"the summary is of trial {summary.trial_id}, run {summary.run}, attempt "

@@ -100,14 +100,15 @@ class RunSettlement:
         self.prices, self.region, self.metrics, self.jobs = prices, region, metrics, jobs
         # Trials whose runs are known to be the plane's, as read then: what the fold uses of an item (its tracks'
         # declared instance types and nodes) is frozen at submission, so the copy stays right.
-        self._started: dict[tuple[str, str], dict[str, Any]] = {}
+        self._trials: dict[str, dict[str, Any]] = {}
+        self._started: set[tuple[str, str]] = set()
 
     def check_started(self, trial_id: str, run: str) -> None:
         """Raise ForeignEvent unless ``run`` is a run of a trial the plane started. A run once confirmed is kept for
         the life of the execution environment, so a trial's events cost one trials-table read per environment."""
         if (trial_id, run) in self._started:
             return
-        item = next((i for (t, _), i in self._started.items() if t == trial_id), None) or self.trials.get(trial_id)
+        item = self._trials.get(trial_id) or self.trials.get(trial_id)
         if item is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
         tracks = set(item.get("tracks") or {})
@@ -117,7 +118,8 @@ class RunSettlement:
         status = item.get("status")
         if status in NEVER_STARTED or (status == "CANCELLED" and not item.get("execution_arn")):
             raise ForeignEvent(f"trial {trial_id} never started (status {status})")
-        self._started[(trial_id, run)] = item
+        self._trials[trial_id] = item
+        self._started.add((trial_id, run))
 
     def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
         """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job). Raises
@@ -178,7 +180,7 @@ class RunSettlement:
              trial: dict[str, Any] | None = None) -> L.RunFold:
         """The run's usage from its ledger entries (read here unless given) and the trial's declared layout."""
         if trial is None:
-            trial = self._started.get((trial_id, run)) or self.trials.get(trial_id) or {}
+            trial = self._trials.get(trial_id) or self.trials.get(trial_id) or {}
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
         tracks = trial.get("tracks") or {}
@@ -232,7 +234,7 @@ class RunSettlement:
         entries = self.ledger.entries(key)
         if L.fold_run(entries, trial_id=trial_id, run=run, instance_type="unknown").terminal_status is None:
             return Settled(None, entries)
-        trial = self._started.get((trial_id, run)) or self.trials.get(trial_id) or {}
+        trial = self._trials.get(trial_id) or self.trials.get(trial_id) or {}
         fold = self.fold(trial_id, run, entries, trial)
         if collect:
             added = self.collect_artifacts(trial_id, run)
