@@ -17,4 +17,8 @@ ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE
                                                      "multi_node": {}}}
                                   for track, instance in (("gpu", "p5.48xlarge"), ("trn2", "trn2.48xlarge"))}),
        "DATA_BUCKETS": "example-datasets", "ATTEMPT_TIMEOUT_S": "86400",
-       "PYDANTIC_DISABLE_PLUGINS": "__all__"}
+       "PYDANTIC_DISABLE_PLUGINS": "__all__",
+       # The example trial's team, its members the caller of tests/events/api_gateway_rest.json; Batch's default
+       # two attempts per run.
+       "GOVERNANCE": json.dumps({"teams": {"team-nlp": {"members": ["arn:aws:iam::123456789012:user/model-team"]}}}),
+       "MAX_ATTEMPTS": "2"}
