@@ -103,6 +103,16 @@ class CollectiveStats:
                 "sync_samples": len(skews), "sync_sample_every": self.sample_every}
 
 
+def _collective_timeout() -> Any:
+    """How long a collective waits for its peers before failing (``DUALTRACK_COLLECTIVE_TIMEOUT_S``; torch's own
+    default when unset, 30 minutes for gloo). A rank whose peer node is gone fails at the latest after this, so the
+    attempt ends and Batch retries the job; a first collective after a long compile must fit inside it too."""
+    from datetime import timedelta
+
+    value = os.environ.get("DUALTRACK_COLLECTIVE_TIMEOUT_S")
+    return timedelta(seconds=float(value)) if value else None
+
+
 @dataclass
 class Distributed:
     rank: int = 0
@@ -130,12 +140,13 @@ class Distributed:
         if not dist.is_initialized():
             if backend.process_group == "xla":
                 import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" process group
-            dist.init_process_group(backend.process_group)
+            dist.init_process_group(backend.process_group, timeout=_collective_timeout())
         stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.collectives_in_graph,
                                 use_events=backend.times_with_device_events)
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=backend, stats=stats,
-                   synchronize=backend.synchronize, checkpoint_group=dist.new_group(backend="gloo"),
-                   control_group=dist.new_group(backend="gloo"))
+                   synchronize=backend.synchronize,
+                   checkpoint_group=dist.new_group(backend="gloo", timeout=_collective_timeout()),
+                   control_group=dist.new_group(backend="gloo", timeout=_collective_timeout()))
 
     def begin_step(self, step: int) -> None:
         """Mark the step's start (the reference for this rank's arrival at the gradient all-reduce)."""

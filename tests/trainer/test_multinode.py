@@ -35,7 +35,9 @@ def _env(spec: str, run_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_JOB_")}
     env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]), "DUALTRACK_SPEC_URI": spec,
                 "DUALTRACK_TRACK": "gpu", "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
-                "AWS_BATCH_JOB_ATTEMPT": "1", "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1", **extra})
+                "AWS_BATCH_JOB_ATTEMPT": "1", "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1",
+                # A rank whose peer node is gone fails within a minute, well inside the waits below.
+                "DUALTRACK_COLLECTIVE_TIMEOUT_S": "60", **extra})
     return env
 
 
