@@ -93,6 +93,16 @@ class InMemoryTrials:
         self.update(trial_id, **fields)
         return True
 
+    def tally(self, trial_id: str, *, set_fields: dict[str, Any] | None = None,
+              add: dict[str, int] | None = None) -> dict[str, Any] | None:
+        if trial_id not in self.items:
+            return None
+        item = self.items[trial_id]
+        item.update(_plain(set_fields or {}))
+        for name, amount in (add or {}).items():
+            item[name] = item.get(name, 0) + amount
+        return copy.deepcopy(item)
+
     def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         if team is None:
             ids = sorted(self.items)

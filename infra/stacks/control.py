@@ -95,16 +95,19 @@ class ControlStack(cdk.Stack):
         )
         machine = self.workflow.state_machine
         self.workflow.acknowledge_role_findings()
-        api_fn.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
         machine.grant_start_execution(api_fn)
         machine.grant_read(api_fn)
-        machine.grant_execution(api_fn, "states:StopExecution")
-        assert api_fn.role is not None
-        acknowledge(api_fn.role.node.find_child("DefaultPolicy"),
-                    f"AwsSolutions-IAM5[Resource::{arn_prefix(self, 'states')}:"
-                    'execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + self.resolve(
-                        (machine.node.default_child).logical_id) + '"}]}]}:*]',  # type: ignore[union-attr]
-                    "CDK grant_execution: describe/stop executions of this one state machine (ids are trial ids)")
+        # The API cancels trials; the event functions stop a trial that crosses one of its limits.
+        for stopper in (api_fn, on_job, on_artifact):
+            stopper.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
+            machine.grant_execution(stopper, "states:StopExecution", "states:DescribeExecution")
+            assert stopper.role is not None
+            acknowledge(stopper.role.node.find_child("DefaultPolicy"),
+                        f"AwsSolutions-IAM5[Resource::{arn_prefix(self, 'states')}:"
+                        'execution:{"Fn::Select":[6,{"Fn::Split":[":",{"Ref":"' + self.resolve(
+                            (machine.node.default_child).logical_id) + '"}]}]}:*]',  # type: ignore[union-attr]
+                        "CDK grant_execution: describe/stop executions of this one state machine (ids are trial "
+                        "ids)")
 
         self.api = TrialApi(self, "TrialApi", handler=api_fn, principals=config.api_principals,
                             rate_limit=config.api_rate_limit, burst_limit=config.api_burst_limit,

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from lambdas.adapters.aws import client, pages, written
+from lambdas.adapters.aws import client, error_code, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
 
 TEAM_INDEX = "team-created"  # partition key team, sort key created_at (infra.constructs.storage)
@@ -64,6 +64,31 @@ class DynamoTrials:
             TableName=self.table, Key={"trial_id": {"S": trial_id}},
             ConditionExpression=f"#status IN ({', '.join(allowed)})", **update,
         ))
+
+    def tally(self, trial_id: str, *, set_fields: dict[str, Any] | None = None,
+              add: dict[str, int] | None = None) -> dict[str, Any] | None:
+        """Set ``set_fields`` and add ``add`` to counters in one update, returning the whole item after it (None when
+        there is no such trial). ADD on a missing number starts it at 0 (developer guide, "Update expressions")."""
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        sets, adds = [], []
+        for i, (name, value) in enumerate((set_fields or {}).items()):
+            names[f"#s{i}"], values[f":s{i}"] = name, value
+            sets.append(f"#s{i} = :s{i}")
+        for i, (name, amount) in enumerate((add or {}).items()):
+            names[f"#a{i}"], values[f":a{i}"] = name, amount
+            adds.append(f"#a{i} :a{i}")
+        expression = (f"SET {', '.join(sets)} " if sets else "") + (f"ADD {', '.join(adds)}" if adds else "")
+        try:
+            got = client("dynamodb").update_item(
+                TableName=self.table, Key={"trial_id": {"S": trial_id}}, UpdateExpression=expression.strip(),
+                ConditionExpression="attribute_exists(trial_id)", ExpressionAttributeNames=names,
+                ExpressionAttributeValues=to_item(values), ReturnValues="ALL_NEW")
+        except Exception as exc:
+            if error_code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return from_item(got["Attributes"])
 
     def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """A page of trials: one team's, newest first (the team index), or every team's (a scan)."""

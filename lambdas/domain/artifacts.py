@@ -22,6 +22,8 @@ CHECKPOINT_MANIFEST = re.compile(
     r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
     r"step-(?P<step>\d+)/manifest\.json$"
 )
+# Any object a run's job writes (shards, manifests, summaries, logs): counted against the trial's write limits.
+RUN_OBJECT = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu-fallback|gpu|trn2)/.")
 ATTEMPT_SUMMARY = re.compile(
     r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
     r"summary\.json$"

@@ -35,7 +35,8 @@ class _Model(BaseModel):
 
 
 class Quotas(_Model):
-    """A team's limits, checked when a trial is submitted. None: no limit."""
+    """A team's limits: checked when a trial is submitted, and those a running trial can cross (dollars, failed
+    retries, writes) checked again as its facts arrive (``lambdas.domain.run_limits``). None: no limit."""
 
     concurrent_trials: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None, description="trials of the team waiting for approval, submitting or running at once")
@@ -46,6 +47,17 @@ class Quotas(_Model):
     usd_per_month: Usd | None = Field(
         default=None, description="the team's spend in a calendar month (UTC): settled trials at their cost, the "
         "others at their worst case, plus the new trial's worst case")
+    concurrent_jobs_per_queue: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None, description="Batch jobs of the team's submitted and running trials per job queue (each run "
+        "of a trial is one job; a trial with a trn2 and a gpu track also holds the GPU fallback's place)")
+    failed_retries_per_run: Annotated[int, Field(ge=0, le=10)] | None = Field(
+        default=None, description="failed attempts a run's job may retry; the worst case counts at most this many "
+        "retries, and a run whose job fails once more while Batch would retry it again is stopped")
+    write_bytes_per_trial: Annotated[int, Field(ge=1, le=10**15)] | None = Field(
+        default=None, description="bytes a trial's jobs write under its runs' prefixes; crossing it stops the trial")
+    write_requests_per_trial: Annotated[int, Field(ge=1, le=10**12)] | None = Field(
+        default=None, description="objects a trial's jobs write under its runs' prefixes (one PUT each); crossing "
+        "it stops the trial")
 
     def merged(self, override: Quotas) -> Quotas:
         """These limits with the fields ``override`` sets replacing them."""
@@ -182,13 +194,23 @@ def next_month_start(now: datetime) -> datetime:
 
 
 def quota_breaches(quotas: Quotas, *, worst_case_usd: Decimal | None, max_hours: float | None, active_trials: int,
-                   month_spend_usd: Decimal, now: datetime) -> list[QuotaBreach]:
-    """Every quota the submission would exceed (empty: it may proceed)."""
+                   month_spend_usd: Decimal, now: datetime, queue_jobs: dict[str, int] | None = None,
+                   requested_jobs: dict[str, int] | None = None) -> list[QuotaBreach]:
+    """Every quota the submission would exceed (empty: it may proceed). ``queue_jobs`` counts the team's jobs per
+    job queue already placed; ``requested_jobs`` the new trial's."""
     out: list[QuotaBreach] = []
     if quotas.concurrent_trials is not None and active_trials + 1 > quotas.concurrent_trials:
         out.append(QuotaBreach(quota="concurrent_trials", limit=str(quotas.concurrent_trials),
                                current=str(active_trials), requested="1",
                                frees="frees when one of the team's trials finishes, is cancelled or is rejected"))
+    if quotas.concurrent_jobs_per_queue is not None:
+        for queue, asked in sorted((requested_jobs or {}).items()):
+            held = (queue_jobs or {}).get(queue, 0)
+            if held + asked > quotas.concurrent_jobs_per_queue:
+                out.append(QuotaBreach(
+                    quota=f"concurrent_jobs_per_queue[{queue}]", limit=str(quotas.concurrent_jobs_per_queue),
+                    current=str(held), requested=str(asked),
+                    frees=f"frees when the team's trials with jobs on {queue} finish or are cancelled"))
     if quotas.max_hours_per_trial is not None and (max_hours is None or max_hours > quotas.max_hours_per_trial):
         out.append(QuotaBreach(quota="max_hours_per_trial", limit=f"{quotas.max_hours_per_trial} h", current="0 h",
                                requested="no limits.max_hours" if max_hours is None else f"{max_hours} h",

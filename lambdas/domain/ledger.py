@@ -277,8 +277,11 @@ def fold_run(
     nodes: int = 1,
     region: str | None = None,
     storage_days: Decimal = Decimal(30),
+    open_until: datetime | None = None,
 ) -> RunFold:
-    """Fold a run's entries (any order, any duplicates) into the usage its cost is computed from."""
+    """Fold a run's entries (any order, any duplicates) into the usage its cost is computed from. With
+    ``open_until``, an attempt that has started and not ended is billed up to that time (a projection of an open
+    run's spend; the fold is then never complete)."""
     facts = sorted({e.entry_key: e for e in entries}.values(), key=lambda e: e.entry_key)
     attempts: dict[tuple[str, int], _Attempt] = {}
     job_created: dict[str, int] = {}
@@ -319,6 +322,8 @@ def fold_run(
             ended_at = slot.transitions[status].at
         if start is None or end is None:
             complete = False
+        if end is None and start is not None and open_until is not None:
+            end = max(start, int(open_until.timestamp() * 1000))
         queue_from = previous_end if previous_end is not None else job_created.get(slot.job_id)
         submitted = slot.transitions.get("SUBMITTED")
         if previous_end is None and submitted is not None:

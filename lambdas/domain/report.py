@@ -14,6 +14,7 @@ from typing import Any
 
 from lambdas.domain.cost import COMPONENTS, RunCost
 from lambdas.domain.ledger import LedgerEntry, TransitionFact
+from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import BATCH_TERMINAL
@@ -373,9 +374,11 @@ def build_trial_report(
     ledger: Iterable[LedgerEntry] = (),
     *,
     generated_at: str | None = None,
+    stopped_by: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The trial report as a JSON-ready dict. `summaries` maps run -> its attempts' RunSummary (in attempt order),
-    `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline."""
+    `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline; `stopped_by` is the limit the plane
+    stopped the trial at (``lambdas.domain.run_limits.LimitCrossed``), when it did."""
     ledger = list(ledger)
     outcomes = run_outcomes(ledger)
     runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs or r in outcomes]
@@ -392,6 +395,9 @@ def build_trial_report(
     trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
     ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
     verdict, reasons = _verdict(checks, tracks, ratio)
+    stopped = LimitCrossed.model_validate(stopped_by) if stopped_by else None
+    if stopped is not None:
+        reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
     components = {
         name: str(sum((Decimal(t["cost"][name]) for t in tracks.values()), Decimal(0)))
         for name in (*COMPONENTS, "total_usd")
@@ -433,4 +439,5 @@ def build_trial_report(
             "reasons": reasons,
         },
         "stand_in": any(t["stand_in"] for t in tracks.values()),
+        "stopped_by": stopped.model_dump(mode="json") if stopped else None,
     }

@@ -34,6 +34,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             "> Figures marked stand-in come from a stand-in backend; prices are at the declared instance's rate.",
             "",
         ]
+    stopped = report.get("stopped_by")
+    if stopped:
+        out += [f"> **Stopped at limit `{stopped['limit']}`** ({stopped['source']}): limit {stopped['value']}, "
+                f"observed {stopped['observed']}" + (f" on run {stopped['run']}" if stopped.get("run") else "")
+                + f" at {stopped['at']}.", ""]
     comparison = report["comparison"]
     out += [f"**Verdict: {comparison['verdict']}**", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
     unreadable = report.get("unreadable_summaries") or []
@@ -199,6 +204,12 @@ def render_html(report: Mapping[str, Any]) -> str:
         if report.get("stand_in")
         else ""
     )
+    stopped = report.get("stopped_by")
+    if stopped:
+        stand_in += (f"<p><strong>Stopped at limit {escape(stopped['limit'])}</strong> ({escape(stopped['source'])}): "
+                     f"limit {escape(stopped['value'])}, observed {escape(stopped['observed'])}"
+                     + (f" on run {escape(stopped['run'])}" if stopped.get("run") else "")
+                     + f" at {escape(stopped['at'])}.</p>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Trial {escape(report["trial_id"])}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px}}

@@ -21,6 +21,9 @@ CACHE_FAILURES = "CompileCacheFailures"  # ... failed to compile (Count)
 # An event acknowledged and dropped: about a trial or run the plane did not start, or an object under trials/ that
 # is not a well-formed fact (a forged or malformed manifest or summary). Never a ledger fact, never retried (Count).
 EVENTS_REJECTED = "EventsRejected"
+# A running trial stopped by the plane because it crossed one of its limits (the log line names the limit: max_usd,
+# failed_retries_per_run, write_bytes, write_requests); counted by the call whose conditional write stopped it.
+TRIALS_STOPPED_AT_LIMIT = "TrialsStoppedAtLimit"
 
 # Run outcomes are recorded by the run-events function, or first by the workflow's cost step when it reconciles a
 # job whose terminal event has not arrived yet; compile-cache use by whichever event function first counts a
@@ -33,6 +36,7 @@ EMITTERS: dict[str, tuple[str, ...]] = {
     CACHE_MISSES: ("on_batch_job_state", "on_artifact_created"),
     CACHE_FAILURES: ("on_batch_job_state", "on_artifact_created"),
     EVENTS_REJECTED: ("on_batch_job_state", "on_artifact_created"),
+    TRIALS_STOPPED_AT_LIMIT: ("on_batch_job_state", "on_artifact_created"),
 }
 RUN_OUTCOMES = {"SUCCEEDED": RUNS_SUCCEEDED, "FAILED": RUNS_FAILED}
 CACHE_OUTCOMES = {"hit": CACHE_HITS, "miss": CACHE_MISSES, "failed": CACHE_FAILURES}

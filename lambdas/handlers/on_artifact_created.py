@@ -3,17 +3,18 @@ objects into the registry. A checkpoint is its manifest: shards without one are 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import BaseModel
 
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.domain.artifacts import ArtifactRejected
+from lambdas.domain.artifacts import RUN_OBJECT, ArtifactRejected
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import S3ObjectCreatedEvent
 from lambdas.runtime.function import lambda_handler
-from lambdas.runtime.observability import count_cache_outcomes, count_rejected_event, logger
+from lambdas.runtime.observability import count_cache_outcomes, count_limit_stop, count_rejected_event, logger
 from lambdas.runtime.settings import ArtifactEventSettings, per_environment, settings_for
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import observe_run
@@ -35,6 +36,7 @@ class ObjectResult(BaseModel):
     run: str | None = None
     cache_key: str | None = None
     rejected: str | None = None  # why the object is not a fact (acknowledged, not retried)
+    stopped_by: str | None = None  # the limit this object crossed (the trial was stopped)
 
 
 @per_environment
@@ -49,19 +51,32 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
         return ObjectResult(kind="compile-cache" if key else "ignored", recorded=key is not None, cache_key=key)
     if fact.bucket != settings.ARTIFACTS_BUCKET:
         return ObjectResult(kind="ignored")
+    written = RUN_OBJECT.match(fact.object_key)
+    at = datetime.fromisoformat(fact.time.replace("Z", "+00:00"))
+    stopped = None
     try:
+        if written:  # every object a run's job writes counts against the trial's write limits, fact or not
+            app.settlement.check_started(written["trial"], written["run"])
+            stopped = app.guard.after_write(written["trial"], fact.size, at)
         outcome = record_artifact(app.settlement, fact.object_key)
     except (ArtifactRejected, ForeignEvent) as exc:
         count_rejected_event(str(exc), key=fact.object_key)
         return ObjectResult(kind="rejected", rejected=str(exc))
+    if outcome is not None and stopped is None:
+        stopped = app.guard.after_run_facts(outcome.trial_id, outcome.run, outcome.entries, at)
+    if stopped is not None:
+        count_limit_stop(stopped.limit, key=fact.object_key, stopped_by=stopped.message)
     if outcome is None:
-        return ObjectResult(kind="ignored")
+        return ObjectResult(kind="ignored" if written is None else "written",
+                            trial_id=written["trial"] if written else None, run=written["run"] if written else None,
+                            stopped_by=stopped.message if stopped else None)
     if outcome.kind == "summary" and outcome.added:
         count_cache_outcomes(observe_run(app.settlement.ledger, app.registry, outcome.trial_id, outcome.run,
                                          outcome.entries))
     logger.info("artifact recorded", extra={"kind": outcome.kind, "trial_id": outcome.trial_id, "run": outcome.run,
                                             "new": outcome.added})
-    return ObjectResult(kind=outcome.kind, recorded=outcome.added, trial_id=outcome.trial_id, run=outcome.run)
+    return ObjectResult(kind=outcome.kind, recorded=outcome.added, trial_id=outcome.trial_id, run=outcome.run,
+                        stopped_by=stopped.message if stopped else None)
 
 
 @lambda_handler(ArtifactEventSettings)

@@ -17,7 +17,13 @@ from lambdas.domain.ledger import TransitionFact, facts_of
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import BatchJobStateChangeEvent
 from lambdas.runtime.function import lambda_handler
-from lambdas.runtime.observability import count_cache_outcomes, count_rejected_event, count_run_outcomes, logger
+from lambdas.runtime.observability import (
+    count_cache_outcomes,
+    count_limit_stop,
+    count_rejected_event,
+    count_run_outcomes,
+    logger,
+)
 from lambdas.runtime.settings import RunEventSettings, per_environment, settings_for
 from lambdas.services.cache_observation import observe_run
 from lambdas.services.run_settlement import ForeignEvent
@@ -36,6 +42,7 @@ class JobStateResult(BaseModel):
     new_facts: int = 0
     cost_total_usd: str | None = None
     ignored: str | None = None
+    stopped_by: str | None = None  # the limit this event's facts crossed (the trial was stopped)
 
 
 @per_environment
@@ -61,6 +68,9 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
     # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling
     # must still close the cost. Settling is a fold of the ledger, so repeating it changes nothing.
     settled = app.settlement.settle_run(trial_id, run, collect=detail.terminal)
+    stopped = app.guard.after_run_facts(trial_id, run, settled.entries, event.time)
+    if stopped is not None:
+        count_limit_stop(stopped.limit, trial_id=trial_id, run=run, stopped_by=stopped.message)
     if settled.cost is not None:
         # The run's compile-cache hits and misses, from what its attempts reported.
         count_cache_outcomes(observe_run(app.settlement.ledger, app.registry, trial_id, run, settled.entries))
@@ -68,7 +78,8 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
                                              "attempt": detail.attempt, "new": len(recorded.added)})
     return JobStateResult(trial_id=trial_id, run=run, status=detail.status, attempt=detail.attempt,
                           new_facts=len(recorded.added),
-                          cost_total_usd=settled.cost["cost"]["total_usd"] if settled.cost else None)
+                          cost_total_usd=settled.cost["cost"]["total_usd"] if settled.cost else None,
+                          stopped_by=stopped.message if stopped else None)
 
 
 @lambda_handler(RunEventSettings)

@@ -39,3 +39,9 @@ def count_rejected_event(reason: str, **context: str | None) -> None:
     """An event acknowledged and dropped (never a ledger fact, not retried): logged with why, and counted."""
     logger.warning("event rejected", extra={"reason": reason, **context})
     metrics.add_metric(name=telemetry.EVENTS_REJECTED, unit=MetricUnit.Count, value=1)
+
+
+def count_limit_stop(limit: str, **context: str | None) -> None:
+    """A running trial stopped at one of its limits: logged with the limit, and counted."""
+    logger.warning("trial stopped at a limit", extra={"limit": limit, **context})
+    metrics.add_metric(name=telemetry.TRIALS_STOPPED_AT_LIMIT, unit=MetricUnit.Count, value=1)

@@ -80,6 +80,7 @@ class IdempotentSettings(LedgerSettings):
 
 class RunEventSettings(IdempotentSettings):
     CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
+    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine (a trial over a limit is stopped)")
 
 
 class ArtifactEventSettings(RunEventSettings):
@@ -87,7 +88,6 @@ class ArtifactEventSettings(RunEventSettings):
 
 
 class ApiSettings(ArtifactEventSettings):
-    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine")
     MAX_BODY_BYTES: int = Field(default=256 * 1024, ge=1024, description="largest accepted request body")
     REPORT_URL_EXPIRES_S: int = Field(default=900, ge=60, le=43200, description="presigned report URL lifetime")
     ATTEMPT_TIMEOUT_S: int = Field(

@@ -47,6 +47,11 @@ class Trials(Protocol):
         """Update only while the trial's status is one of ``statuses``; False (nothing written) otherwise."""
         ...
 
+    def tally(self, trial_id: str, *, set_fields: dict[str, Any] | None = None,
+              add: dict[str, int] | None = None) -> dict[str, Any] | None:
+        """Set fields and add to counters in one write; the whole item after it (None: no such trial)."""
+        ...
+
     def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
         """A page of trials: ``team``'s newest first, or every team's when None."""
         ...

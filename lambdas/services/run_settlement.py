@@ -176,11 +176,16 @@ class RunSettlement:
             raise ArtifactRejected(key, f"not JSON: {exc}") from None
         return artifact_fact(key, document, self.artifacts.uri(key), sizes)
 
+    def trial(self, trial_id: str) -> dict[str, Any]:
+        """The trial item as this environment first read it (empty when there is none)."""
+        return self._trials.get(trial_id) or self.trials.get(trial_id) or {}
+
     def fold(self, trial_id: str, run: str, entries: list[L.LedgerEntry] | None = None,
-             trial: dict[str, Any] | None = None) -> L.RunFold:
-        """The run's usage from its ledger entries (read here unless given) and the trial's declared layout."""
+             trial: dict[str, Any] | None = None, open_until: datetime | None = None) -> L.RunFold:
+        """The run's usage from its ledger entries (read here unless given) and the trial's declared layout; with
+        ``open_until``, an open attempt is billed up to that time."""
         if trial is None:
-            trial = self._trials.get(trial_id) or self.trials.get(trial_id) or {}
+            trial = self.trial(trial_id)
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
         tracks = trial.get("tracks") or {}
@@ -193,6 +198,7 @@ class RunSettlement:
             nodes=int(declared.get("nodes") or 1),
             region=self.region,
             storage_days=Decimal(30),
+            open_until=open_until,
         )
 
     def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold,
@@ -234,7 +240,7 @@ class RunSettlement:
         entries = self.ledger.entries(key)
         if L.fold_run(entries, trial_id=trial_id, run=run, instance_type="unknown").terminal_status is None:
             return Settled(None, entries)
-        trial = self._trials.get(trial_id) or self.trials.get(trial_id) or {}
+        trial = self.trial(trial_id)
         fold = self.fold(trial_id, run, entries, trial)
         if collect:
             added = self.collect_artifacts(trial_id, run)

@@ -45,10 +45,13 @@ def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> Evidence:
     return evidence
 
 
-def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str) -> dict[str, Any]:
-
+def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str,
+                 stopped_by: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
+    ``stopped_by`` is the trial item's record of the limit the plane stopped it at."""
     evidence = gather(trial_id, artifacts, ledger)
-    report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at)
+    report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
+                                stopped_by=stopped_by)
     report["unreadable_summaries"] = evidence.unreadable
     base = f"trials/{trial_id}/report/"
     artifacts.put_json(base + "report.json", report)
@@ -60,3 +63,18 @@ def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, g
         "markdown_uri": artifacts.uri(base + "report.md"),
         "html_uri": artifacts.uri(base + "report.html"),
     }
+
+
+def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledger, generated_at: str,
+                         spec: Any) -> dict[str, Any] | None:
+    """The report of a trial the cancel path stopped (a person, or a limit), whose workflow never reached its report
+    step: written once every run that started has a settled cost; None while a run is still stopping, or when no
+    job ever ran."""
+    trial_id = item["trial_id"]
+    started = [run for run in RUNS if ledger.entries(run_key(trial_id, run))]
+    if not started:
+        return None  # stopped before any job ran: there is nothing to report
+    for run in started:
+        if not (ledger.cost(run_key(trial_id, run)) or {}).get("terminal_status"):
+            return None
+    return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=item.get("stopped_by"))

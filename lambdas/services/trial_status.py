@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from lambdas.services.ports import Trials
+from lambdas.services.ports import Trials, Workflow
 
 
 @dataclass(frozen=True)
@@ -23,3 +24,16 @@ def set_status(trials: Trials, trial_id: str, status: str, cause: str | None, no
         return StatusSet(trial_id, "CANCELLED", changed=False)
     trials.update(trial_id, status=status, status_cause=cause, updated_at=now)
     return StatusSet(trial_id, status, changed=True)
+
+
+def stop_trial(item: dict[str, Any], *, trials: Trials, workflow: Workflow, statuses: tuple[str, ...], cause: str,
+               now: str, **fields: Any) -> dict[str, Any]:
+    """The cancel path: mark the trial CANCELLED (only from ``statuses``: of two racing stops one is recorded) and
+    stop its execution, which terminates its running Batch jobs."""
+    trial_id = item["trial_id"]
+    if not trials.transition(trial_id, statuses, status="CANCELLED", status_cause=cause, updated_at=now, **fields):
+        current = trials.get(trial_id) or item
+        return {"trial_id": trial_id, "status": current.get("status"), "changed": False}
+    arn = item.get("execution_arn") or (trials.get(trial_id) or {}).get("execution_arn")
+    execution = workflow.stop(arn, cause) if arn else "NOT_STARTED"
+    return {"trial_id": trial_id, "status": "CANCELLED", "execution_status": execution, "changed": True}

@@ -25,17 +25,20 @@ from lambdas.domain.governance import (
     Governance,
     NotPermitted,
     QuotaBreach,
+    Quotas,
     approval_reasons,
     month_start,
     quota_breaches,
 )
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
+from lambdas.domain.run_limits import RunLimits, tighter
 from lambdas.domain.triage import submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
 from lambdas.domain.vocabulary import TRIAL_ACTIVE, TRIAL_TERMINAL
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_progress import run_progress
 from lambdas.services.run_settlement import RunSettlement
+from lambdas.services.trial_status import stop_trial
 
 
 class SubmissionRefused(Exception):
@@ -232,14 +235,26 @@ def submitting_team(spec: TrialSpec, caller: Caller, governance: Governance) -> 
     return caller.team
 
 
-def team_usage(trials: Trials, team: str, now: datetime) -> tuple[int, Decimal]:
-    """The team's trials that hold a place (active), and its spend this calendar month: a trial's settled cost once
-    known, else its worst case; trials that never started (rejected, cancelled before their execution) count 0."""
+@dataclass(frozen=True)
+class TeamUsage:
+    active: int  # trials that hold a place: pending, submitting or submitted
+    month_spend_usd: Decimal
+    queue_jobs: dict[str, int]  # Batch jobs of submitted trials per job queue
+
+
+def team_usage(trials: Trials, team: str, now: datetime) -> TeamUsage:
+    """The team's trials that hold a place (active), the jobs its submitted trials hold per queue, and its spend
+    this calendar month: a trial's settled cost once known, else its worst case; trials that never started
+    (rejected, cancelled before their execution) count 0."""
     active, spend = 0, Decimal(0)
+    queue_jobs: dict[str, int] = {}
     since = month_start(now).isoformat().replace("+00:00", "Z")
     for item in trials.of_team(team):
         if item.get("status") in TRIAL_ACTIVE:
             active += 1
+        if item.get("status") in ("SUBMITTING", "SUBMITTED"):
+            for queue in (item.get("queues") or {}).values():
+                queue_jobs[str(queue)] = queue_jobs.get(str(queue), 0) + 1
         if str(item.get("created_at") or "") < since:
             continue
         if item.get("status") == "REJECTED" or (item.get("status") == "CANCELLED" and not item.get("execution_arn")):
@@ -247,15 +262,36 @@ def team_usage(trials: Trials, team: str, now: datetime) -> tuple[int, Decimal]:
         settled = item.get("total_usd")
         worst = (item.get("worst_case_usd") or {}).get("total")
         spend += Decimal(str(settled if settled is not None else worst or 0))
-    return active, spend
+    return TeamUsage(active, spend, queue_jobs)
+
+
+def run_limits(spec: TrialSpec, quotas: Quotas, team: str) -> RunLimits:
+    """The limits the trial's runs are held to while they run: the tighter of the trial's own and its team's."""
+    quota = f"team {team} quota"
+    return RunLimits(
+        max_usd=tighter((spec.limits.max_usd if spec.limits else None, "trial limits.max_usd"),
+                        (quotas.max_usd_per_trial, f"{quota} max_usd_per_trial")),
+        failed_retries_per_run=tighter((quotas.failed_retries_per_run, f"{quota} failed_retries_per_run")),
+        write_bytes=tighter((quotas.write_bytes_per_trial, f"{quota} write_bytes_per_trial")),
+        write_requests=tighter((quotas.write_requests_per_trial, f"{quota} write_requests_per_trial")),
+    )
+
+
+def attempts_allowed(stage_attempts: int, quotas: Quotas) -> int:
+    """Attempts Batch may make per run: the stage's, fewer when the team's failed_retries_per_run quota stops a
+    run sooner (the ledger stops a run whose job would retry past it)."""
+    if quotas.failed_retries_per_run is None:
+        return stage_attempts
+    return max(1, min(stage_attempts, quotas.failed_retries_per_run + 1))
 
 
 def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: datetime) -> Submitted:
     """Store the trial and start its workflow, or store it PENDING_APPROVAL when an approver must agree first."""
     team = submitting_team(spec, caller, stage.governance)
+    quotas = stage.governance.quotas(team)
     check_readable(spec, stage.data_buckets, stage.artifacts_bucket)
     jobs = job_targets(spec, stage.targets)
-    triage_result, worst = preflight(spec, plane.prices, stage.region, stage.max_attempts)
+    triage_result, worst = preflight(spec, plane.prices, stage.region, attempts_allowed(stage.max_attempts, quotas))
     trial_id = spec.trial_id
     existing = plane.trials.get(trial_id)
     if existing is not None and (existing.get("execution_arn") or existing.get("status") == "PENDING_APPROVAL"):
@@ -263,10 +299,15 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
             raise TrialNotFound(trial_id)  # another team's trial: never say it exists
         return Submitted(_view(existing, already_submitted=True), created=False)
     worst_total = Decimal(worst["total"]) if "total" in worst else None
-    active, spend = team_usage(plane.trials, team, now)
-    breaches = quota_breaches(stage.governance.quotas(team), worst_case_usd=worst_total,
-                              max_hours=spec.limits.max_hours if spec.limits else None, active_trials=active,
-                              month_spend_usd=spend, now=now)
+    usage = team_usage(plane.trials, team, now)
+    queues = {("gpu-fallback" if run == "fallback" else run): str(job["queue"]) for run, job in jobs.items()}
+    requested: dict[str, int] = {}
+    for queue in queues.values():
+        requested[queue] = requested.get(queue, 0) + 1
+    breaches = quota_breaches(quotas, worst_case_usd=worst_total,
+                              max_hours=spec.limits.max_hours if spec.limits else None, active_trials=usage.active,
+                              month_spend_usd=usage.month_spend_usd, now=now, queue_jobs=usage.queue_jobs,
+                              requested_jobs=requested)
     if breaches:
         raise QuotaExceeded(breaches)
     policy = stage.governance.teams.get(team)
@@ -300,7 +341,11 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
             "risks": triage_result.risks,
         },
         "worst_case_usd": worst,
+        "queues": queues,
     }
+    limits = run_limits(spec, quotas, team)
+    if not limits.empty:
+        item["run_limits"] = limits.model_dump(mode="json", exclude_none=True)
     if reasons:
         item["approval"] = {"status": "PENDING", "reasons": reasons, "requested_by": caller.principal,
                             "requested_at": stamp}
@@ -438,6 +483,7 @@ def trial_status(
         **_view(item),
         "max_steps": int(max_steps) if max_steps is not None else None,
         "status_cause": item.get("status_cause"),
+        "stopped_by": item.get("stopped_by"),
         "runs": runs,
         "total_usd": str(total),
     }
@@ -452,13 +498,8 @@ def cancel(trial_id: str, *, caller: Caller, trials: Trials, workflow: Workflow,
         raise TrialNotFound(trial_id)
     if item.get("status") in TRIAL_TERMINAL:
         return {"trial_id": trial_id, "status": item["status"], "changed": False}
-    if not trials.transition(trial_id, TRIAL_ACTIVE, status="CANCELLED", status_cause=reason, updated_at=now,
-                             cancelled_by=caller.authenticated_as):
-        current = trials.get(trial_id) or item
-        return {"trial_id": trial_id, "status": current.get("status"), "changed": False}
-    arn = item.get("execution_arn") or (trials.get(trial_id) or {}).get("execution_arn")
-    execution = workflow.stop(arn, reason) if arn else "NOT_STARTED"
-    return {"trial_id": trial_id, "status": "CANCELLED", "execution_status": execution, "changed": True}
+    return stop_trial(item, trials=trials, workflow=workflow, statuses=TRIAL_ACTIVE, cause=reason, now=now,
+                      cancelled_by=caller.authenticated_as)
 
 
 def _iso(now: datetime) -> str:

@@ -226,8 +226,10 @@ def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: di
     """DynamoDB calls per Batch event (first delivery): the idempotency record (PutItem, then UpdateItem when done),
     the new fact (PutItem), one Query of the run's ledger; the first event of a run in an execution environment
     adds one GetItem of the trial (that the plane started it, and its declared instance types, kept for the fold);
-    a terminal event adds its writes, and returns the cost as written. Each call is a round trip the
-    function waits for, so a new read is a deliberate choice (DynamoDB developer guide, "Query", "GetItem")."""
+    an event that moves the run's projected spend (RUNNING: the instance is billed from STARTING) writes it to the
+    trial item (UpdateItem) so the trial's limits see every run; a terminal event adds its writes, and returns the
+    cost as written. Each call is a round trip the function waits for, so a new read is a deliberate choice
+    (DynamoDB developer guide, "Query", "GetItem")."""
     from collections import Counter
 
     from botocore.client import BaseClient
@@ -251,7 +253,8 @@ def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: di
         per_event.append((event["detail"]["status"], dict(calls)))
     running = {"PutItem": 2, "UpdateItem": 1, "Query": 1}
     assert per_event[0] == ("SUBMITTED", {**running, "GetItem:trials": 1})
-    assert per_event[1:4] == [(status, running) for status in ("RUNNABLE", "STARTING", "RUNNING")]
+    assert per_event[1:3] == [(status, running) for status in ("RUNNABLE", "STARTING")]
+    assert per_event[3] == ("RUNNING", {**running, "UpdateItem": 2})
     # The terminal event writes what it found (the attempts, the summaries and manifests already in S3, the cost,
     # the compile-cache registry's counts) but still reads the ledger once, and the trial not again.
     status, terminal = per_event[-1]

@@ -90,6 +90,8 @@ class RunStatus(BaseModel):
 class TrialStatus(TrialView):
     max_steps: int | None = None
     status_cause: str | None = None
+    stopped_by: dict[str, Any] | None = Field(
+        default=None, description="the limit the plane stopped the trial at: limit, source, value, observed, run, at")
     runs: dict[str, RunStatus] = Field(description="per run: gpu, trn2, gpu-fallback")
     total_usd: str
 

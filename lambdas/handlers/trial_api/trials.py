@@ -166,9 +166,17 @@ def get_report(
     trial_id: TrialId, format: Annotated[str, Query(pattern="^(url|json)$")] = "url"
 ) -> ReportLinks | dict[str, Any]:
     app = api()
-    service.visible(app.trials, trial_id, caller())
+    item = service.visible(app.trials, trial_id, caller())
     key = f"trials/{trial_id}/report/report.json"
     report = app.artifacts.get_json(key)
+    if report is None and item.get("status") == "CANCELLED" and item.get("execution_arn"):
+        # A stopped workflow never reaches its report step: the report is written here once the runs have settled.
+        from lambdas.services.cache_resolution import load_spec
+        from lambdas.services.trial_reporting import report_stopped_trial
+
+        spec = load_spec(app.artifacts, item["spec_uri"])
+        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec) is not None:
+            report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)
     if format == "json":

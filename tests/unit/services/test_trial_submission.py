@@ -281,3 +281,35 @@ def test_the_worst_case_counts_every_attempt_batch_may_make(spec: TrialSpec, por
     with pytest.raises(SubmissionRefused, match="limits"):  # 3 x 1,750.12 USD > limits.max_usd 4,000
         _submit(spec, ports, max_attempts=3)
     assert float(one) == pytest.approx(1750.12, abs=0.01)
+
+
+def test_the_limits_a_running_trial_is_held_to_are_frozen_on_it_at_submission(
+        spec: TrialSpec, ports: dict[str, Any]) -> None:
+    governance = _governed(quotas={"max_usd_per_trial": "3600", "failed_retries_per_run": 0,
+                                   "write_bytes_per_trial": 10**12, "write_requests_per_trial": 50_000})
+    done = _submit(spec, ports, governance=governance)
+    # failed_retries_per_run 0: Batch's second attempt would be stopped, so the worst case counts one attempt
+    assert float(done.body["worst_case_usd"]["total"]) == pytest.approx(1750.12, abs=0.01)
+    item = ports["trials"].get(spec.trial_id)
+    assert item["run_limits"] == {
+        "max_usd": {"value": "3600", "source": "team team-nlp quota max_usd_per_trial"},  # tighter than 4,000
+        "failed_retries_per_run": {"value": "0", "source": "team team-nlp quota failed_retries_per_run"},
+        "write_bytes": {"value": "1000000000000", "source": "team team-nlp quota write_bytes_per_trial"},
+        "write_requests": {"value": "50000", "source": "team team-nlp quota write_requests_per_trial"},
+    }
+    assert item["queues"] == {"gpu": "dualtrack-test-gpu-p5-48xlarge", "trn2": "dualtrack-test-trn2-trn2-48xlarge",
+                              "gpu-fallback": "dualtrack-test-gpu-p5-48xlarge"}
+
+
+def test_jobs_per_queue_are_a_quota_of_their_own(spec: TrialSpec, ports: dict[str, Any],
+                                                example_trial: dict[str, Any]) -> None:
+    governance = _governed(quotas={"concurrent_jobs_per_queue": 3})
+    _submit(spec, ports, governance=governance)  # gpu and its fallback: 2 jobs on the p5 queue
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(parse_trial({**example_trial, "name": "second"}), ports, governance=governance)
+    (breach,) = raised.value.breaches
+    assert (breach.quota, breach.limit, breach.current, breach.requested) == (
+        "concurrent_jobs_per_queue[dualtrack-test-gpu-p5-48xlarge]", "3", "2", "2")
+    trn2_only = {k: v for k, v in example_trial["tracks"].items() if k == "trn2"}
+    assert _submit(parse_trial({**example_trial, "name": "third", "tracks": trn2_only}), ports,
+                   governance=governance).created is True  # another queue: room there

@@ -1,0 +1,215 @@
+"""Many trials' events through the ledger path at once: the load simulation behind docs/capacity.md.
+
+``simulate(trials=N)`` books N trials across teams (items as a submission leaves them, with limits frozen on them),
+builds each run's real-shaped event stream (Batch transitions, a retried attempt on some Trn2 runs, attempt
+summaries, checkpoint manifests and their shards, each written to S3 first), interleaves every trial's events in
+one seeded shuffle with a share delivered twice, and delivers them to the two event handlers in this process against
+moto. It counts every DynamoDB request by table and partition key, then checks that every run's stored cost
+converged to what its events say it used (billed instance seconds, attempts, checkpoint bytes, a complete fold).
+
+    bench/bench_plane_load.py runs it at 1,000 trials; tests/reliability/test_plane_load.py at a few.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from tests.builders import run_summary
+from tests.integration.conftest import Context, batch_event, s3_event
+from tests.integration.test_run_events import T0, iso
+
+PARTITION_KEYS = {"trials": "trial_id", "ledger": "run_key", "idempotency": "id", "cache-registry": "cache_key"}
+INSTANCE = {"gpu": "p5.48xlarge", "trn2": "trn2.48xlarge"}
+SHARD_BYTES = 4096
+Event = tuple[str, dict[str, Any]]
+
+
+@dataclass
+class Expected:
+    """What a run's events say it used: the truth its stored cost must converge to."""
+
+    billed_ms: int = 0
+    attempts: int = 0
+    checkpoint_bytes: int = 0
+
+
+@dataclass
+class Figures:
+    trials: int
+    teams: int
+    events: int
+    duplicates: int
+    wall_s: float
+    requests: Counter[str] = field(default_factory=Counter)  # by table
+    keys: Counter[tuple[str, str]] = field(default_factory=Counter)  # by (table, partition key)
+    converged: int = 0
+    runs: int = 0
+    stopped: int = 0
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s else 0.0
+
+    def hottest(self, table: str | None = None) -> tuple[tuple[str, str], float]:
+        """The busiest partition key (of one table, or of all) and its share of that scope's requests."""
+        scope = {k: v for k, v in self.keys.items() if table is None or k[0] == table}
+        if not scope:
+            return ("", ""), 0.0
+        key, count = max(scope.items(), key=lambda kv: kv[1])
+        return key, count / sum(scope.values())
+
+
+def _item(trial_id: str, team: str) -> dict[str, Any]:
+    return {"trial_id": trial_id, "team": team, "owner": team, "status": "SUBMITTED",
+            "created_at": "2026-11-20T10:00:00Z", "updated_at": "2026-11-20T10:00:00Z",
+            "execution_arn": f"arn:aws:states:us-east-1:123456789012:execution:trial-workflow:{trial_id}",
+            "tracks": {run: {"instance_type": INSTANCE[run], "nodes": 1} for run in INSTANCE},
+            "queues": {run: f"load-{run}" for run in INSTANCE},
+            # Limits every run stays inside: the guard projects and counts, and stops nothing.
+            "run_limits": {"max_usd": {"value": "1000000", "source": "trial limits.max_usd"},
+                           "write_requests": {"value": "100000", "source": "team quota write_requests_per_trial"}}}
+
+
+def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Random,
+                truth: Expected) -> list[Event]:
+    """One run: attempt 1 (on a quarter of Trn2 runs it fails with the retryable code), a retry, success; one
+    summary per attempt, a checkpoint (manifest + two shards) per attempt."""
+    job = f"job-{trial_id}-{run}"
+    fails = run == "trn2" and rng.random() < 0.25
+    out: list[Event] = []
+    finished: list[dict[str, Any]] = []
+
+    def transition(status: str, ms: int, **kw: Any) -> None:
+        out.append(("batch", batch_event(trial_id=trial_id, run=run, job_id=job, status=status, time=iso(ms),
+                                         attempts=[dict(a) for a in finished], **kw)))
+
+    transition("SUBMITTED", start_ms)
+    transition("RUNNABLE", start_ms + 5_000)
+    at = start_ms + 30_000
+    for number in (1, 2) if fails else (1,):
+        transition("STARTING", at)
+        transition("RUNNING", at + 30_000)
+        stop = at + 30_000 + rng.randint(10, 50) * 60_000
+        code = 75 if (fails and number == 1) else 0
+        steps = 300 if code else 1000
+        step = 200 if code else 1000
+        base = f"trials/{trial_id}/{run}"
+        summary = run_summary(run, trial_id=trial_id, attempt=number, global_step=steps,
+                              status="failed" if code else "succeeded", exit_code=code,
+                              start_step=0 if number == 1 else 200,
+                              resumed_from_step=None if number == 1 else 200)
+        objects: list[tuple[str, bytes]] = [
+            (f"{base}/checkpoints/step-{step}/adapter.safetensors", b"a" * SHARD_BYTES),
+            (f"{base}/checkpoints/step-{step}/optimizer.pt", b"o" * SHARD_BYTES),
+            (f"{base}/checkpoints/step-{step}/manifest.json", json.dumps({
+                "step": step, "save_s": 2.0,
+                "shards": [{"name": "adapter.safetensors", "bytes": SHARD_BYTES, "sha256": "0" * 64},
+                           {"name": "optimizer.pt", "bytes": SHARD_BYTES, "sha256": "1" * 64}]}).encode()),
+            (f"{base}/attempt-{number}/summary.json", summary.model_dump_json().encode()),
+        ]
+        for key, body in objects:
+            s3.put_object(Bucket="artifacts", Key=key, Body=body)
+            out.append(("s3", s3_event("artifacts", key, len(body), f"{key}-{number}", time=iso(stop))))
+        truth.billed_ms += stop - at
+        truth.checkpoint_bytes += 2 * SHARD_BYTES
+        finished.append({"container": {"exitCode": code}, "startedAt": at + 30_000, "stoppedAt": stop,
+                         "statusReason": "Essential container in task exited"})
+        if code:
+            transition("RUNNABLE", stop + 1_000)
+        at = stop + 30_000
+    truth.attempts = len(finished)
+    transition("SUCCEEDED", finished[-1]["stoppedAt"] + 1_000)
+    return out
+
+
+def _partition(operation: str, params: dict[str, Any]) -> tuple[str, str] | None:
+    table = params.get("TableName")
+    if table not in PARTITION_KEYS:
+        return None
+    attribute = PARTITION_KEYS[table]
+    record = params.get("Key") or params.get("Item")
+    if record and attribute in record:
+        return table, next(iter(record[attribute].values()))
+    values = params.get("ExpressionAttributeValues") or {}
+    if operation == "Query" and values:
+        index = params.get("IndexName")
+        return (f"{table}/{index}" if index else table), str(next(iter(values.values())).get("S"))
+    return table, "(scan)"
+
+
+def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_share: float = 0.1,
+             seed: int = 7, progress: Any = None) -> Figures:
+    """Book ``trials`` trials over ``teams`` teams, deliver their events interleaved, and measure."""
+    from botocore.client import BaseClient
+
+    from lambdas.adapters.trials_table import DynamoTrials
+    from lambdas.handlers.on_artifact_created import handler as on_artifact
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+
+    rng = random.Random(seed)
+    table = DynamoTrials("trials")
+    truth: dict[tuple[str, str], Expected] = {}
+    events: list[Event] = []
+    for number in range(trials):
+        trial_id = f"load-{number:05d}"
+        table.create(_item(trial_id, f"team-{number % teams:02d}"))
+        start = T0 + rng.randint(0, 3600) * 1000  # submissions spread over an hour
+        for run in INSTANCE:
+            truth[(trial_id, run)] = Expected()
+            events += _run_events(aws["s3"], trial_id, run, start, rng, truth[(trial_id, run)])
+    duplicates = [events[i] for i in rng.sample(range(len(events)), int(len(events) * duplicate_share))]
+    stream = events + duplicates
+    rng.shuffle(stream)
+
+    figures = Figures(trials=trials, teams=teams, events=len(stream), duplicates=len(duplicates), wall_s=0.0)
+    original = BaseClient._make_api_call
+
+    def counted(client: Any, operation: str, params: Any) -> Any:
+        if client.meta.service_model.service_name == "dynamodb":
+            key = _partition(operation, params)
+            if key is not None:
+                figures.requests[key[0]] += 1
+                figures.keys[key] += 1
+        return original(client, operation, params)
+
+    BaseClient._make_api_call = counted  # type: ignore[method-assign]
+    started = time.perf_counter()
+    try:
+        for index, (kind, event) in enumerate(stream):
+            (on_batch if kind == "batch" else on_artifact)(event, Context())
+            if progress is not None and index % 500 == 0:
+                progress(index, len(stream))
+    finally:
+        BaseClient._make_api_call = original  # type: ignore[method-assign]
+    figures.wall_s = time.perf_counter() - started
+    _check(figures, truth)
+    return figures
+
+
+def _check(figures: Figures, truth: dict[tuple[str, str], Expected]) -> None:
+    from lambdas.adapters.ledger_table import DynamoLedger
+    from lambdas.adapters.trials_table import DynamoTrials
+
+    ledger = DynamoLedger("ledger")
+    for (trial_id, run), expected in sorted(truth.items()):
+        figures.runs += 1
+        stored = ledger.cost(f"{trial_id}#{run}")
+        if stored is None:
+            figures.mismatches.append(f"{trial_id}#{run}: no cost stored")
+            continue
+        cost, usage = stored["cost"], stored["usage"]
+        found = (Decimal(str(cost["billed_instance_seconds"])), int(cost["attempts"]), int(usage["checkpoint_bytes"]),
+                 bool(stored["complete"]))
+        wanted = (Decimal(expected.billed_ms) / 1000, expected.attempts, expected.checkpoint_bytes, True)
+        if found == wanted:
+            figures.converged += 1
+        else:
+            figures.mismatches.append(f"{trial_id}#{run}: stored {found}, events say {wanted}")
+    figures.stopped = sum(1 for item in DynamoTrials("trials").iter_all() if item.get("status") == "CANCELLED")
