@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.governance import Governance
+from lambdas.domain.periods import SCHEDULES, Period
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 STAGE_NAME = r"^[a-z][a-z0-9-]{0,15}$"
@@ -141,7 +142,9 @@ class StageConfig(_Model):
     api_burst_limit: Annotated[int, Field(ge=1, le=5_000)] = 20
     log_retention_days: int = 90
     noncurrent_version_days: Annotated[int, Field(ge=1, le=3650)] = 30
-    cost_report_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 6 ? * MON *)"
+    cost_report_period: Period = Field(
+        default="week", description="day, week or month: the scheduled cost report runs after each one ends (06:00 "
+        "UTC) and covers exactly it, per team against the team's usd_per_month")
     cache_retention_days: Annotated[int, Field(ge=1, le=3650)] = Field(
         default=30, description="days a compile-cache entry may go unused before garbage collection deletes it"
     )
@@ -214,6 +217,11 @@ class StageConfig(_Model):
         if family is None:
             raise KeyError(f"stage {self.name} offers no {track} track")
         return family  # type: ignore[no-any-return]
+
+    @property
+    def cost_report_schedule(self) -> str:
+        """The EventBridge schedule of the cost report: 06:00 UTC after each period ends."""
+        return SCHEDULES[self.cost_report_period]
 
     @property
     def attempt_timeout_s(self) -> int:

@@ -53,6 +53,12 @@ class TrialApi:
         got = self.http.request("POST", f"/trials/{_id(trial_id)}/{action}", body={"comment": comment})
         return _object(got.body, f"POST /trials/{{id}}/{action}")
 
+    def cost_report(self, team: str | None = None) -> dict[str, Any]:
+        """The newest scheduled cost report: ``team``'s section (default: the caller's team), or every team's for a
+        platform admin who names none."""
+        got = self.http.request("GET", "/reports/costs", query={"team": team})
+        return _object(got.body, "GET /reports/costs")
+
     def compile_cache(self, model: str | None = None, compiler_version: str | None = None) -> dict[str, Any]:
         got = self.http.request("GET", "/compile-cache", query={"model": model, "compiler_version": compiler_version})
         return _object(got.body, "GET /compile-cache")

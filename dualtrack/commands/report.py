@@ -20,9 +20,16 @@ Fetch a settled trial's report (verdict, record table, acceptance checks, five-c
 and render it: md (default; tables aligned for a terminal, still valid Markdown), json (as stored), or html (one
 file, inline SVG charts of loss by step, cost by component and the attempt timeline). --out writes a file (format
 from its suffix unless --format is given); --open writes the HTML and opens it in the default browser.
-Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).""",
+Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).
+
+`dualtrack report costs` shows the newest scheduled cost report for your team instead: the period (the stage's
+cost_report_period), spend by track and component, the trend against the period before, the month to date against
+the team's usd_per_month budget, the failed-rerun share, and compile spend booked to jobs vs shared (a compile whose
+cache entry another trial has hit). A platform admin names a team with --team, or sees every team without it.""",
     """\
   dualtrack report llama31-8b-lora-pilot-3f9c2a1b | less -S
+  dualtrack report costs
+  dualtrack report costs --team team-nlp --format json
   dualtrack report ID --format html --out report.html
   dualtrack report ID --open
   dualtrack report ID --format json | jq .comparison.verdict""",
@@ -34,7 +41,8 @@ SUFFIXES = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("report", help="a trial's report (md, json or html)", description=HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trial_id", metavar="TRIAL_ID")
+    parser.add_argument("trial_id", metavar="TRIAL_ID", help="a trial id, or `costs` for the team cost report")
+    parser.add_argument("--team", help="with `costs`: the team (default: yours; a platform admin may name any)")
     parser.add_argument("--format", choices=FORMATS, help="md (default), json or html")
     parser.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--open", action="store_true", help="write the HTML report and open it in a browser")
@@ -75,9 +83,39 @@ def write(path: Path, text: str) -> None:
         raise ClientFailure(f"{path}: cannot write ({exc.strerror or exc})", EXIT_INVALID) from None
 
 
+def render_costs(report: dict[str, Any], fmt: str) -> str:
+    """The cost report (every team's) or one team's section, as Markdown or JSON."""
+    from lambdas.services.cost_reporting import render_cost_markdown, team_row
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, sort_keys=True) + "\n"
+    if fmt == "html":
+        raise ClientFailure("the cost report renders as md or json; drop --format html / --open", EXIT_INVALID)
+    if "team" not in report:
+        return align_markdown_tables(render_cost_markdown(report)) + "\n"
+    head = f"# Cost report {report['period']} for team {report['team']}\n\n{report['start']} to {report['end']}"
+    if not report.get("runs_closed"):
+        return head + ": no run of the team closed in this period.\n"
+    lines = [head + ".", "", "| team | total_usd | by track | vs previous | month to date / budget | rerun share | "
+             "compile booked / shared |", "|---|---|---|---|---|---|---|", team_row(report["team"], report), "",
+             "| track | " + " | ".join(report["total"]) + " |", "|---|" + "---|" * len(report["total"])]
+    lines += [f"| {run} | " + " | ".join(cost.get(k, "0") for k in report["total"]) + " |"
+              for run, cost in report["by_track"].items()]
+    return align_markdown_tables("\n".join(lines)) + "\n"
+
+
 @remote_command
 def run(args: argparse.Namespace) -> int:
     fmt = choose_format(args)
+    if args.trial_id == "costs":
+        text = render_costs(open_api(args).cost_report(args.team), fmt)
+        if args.out:
+            write(Path(args.out).expanduser().resolve(), text)
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    if args.team:
+        raise ClientFailure("--team goes with `dualtrack report costs`, not a trial report", EXIT_INVALID)
     report = open_api(args).report(args.trial_id)
     text = render(report, fmt)
     if args.open and not args.out:

@@ -21,7 +21,10 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/trials/{id}"),
     ("GET", "/trials/{id}/report"),
     ("POST", "/trials/{id}/cancel"),
+    ("POST", "/trials/{id}/approve"),
+    ("POST", "/trials/{id}/reject"),
     ("GET", "/compile-cache"),
+    ("GET", "/reports/costs"),
 )
 
 

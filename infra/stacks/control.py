@@ -79,7 +79,9 @@ class ControlStack(cdk.Stack):
         on_artifact = make("on_artifact_created", asynchronous=True, timeout_s=60,
                            description="S3 Object Created → ledger and compile-cache registry")
         cost_report = make("scheduled_cost_report", asynchronous=True, timeout_s=300, memory_mib=1024,
-                           description="scheduled cost report → S3 and SNS")
+                           description="scheduled cost report → S3 and SNS",
+                           environment={"COST_REPORT_PERIOD": config.cost_report_period,
+                                        "GOVERNANCE": api_environment["GOVERNANCE"]})
         api_fn = make("on_trial_api", timeout_s=29, description="trial API", environment=api_environment)
 
         self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,

@@ -27,7 +27,7 @@ from lambdas.adapters.workflow import StepFunctionsWorkflow
 from lambdas.domain.governance import NotPermitted
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.trial import TrialInvalid, problems_from_errors
-from lambdas.handlers.trial_api import compile_cache, trials
+from lambdas.handlers.trial_api import compile_cache, reports, trials
 from lambdas.handlers.trial_api.models import ErrorBody, Problem
 from lambdas.runtime.composition import settlement
 from lambdas.runtime.function import lambda_handler
@@ -66,6 +66,7 @@ app.configure_openapi(title="dualtrack trial API", version="1.0.0",
                       description="Submit and follow dual-track fine-tuning trials.")
 app.include_router(trials.router, prefix="/trials")
 app.include_router(compile_cache.router, prefix="/compile-cache")
+app.include_router(reports.router, prefix="/reports")
 
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
@@ -135,6 +136,12 @@ def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
 @app.exception_handler(trials.ReportNotReady)
 def _no_report(exc: trials.ReportNotReady) -> Response[dict[str, Any]]:
     return _error(404, f"trial {exc.args[0]} has no report yet; it is written when the trial settles")
+
+
+@app.exception_handler(reports.CostReportNotReady)
+def _no_cost_report(exc: reports.CostReportNotReady) -> Response[dict[str, Any]]:
+    return _error(404, "no cost report yet: the first is written after the stage's first whole reporting period "
+                  "(cost_report_period)")
 
 
 @app.exception_handler(trials.BadPageToken)

@@ -1,4 +1,5 @@
-"""EventBridge schedule -> cost report over a period for all trials, to S3 (reports/cost/<period>/) and SNS."""
+"""EventBridge schedule -> cost report over the period the schedule repeats at (the last whole day, week or month),
+per team against the team's budget, to S3 (reports/cost/<label>/ and reports/cost/latest.json) and SNS."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from lambdas.services.ports import CacheRegistry, Ledger, Notifier, Objects, Tri
 
 
 class ScheduledEvent(BaseModel):
+    """An EventBridge scheduled event (its ``time`` is when the schedule fired); any other field is ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
     time: datetime | None = None
-    period_days: int | None = None
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,11 @@ def compose() -> Composition:
 def handler(event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
     request = ScheduledEvent.model_validate(event or {})
     app = compose()
+    governance = app.settings.GOVERNANCE
     published = publish_cost_report(
         ledger=app.ledger, trials=app.trials, registry=app.registry, artifacts=app.artifacts, notifier=app.notifier,
-        end=(request.time or datetime.now(UTC)).astimezone(UTC),
-        days=request.period_days or app.settings.COST_REPORT_PERIOD_DAYS,
+        at=(request.time or datetime.now(UTC)).astimezone(UTC), period=app.settings.COST_REPORT_PERIOD,
+        budgets={team: governance.quotas(team).usd_per_month for team in governance.teams},
     )
     logger.info("cost report written", extra={"period": published.period, "runs": published.runs})
     return asdict(published)

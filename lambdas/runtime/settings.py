@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lambdas.domain.governance import Governance
+from lambdas.domain.periods import Period
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -139,7 +140,16 @@ class CacheSettings(ArtifactEventSettings):
 class CostReportSettings(LedgerSettings):
     CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
     REPORT_TOPIC_ARN: str | None = Field(default=None, description="SNS topic ARN that receives the summary")
-    COST_REPORT_PERIOD_DAYS: int = Field(default=7, ge=1, le=366, description="days a scheduled report covers")
+    COST_REPORT_PERIOD: Period = Field(
+        default="week", description="day, week or month: what the schedule repeats at, and so what a report covers")
+    GOVERNANCE: Governance = Field(
+        default_factory=Governance, description="JSON: the stage's teams and quotas (each team's usd_per_month is "
+        "its budget)")
+
+    @field_validator("GOVERNANCE", mode="before")
+    @classmethod
+    def _json_governance(cls, value: Any) -> Any:
+        return _json_text(value)
 
 
 S = TypeVar("S", bound=_Settings)

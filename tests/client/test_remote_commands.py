@@ -239,3 +239,27 @@ def test_a_pending_trial_is_approved_by_another_approver_and_a_quota_refusal_is_
     code, _, err = submit(cli, served.url, trial_file(name="second-trial"), "--yes")
     assert code == EXIT_REFUSED and "quota.concurrent_trials: quota concurrent_trials: limit 1, in use 1" in err
     assert len(served.seen) == before + 1  # one request: a quota refusal is not retried
+
+
+def test_report_costs_shows_the_callers_team(cli: Any, served: Any, trial_file: Any, aws: dict[str, Any]) -> None:
+    from lambdas.handlers.scheduled_cost_report import handler as scheduled
+    from tests.integration.conftest import Context
+
+    code, _, err = cli("report", "costs", "--endpoint", served.url)
+    assert code == EXIT_NOT_FOUND and "no cost report yet" in err
+    code, out, err = submit(cli, served.url, trial_file(), "--yes")
+    trial_id = out.split()[1].rstrip(":")
+    aws["ddb"].put_item(TableName="ledger", Item={
+        "run_key": {"S": f"{trial_id}#trn2"}, "entry_key": {"S": "cost"}, "kind": {"S": "cost"},
+        "body": {"S": json.dumps({"ended_at": "2026-11-18T10:00:00Z", "cost": {
+            "effective_training_usd": "12.5", "compile_usd": "2.5", "failed_reruns_usd": "0",
+            "checkpoint_storage_usd": "0", "queue_environment_usd": "0", "total_usd": "15"}})}})
+    scheduled({"time": "2026-11-23T06:00:00Z"}, Context())
+    code, out, err = cli("report", "costs", "--endpoint", served.url)
+    assert code == 0, err
+    assert out.startswith("# Cost report 2026-W47 for team team-nlp")
+    assert "| team-nlp | 15 " in out and "trn2 15" in out and "2.5 / 0" in out
+    code, out, _ = cli("report", "costs", "--endpoint", served.url, "--format", "json")
+    assert code == 0 and json.loads(out)["total"]["compile_usd"] == "2.5"
+    code, _, err = cli("report", trial_id, "--team", "team-nlp", "--endpoint", served.url)
+    assert code == EXIT_INVALID and "--team goes with `dualtrack report costs`" in err

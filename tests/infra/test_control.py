@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from aws_cdk.assertions import Match, Template
@@ -72,6 +73,17 @@ def test_api_uses_iam_on_every_method_and_validates(control: dict[str, Any]) -> 
     assert validator["ValidateRequestBody"] is True and validator["ValidateRequestParameters"] is True
     model = props(control, "AWS::ApiGateway::Model")[0]
     assert {"schema_version", "name", "tracks", "model", "data"} <= set(model["Schema"]["required"])
+
+
+def test_every_route_the_function_answers_is_a_method_of_the_api() -> None:
+    """API Gateway answers a path or method it has no resource for itself (403 "Missing Authentication Token") and
+    never invokes the function ("Troubleshoot ... Missing Authentication Token", API Gateway developer guide:
+    https://repost.aws/knowledge-center/api-gateway-authentication-token-errors), so each route of the function's
+    OpenAPI document must be a method of the REST API, and nothing else."""
+    document = json.loads((Path(__file__).resolve().parents[2] / "lambdas" / "openapi.json").read_text())
+    answered = {(method.upper(), path.replace("{trial_id}", "{id}")) for path, methods in document["paths"].items()
+                for method in methods}
+    assert answered == set(ROUTES)
 
 
 def test_api_resource_policy_allows_only_the_account(control: dict[str, Any]) -> None:

@@ -113,3 +113,29 @@ def test_quotas_refuse_naming_the_quota_its_limit_use_and_when_it_frees(aws: dic
     assert status == 409 and body["quotas"][0]["quota"] == "max_usd_per_trial"
     assert "lower limits.max_hours" in body["errors"][0]["message"]
     assert executions(aws) == 1
+
+
+def test_a_team_reads_its_own_cost_report_and_an_admin_reads_every_teams(aws: dict[str, Any],
+                                                                         example: dict[str, Any]) -> None:
+    from lambdas.handlers.scheduled_cost_report import handler as scheduled
+    from tests.integration.conftest import Context
+
+    status, body, _ = call("GET", "/reports/costs")
+    assert status == 404 and "cost_report_period" in body["message"]
+    trial = call("POST", "/trials", example)[1]["trial_id"]
+    aws["ddb"].put_item(TableName="ledger", Item={  # a closed run of team-nlp's trial, as settling stores it
+        "run_key": {"S": f"{trial}#gpu"}, "entry_key": {"S": "cost"}, "kind": {"S": "cost"},
+        "body": {"S": json.dumps({"ended_at": "2026-11-18T10:00:00Z", "cost": {
+            "effective_training_usd": "80", "compile_usd": "0", "failed_reruns_usd": "20",
+            "checkpoint_storage_usd": "0", "queue_environment_usd": "0", "total_usd": "100"}})}})
+    assert scheduled({"time": "2026-11-23T06:00:00Z"}, Context())["period"] == "2026-W47"
+
+    status, mine, _ = call("GET", "/reports/costs")
+    assert status == 200 and mine["team"] == "team-nlp" and mine["period"] == "2026-W47"
+    assert mine["total"]["total_usd"] == "100" and mine["rerun_share"] == 0.2
+    status, body, _ = call("GET", "/reports/costs", query={"team": "team-nlp"}, who=VISION)
+    assert status == 403 and "team 'team-nlp' is not yours" in body["errors"][0]["message"]
+    status, theirs, _ = call("GET", "/reports/costs", who=VISION)
+    assert status == 200 and theirs["team"] == "team-vision" and theirs["runs_closed"] is False
+    status, everything, _ = call("GET", "/reports/costs", who=ADMIN)
+    assert status == 200 and set(everything["teams"]) == {"team-nlp"} and everything["runs"] == 1

@@ -122,7 +122,8 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
     assert got["trial_id"] == trial_id
 
     assert set_status({"trial_id": trial_id, "status": "SUCCEEDED"}, Context())["changed"] is True
-    summary = scheduled({"time": "2026-11-21T00:00:00Z", "period_days": 7}, Context())
+    summary = scheduled({"time": "2026-11-23T06:00:00Z"}, Context())  # the weekly schedule's Monday run
+    assert summary["period"] == "2026-W47"  # Monday 16 to Monday 23 November: the run ended on the 20th
     assert summary["runs"] == 1 and summary["total_usd"] == view["runs"]["trn2"]["cost"]["total_usd"]
     assert summary["message_id"]
     cost = json.loads(

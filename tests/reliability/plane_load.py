@@ -16,6 +16,8 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -48,6 +50,9 @@ class Figures:
     wall_s: float
     requests: Counter[str] = field(default_factory=Counter)  # by table
     keys: Counter[tuple[str, str]] = field(default_factory=Counter)  # by (table, partition key)
+    # By the minute of the event that made them (the events' own times: the load the plane would see in AWS).
+    events_by_minute: Counter[str] = field(default_factory=Counter)
+    key_minutes: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     converged: int = 0
     runs: int = 0
     stopped: int = 0
@@ -56,6 +61,14 @@ class Figures:
     @property
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s else 0.0
+
+    def peak_minute(self) -> tuple[str, int]:
+        """The busiest minute of event time and how many events it carried."""
+        return max(self.events_by_minute.items(), key=lambda kv: kv[1]) if self.events_by_minute else ("", 0)
+
+    def peak_key_minute(self) -> tuple[tuple[str, str, str], int]:
+        """The (table, key, minute) with the most DynamoDB requests in one minute of event time."""
+        return max(self.key_minutes.items(), key=lambda kv: kv[1]) if self.key_minutes else (("", "", ""), 0)
 
     def hottest(self, table: str | None = None) -> tuple[tuple[str, str], float]:
         """The busiest partition key (of one table, or of all) and its share of that scope's requests."""
@@ -144,6 +157,34 @@ def _partition(operation: str, params: dict[str, Any]) -> tuple[str, str] | None
     return table, "(scan)"
 
 
+@contextmanager
+def partitioned_queries() -> Iterator[None]:
+    """moto's ``Table.query`` on a base table filters and sorts every item of the table on each call, so a load of N
+    queries over a table of M items costs N x M log M in this process. DynamoDB stores items by partition and reads
+    only the queried one ("Partitions and data distribution", DynamoDB developer guide); for the duration, a base
+    table query here reads only its partition too. Results are the same items in the same order."""
+    from moto.dynamodb.models.table import Table
+
+    original = Table.query
+
+    def query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+        index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
+        if index_name or hash_key is None or not self.range_key_attr:
+            return original(self, hash_key, *args, **kwargs)
+        partition = list(self.items.get(hash_key, {}).values())
+        self.all_items = lambda: sorted(partition, key=lambda item: item.range_key)
+        try:
+            return original(self, hash_key, *args, **kwargs)
+        finally:
+            del self.all_items
+
+    Table.query = query  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Table.query = original  # type: ignore[method-assign]
+
+
 def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_share: float = 0.1,
              seed: int = 7, progress: Any = None) -> Figures:
     """Book ``trials`` trials over ``teams`` teams, deliver their events interleaved, and measure."""
@@ -170,6 +211,7 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
 
     figures = Figures(trials=trials, teams=teams, events=len(stream), duplicates=len(duplicates), wall_s=0.0)
     original = BaseClient._make_api_call
+    minute = [""]
 
     def counted(client: Any, operation: str, params: Any) -> Any:
         if client.meta.service_model.service_name == "dynamodb":
@@ -177,15 +219,19 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
             if key is not None:
                 figures.requests[key[0]] += 1
                 figures.keys[key] += 1
+                figures.key_minutes[(*key, minute[0])] += 1
         return original(client, operation, params)
 
     BaseClient._make_api_call = counted  # type: ignore[method-assign]
     started = time.perf_counter()
     try:
-        for index, (kind, event) in enumerate(stream):
-            (on_batch if kind == "batch" else on_artifact)(event, Context())
-            if progress is not None and index % 500 == 0:
-                progress(index, len(stream))
+        with partitioned_queries():
+            for index, (kind, event) in enumerate(stream):
+                minute[0] = str(event["time"])[:16]
+                figures.events_by_minute[minute[0]] += 1
+                (on_batch if kind == "batch" else on_artifact)(event, Context())
+                if progress is not None and index % 500 == 0:
+                    progress(index, len(stream))
     finally:
         BaseClient._make_api_call = original  # type: ignore[method-assign]
     figures.wall_s = time.perf_counter() - started

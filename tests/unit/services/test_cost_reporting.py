@@ -1,0 +1,60 @@
+"""The scheduled cost report per team (``lambdas.services.cost_reporting.cost_report``): spend by track and
+component, the trend against the previous period, the month to date against the team's budget, the failed-rerun
+share, and compile spend booked to the job that compiled or, once another trial hits its cache entry, to shared
+infrastructure (the source document's accounting rule)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from lambdas.services.cost_reporting import cost_report, render_cost_markdown
+
+START, END, BEFORE = (datetime(2026, 11, 16, tzinfo=UTC), datetime(2026, 11, 23, tzinfo=UTC),
+                      datetime(2026, 11, 9, tzinfo=UTC))
+
+
+def cost(run_key: str, ended: str, total: str, *, compile_usd: str = "0", reruns: str = "0") -> dict[str, Any]:
+    body = {"effective_training_usd": str(Decimal(total) - Decimal(compile_usd) - Decimal(reruns)),
+            "compile_usd": compile_usd, "failed_reruns_usd": reruns, "checkpoint_storage_usd": "0",
+            "queue_environment_usd": "0", "total_usd": total}
+    return {"kind": "cost", "run_key": run_key, "ended_at": ended, "cost": body}
+
+
+def summary(run_key: str, outcome: str, key: str) -> dict[str, Any]:
+    return {"kind": "summary", "run_key": run_key, "ended_at": "2026-11-18T10:00:00Z",
+            "compile": {"cache": outcome, "cache_key": key}}
+
+
+TRIALS = [{"trial_id": "nlp-1", "team": "team-nlp"}, {"trial_id": "nlp-2", "team": "team-nlp"},
+          {"trial_id": "vision-1", "team": "team-vision"}, {"trial_id": "nlp-0", "team": "team-nlp"}]
+
+
+def test_each_team_sees_its_spend_trend_budget_burn_and_compile_booking() -> None:
+    entries = [
+        cost("nlp-1#trn2", "2026-11-18T10:00:00Z", "100", compile_usd="30", reruns="10"),
+        summary("nlp-1#trn2", "miss", "k1"),
+        cost("nlp-1#gpu", "2026-11-18T11:00:00Z", "50"),
+        cost("nlp-2#trn2", "2026-11-19T10:00:00Z", "40", compile_usd="5"),
+        summary("nlp-2#trn2", "miss", "k2"),  # compiled, and nobody else has used it: booked to the job
+        cost("vision-1#trn2", "2026-11-20T10:00:00Z", "60"),
+        summary("vision-1#trn2", "hit", "k1"),  # team-vision reused nlp-1's compile: that compile is shared
+        cost("nlp-0#gpu", "2026-11-10T10:00:00Z", "200"),  # the previous week
+        cost("nlp-0#trn2", "2026-11-02T10:00:00Z", "300"),  # earlier this month, before the previous week
+        cost("nlp-0#gpu-fallback", "2026-10-30T10:00:00Z", "999"),  # last month: in nothing
+    ]
+    report = cost_report(entries, TRIALS, start=START, end=END, period="2026-W47", previous_start=BEFORE,
+                         budgets={"team-nlp": Decimal(1000), "team-vision": None})
+    nlp, vision = report["teams"]["team-nlp"], report["teams"]["team-vision"]
+    assert report["runs"] == 4 and report["total"]["total_usd"] == "250"
+    assert nlp["total"]["total_usd"] == "190" and nlp["by_track"]["trn2"]["total_usd"] == "140"
+    assert nlp["previous_total_usd"] == "200" and nlp["trend"] == -0.05  # 190 against 200
+    assert nlp["month_to_date_usd"] == "690" and nlp["budget_burn"] == 0.69  # 300 + 200 + 190 of 1,000
+    assert nlp["rerun_share"] == 10 / 190
+    assert (nlp["compile_booked_usd"], nlp["compile_shared_usd"]) == ("5", "30")
+    assert report["compile"]["shared_usd"] == "30" and report["compile"]["booked_usd"] == "5"
+    assert vision["usd_per_month"] is None and vision["budget_burn"] is None and vision["trend"] is None
+    text = render_cost_markdown(report)
+    assert "| team-nlp | 190 | gpu 50, trn2 140 | -5% | 690 / 1000 (69%) | 5% | 5 / 30 |" in text
+    assert "| team-vision | 60 | trn2 60 | n/a (nothing before) | 60 (no budget) | 0% | 0 / 0 |" in text
