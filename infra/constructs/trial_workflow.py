@@ -34,7 +34,11 @@ from constructs import Construct
 from infra.config import Track
 from infra.constructs.nag import acknowledge, arn_prefix
 
-BATCH_RETRY_ERRORS = ["Batch.AWSBatchException", "Batch.ServerException"]
+# SubmitJob errors worth another try: Batch's transient server errors, and its throttle. Batch allows 50 SubmitJob
+# calls a second per account, a fixed limit, and answers over it with 429 TooManyRequestsException ("How do I
+# resolve the Too Many Requests error when I submit an AWS Batch job", AWS Knowledge Center), which Step Functions
+# names Batch.TooManyRequestsException: a burst of submissions (docs/capacity.md) backs off instead of failing.
+BATCH_RETRY_ERRORS = ["Batch.AWSBatchException", "Batch.ServerException", "Batch.TooManyRequestsException"]
 JsonPath = sfn.JsonPath
 # The rule Step Functions manages to learn when a .sync Batch job ends (Step Functions' Batch IAM page).
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForBatchJobsRule"

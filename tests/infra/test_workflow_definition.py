@@ -7,8 +7,12 @@ from typing import Any
 
 from aws_cdk.assertions import Capture, Match, Template
 
-BATCH_RETRY = {"ErrorEquals": ["Batch.AWSBatchException", "Batch.ServerException"], "IntervalSeconds": 5,
-               "MaxAttempts": 6, "BackoffRate": 2, "MaxDelaySeconds": 120, "JitterStrategy": "FULL"}
+# Batch throttles SubmitJob at 50 calls a second per account (fixed) with 429 TooManyRequestsException
+# (https://repost.aws/knowledge-center/aws-batch-requests-error); a .sync task surfaces it as
+# Batch.TooManyRequestsException, so a burst of trials must retry it with jittered backoff, not fail.
+BATCH_RETRY = {"ErrorEquals": ["Batch.AWSBatchException", "Batch.ServerException", "Batch.TooManyRequestsException"],
+               "IntervalSeconds": 5, "MaxAttempts": 6, "BackoffRate": 2, "MaxDelaySeconds": 120,
+               "JitterStrategy": "FULL"}
 
 
 def _definition(control: dict[str, Any]) -> dict[str, Any]:
