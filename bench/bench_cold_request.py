@@ -155,7 +155,11 @@ def _trial(endpoint: str, trial_id: str) -> None:
             "status": {"S": "SUBMITTED"}, "spec_uri": {"S": f"s3://artifacts/trials/{trial_id}/spec.json"},
             "execution_arn": {"S": f"arn:aws:states:{REGION}:123456789012:execution:trial-workflow:{trial_id}"},
             "max_steps": {"N": str(spec["max_steps"])}, "created_at": {"S": "2026-12-04T10:00:00Z"},
-            "tracks": {"M": {"gpu": {"M": {"instance_type": {"S": "p5.48xlarge"}, "nodes": {"N": "1"}}}}}}
+            "team": {"S": spec["owner"]},  # the API's caller is a member of the trial's team (stage_env.GOVERNANCE)
+            "tracks": {"M": {"gpu": {"M": {"instance_type": {"S": "p5.48xlarge"}, "nodes": {"N": "1"}}}}},
+            # The limits a submission freezes on the item: the event functions project spend against them.
+            "run_limits": {"M": {"max_usd": {"M": {"value": {"S": str(spec["limits"]["max_usd"])},
+                                                   "source": {"S": "trial limits.max_usd"}}}}}}
     boto3.client("dynamodb", **kw).put_item(TableName="trials", Item=item)
 
 
@@ -171,9 +175,11 @@ def _requests(endpoint: str, n: int) -> dict[str, dict[str, Any]]:
     batch["detail"]["container"]["environment"] = [{"name": "DUALTRACK_TRIAL_ID", "value": trial_id},
                                                    {"name": "DUALTRACK_RUN", "value": "gpu"}]
     key = f"trials/{trial_id}/gpu/checkpoints/step-100/manifest.json"
-    manifest = {"step": 100, "files": [{"name": "model.safetensors", "bytes": 1000}], "save_s": 1.5}
-    boto3.client("s3", region_name=REGION, endpoint_url=endpoint).put_object(
-        Bucket="artifacts", Key=key, Body=json.dumps(manifest).encode())
+    manifest = {"step": 100, "shards": [{"name": "model.safetensors", "bytes": 1000, "sha256": "0" * 64}],
+                "save_s": 1.5}
+    s3_client = boto3.client("s3", region_name=REGION, endpoint_url=endpoint)
+    s3_client.put_object(Bucket="artifacts", Key=key.replace("manifest.json", "model.safetensors"), Body=b"x" * 1000)
+    s3_client.put_object(Bucket="artifacts", Key=key, Body=json.dumps(manifest).encode())
     s3 = json.loads((EVENTS / "s3_object_created.json").read_text())
     s3["detail"]["bucket"]["name"] = "artifacts"
     s3["detail"]["object"].update(key=key, size=200, etag=uuid.uuid4().hex)

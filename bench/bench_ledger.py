@@ -198,7 +198,9 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
     from lambdas.services.cost_reporting import cost_report, publish_cost_report
 
     out: dict[int, tuple[float, float, float]] = {}
-    end = datetime.fromtimestamp(T0 / 1000 + 86_400, tz=UTC)
+    # The weekly schedule's run on the Monday after the runs (T0 is Friday 20 November): the week of 16 November.
+    at = datetime(2026, 11, 23, 6, tzinfo=UTC)
+    start, end = datetime(2026, 11, 16, tzinfo=UTC), datetime(2026, 11, 23, tzinfo=UTC)
     app = compose()
     for size in sizes:
         _fill_ledger(ddb, size)
@@ -206,14 +208,15 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
         for _ in range(repeats):
             started = time.perf_counter()
             publish_cost_report(ledger=app.ledger, trials=app.trials, registry=app.registry, artifacts=app.artifacts,
-                                notifier=app.notifier, end=end, days=7)
+                                notifier=app.notifier, at=at, period="week")
             whole.append(time.perf_counter() - started)
             started = time.perf_counter()
             entries = list(app.ledger.iter_kinds(("cost", "summary")))
             scan.append(time.perf_counter() - started)
             trials = list(app.trials.iter_all())
             started = time.perf_counter()
-            report = cost_report(entries, trials, start=end - timedelta(days=7), end=end, period="bench")
+            report = cost_report(entries, trials, start=start, end=end, period="bench",
+                                 previous_start=start - timedelta(days=7))
             fold.append(time.perf_counter() - started)
         out[size] = (statistics.median(whole), statistics.median(scan), statistics.median(fold))
         print(f"  {size:6d} ledger entries: scheduled report {out[size][0] * 1000:8.1f} ms, of which the scan "

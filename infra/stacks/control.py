@@ -29,6 +29,7 @@ class ControlStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
                  targets: dict[Track, dict[str, JobTarget]], **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        self.config = config
         retention = retention_days(config.log_retention_days)
         self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: control-plane logs and queues")
         queue_names = sorted({t.queue for by_type in targets.values() for t in by_type.values()})
@@ -184,6 +185,11 @@ class ControlStack(cdk.Stack):
         findings(on_job).s3_read(s.artifacts, "trials/*")
         findings(on_artifact).s3_read(s.artifacts, "trials/*").s3_read(s.compile_cache, "neuron/*")
 
+        # A trial's GPU baseline logs live with its data: the report (and the API, which writes the report of a
+        # stopped trial) reads them from the stage's data buckets, never writes there.
+        for fn in (report, api_fn):
+            self._grant_baseline_reads(fn, findings(fn))
+
         for table in (s.trials, s.ledger, s.cache_registry, s.idempotency):
             table.grant_read_write_data(api_fn)
         s.artifacts.grant_read(api_fn, "trials/*")
@@ -191,6 +197,19 @@ class ControlStack(cdk.Stack):
         s.compile_cache.grant_read(api_fn, "neuron/*")
         findings(api_fn).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*").s3_read(
             s.compile_cache, "neuron/*")
+
+    def _grant_baseline_reads(self, fn: lambda_.Function, found: GrantFindings) -> None:
+        if not self.config.data_buckets:
+            return
+        fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"],
+            resources=[f"arn:{cdk.Aws.PARTITION}:s3:::{bucket}/*" for bucket in self.config.data_buckets]))
+        for bucket in self.config.data_buckets:
+            found.wildcard(f"Resource::arn:<AWS::Partition>:s3:::{bucket}/*",
+                           "read-only: a trial's GPU baseline logs in a data bucket the stage lists in data_buckets")
+        if self.config.data_kms_key_arns:
+            fn.add_to_role_policy(iam.PolicyStatement(actions=["kms:Decrypt"],
+                                                      resources=list(self.config.data_kms_key_arns)))
 
     @staticmethod
     def _grant_metric_reads(fn: lambda_.Function) -> None:

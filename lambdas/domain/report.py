@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from lambdas.domain.baseline import Baseline
+from lambdas.domain.baseline import compare as compare_baseline
 from lambdas.domain.cost import COMPONENTS, RunCost
 from lambdas.domain.ledger import LedgerEntry, TransitionFact
 from lambdas.domain.run_limits import LimitCrossed
@@ -289,6 +291,27 @@ def _acceptance(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> tup
     return checks, delta
 
 
+def _baseline(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]], baseline: Baseline | str | None
+              ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The baseline section and its acceptance check: does this trial's GPU track reproduce the team's GPU logs?"""
+    uri = spec.baseline_logs_uri
+    if uri is None:
+        return None, None
+    name = "gpu track reproduces the baseline"
+    if not isinstance(baseline, Baseline):
+        reason = baseline or "the baseline was not read"
+        return {"uri": uri, "error": reason}, _check(name, None, f"{uri}: {reason}")
+    gpu = tracks.get("gpu")
+    if gpu is None:
+        return ({"uri": uri, "format": baseline.format},
+                _check(name, None, "no gpu run reported losses to compare with the baseline"))
+    comparison = compare_baseline(baseline, {p["step"]: p["loss"] for p in gpu["loss"]["per_step"]},
+                                  {p["step"]: p["loss"] for p in gpu["loss"]["eval"]},
+                                  spec.evaluation.loss_tolerance)
+    return ({"uri": uri, **comparison.model_dump(mode="json")},
+            _check(name, comparison.reproduced, f"{baseline.format} at {uri}: {comparison.detail}"))
+
+
 def _verdict(
     checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], cost_ratio: float | None
 ) -> tuple[str, list[str]]:
@@ -375,10 +398,12 @@ def build_trial_report(
     *,
     generated_at: str | None = None,
     stopped_by: Mapping[str, Any] | None = None,
+    baseline: Baseline | str | None = None,
 ) -> dict[str, Any]:
     """The trial report as a JSON-ready dict. `summaries` maps run -> its attempts' RunSummary (in attempt order),
     `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline; `stopped_by` is the limit the plane
-    stopped the trial at (``lambdas.domain.run_limits.LimitCrossed``), when it did."""
+    stopped the trial at (``lambdas.domain.run_limits.LimitCrossed``), when it did; `baseline` is the GPU baseline
+    read from the trial's ``baseline_logs_uri`` (or, as text, why it could not be read)."""
     ledger = list(ledger)
     outcomes = run_outcomes(ledger)
     runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs or r in outcomes]
@@ -395,6 +420,18 @@ def build_trial_report(
     trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
     ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
     verdict, reasons = _verdict(checks, tracks, ratio)
+    baseline_view, baseline_check = _baseline(spec, tracks, baseline)
+    if baseline_check is not None:
+        checks.append(baseline_check)
+        if baseline_check["status"] != "pass" and verdict in ("trn2_viable_cheaper", "trn2_viable_not_cheaper"):
+            # Trainium2 is compared with a GPU track that is not known to reproduce the team's own GPU runs.
+            verdict = "inconclusive"
+        if baseline_check["status"] != "pass":
+            reasons = [f"{baseline_check['check']}: {baseline_check['status']} ({baseline_check['detail']})",
+                       *reasons]
+    else:
+        reasons = [*reasons, "no GPU baseline (baseline_logs_uri): the GPU track is not checked against the "
+                   "team's own GPU logs"]
     stopped = LimitCrossed.model_validate(stopped_by) if stopped_by else None
     if stopped is not None:
         reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
@@ -440,4 +477,5 @@ def build_trial_report(
         },
         "stand_in": any(t["stand_in"] for t in tracks.values()),
         "stopped_by": stopped.model_dump(mode="json") if stopped else None,
+        "baseline": baseline_view,
     }

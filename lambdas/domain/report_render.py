@@ -19,6 +19,18 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _baseline_line(baseline: Mapping[str, Any] | None) -> str:
+    """What the report says of the trial's GPU baseline, in one line."""
+    if not baseline:
+        return "none declared (baseline_logs_uri): the GPU track is not checked against the team's own GPU logs"
+    if baseline.get("error"):
+        return f"{baseline['uri']} could not be used: {baseline['error']}"
+    if "detail" not in baseline:
+        return f"{baseline.get('format')} at {baseline['uri']}; no gpu run reported losses to compare with it"
+    verdict = {True: "reproduced", False: "NOT reproduced", None: "not evidenced"}[baseline.get("reproduced")]
+    return f"{verdict}: {baseline['format']} at {baseline['uri']}; {baseline['detail']}"
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     tracks: Mapping[str, Any] = report["tracks"]
     runs = list(tracks)
@@ -41,6 +53,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 + f" at {stopped['at']}.", ""]
     comparison = report["comparison"]
     out += [f"**Verdict: {comparison['verdict']}**", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
+    out += [f"GPU baseline: {_baseline_line(report.get('baseline'))}", ""]
     unreadable = report.get("unreadable_summaries") or []
     if unreadable:
         out += ["> Summaries the report could not read (their attempts are missing from the figures below):", ""]
@@ -216,6 +229,7 @@ def render_html(report: Mapping[str, Any]) -> str:
 table{{border-collapse:collapse}}</style></head><body>
 <h1>Trial {escape(report["trial_id"])}</h1>{stand_in}
 <h2>Verdict: {escape(report["comparison"]["verdict"])}</h2><ul>{reasons}</ul>
+<p>GPU baseline: {escape(_baseline_line(report.get("baseline")))}</p>
 <h2>Loss by global step</h2>{_loss_chart(tracks)}
 <h2>Cost by component</h2>{_cost_chart(tracks)}
 <h2>Attempt timeline</h2>{_timeline_chart(report.get("timeline") or [])}

@@ -220,7 +220,10 @@ class TrialSpec(_Model):
     tracks: Tracks
     workload: Workload = Field(default_factory=Workload)
     limits: Limits | None = None
-    baseline_logs_uri: str | None = Field(default=None, description="GPU baseline logs the trial compares against.")
+    baseline_logs_uri: str | None = Field(default=None, description=(
+        "The team's GPU baseline logs: a Hugging Face Trainer trainer_state.json, a dualtrack metrics.jsonl, or a "
+        "CSV of step,loss[,eval_loss]. The report checks that the GPU track reproduces it (losses within "
+        "evaluation.loss_tolerance at shared steps) before comparing Trainium2 with the GPU track."))
     triage_override: TriageOverride | None = None
 
     _version_not_bool = field_validator("schema_version", mode="before")(lambda cls, v: _no_bool(v))

@@ -9,11 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
+from lambdas.adapters.sources import UriSources
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
 from lambdas.services.cache_resolution import load_spec, now_iso
-from lambdas.services.ports import Ledger, Objects
+from lambdas.services.ports import Ledger, Objects, Sources
 from lambdas.services.trial_reporting import write_report
 
 
@@ -27,12 +28,13 @@ class ReportRequest(BaseModel):
 class Composition:
     artifacts: Objects
     ledger: Ledger
+    sources: Sources
 
 
 @per_environment
 def compose() -> Composition:
     settings = settings_for(LedgerSettings)
-    return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE))
+    return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE), UriSources())
 
 
 @lambda_handler(LedgerSettings)
@@ -40,6 +42,6 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = ReportRequest.model_validate(event)
     app = compose()
     spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
-    out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso())
+    out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources)
     logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out["verdict"]})
     return out

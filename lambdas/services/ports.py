@@ -83,6 +83,12 @@ class Objects(Protocol):
         ...
 
 
+class Sources(Protocol):
+    """Documents a trial points at outside the artifacts bucket (its baseline logs), by URI."""
+
+    def read(self, uri: str, max_bytes: int) -> bytes: ...
+
+
 Outcome = Literal["hit", "miss", "failed"]
 
 

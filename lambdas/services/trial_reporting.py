@@ -8,12 +8,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lambdas.domain.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvalid, parse_baseline
 from lambdas.domain.cost import RunCost
 from lambdas.domain.ledger import RUNS, LedgerEntry, run_key
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary, parse_summary
-from lambdas.services.ports import Ledger, Objects
+from lambdas.services.ports import Ledger, Objects, Sources
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 
@@ -45,13 +46,29 @@ def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> Evidence:
     return evidence
 
 
+def read_baseline(spec: Any, sources: Sources | None) -> Baseline | str | None:
+    """The trial's GPU baseline, or why it could not be read (the report says so; it never fails on it)."""
+    uri = spec.baseline_logs_uri
+    if uri is None:
+        return None
+    if sources is None:
+        return "this function reads no baseline"
+    try:
+        return parse_baseline(sources.read(uri, MAX_BASELINE_BYTES), name=uri)
+    except BaselineInvalid as exc:
+        return str(exc)
+    except Exception as exc:  # missing object, no permission, too large: the report names it
+        return f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+
+
 def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str,
-                 stopped_by: dict[str, Any] | None = None) -> dict[str, Any]:
+                 stopped_by: dict[str, Any] | None = None, sources: Sources | None = None) -> dict[str, Any]:
     """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
-    ``stopped_by`` is the trial item's record of the limit the plane stopped it at."""
+    ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
+    GPU baseline."""
     evidence = gather(trial_id, artifacts, ledger)
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
-                                stopped_by=stopped_by)
+                                stopped_by=stopped_by, baseline=read_baseline(spec, sources))
     report["unreadable_summaries"] = evidence.unreadable
     base = f"trials/{trial_id}/report/"
     artifacts.put_json(base + "report.json", report)
@@ -66,7 +83,7 @@ def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, g
 
 
 def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledger, generated_at: str,
-                         spec: Any) -> dict[str, Any] | None:
+                         spec: Any, sources: Sources | None = None) -> dict[str, Any] | None:
     """The report of a trial the cancel path stopped (a person, or a limit), whose workflow never reached its report
     step: written once every run that started has a settled cost; None while a run is still stopping, or when no
     job ever ran."""
@@ -77,4 +94,5 @@ def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledge
     for run in started:
         if not (ledger.cost(run_key(trial_id, run)) or {}).get("terminal_status"):
             return None
-    return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=item.get("stopped_by"))
+    return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=item.get("stopped_by"),
+                        sources=sources)

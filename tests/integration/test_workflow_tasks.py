@@ -130,3 +130,28 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
         aws["s3"].get_object(Bucket="artifacts", Key=f"reports/cost/{summary['period']}/report.json")["Body"].read()
     )
     assert list(cost["by_owner"]) == ["team-nlp"] and cost["cache_hit_rate_by_day"] == {"2026-11-20": 0.5}
+
+
+def test_the_report_reads_the_gpu_baseline_from_the_teams_data_bucket(aws: dict[str, Any],
+                                                                      example: dict[str, Any]) -> None:
+    """The report function reads ``baseline_logs_uri`` with GetObject in a data bucket (its role may read the
+    stage's data buckets, never write them); a log it cannot find is named in the report, which is still written."""
+    from lambdas.handlers.build_trial_report import handler as build
+
+    aws["s3"].create_bucket(Bucket="example-datasets")
+    aws["s3"].put_object(Bucket="example-datasets", Key="baselines/llama-gpu.csv", Body=b"step,loss\n1,2.5\n")
+    trial_id, events = scenario(aws, {**example, "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv"})
+    deliver(events)
+    build({"trial_id": trial_id}, Context())
+    report = json.loads(
+        aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json")["Body"].read())
+    assert report["baseline"]["uri"] == "s3://example-datasets/baselines/llama-gpu.csv"
+    assert report["baseline"]["format"] == "csv"  # read; this scenario has no gpu run to compare
+    check = next(c for c in report["acceptance"] if c["check"] == "gpu track reproduces the baseline")
+    assert check["status"] == "not_evidenced" and "no gpu run reported losses" in check["detail"]
+
+    aws["s3"].delete_object(Bucket="example-datasets", Key="baselines/llama-gpu.csv")
+    build({"trial_id": trial_id}, Context())
+    report = json.loads(
+        aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json")["Body"].read())
+    assert report["baseline"]["error"].startswith("could not be read (NoSuchKey")

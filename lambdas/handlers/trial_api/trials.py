@@ -175,7 +175,9 @@ def get_report(
         from lambdas.services.trial_reporting import report_stopped_trial
 
         spec = load_spec(app.artifacts, item["spec_uri"])
-        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec) is not None:
+        from lambdas.adapters.sources import UriSources
+
+        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec, UriSources()) is not None:
             report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)

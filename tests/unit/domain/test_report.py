@@ -174,3 +174,34 @@ def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_device
     assert on_devices["device_utilisation"] == 1.0 and on_devices["tensor_parallel_run"] == 8
     assert on_devices["basis"] == ("64 process(es) ran the layout's 64 training ranks on backend cpu, the model "
                                    "split over tensor-parallel groups of 8 processes")
+
+
+def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_it() -> None:
+    """A trial with a baseline: a GPU track that reproduces it passes the check; one that does not makes a viable
+    verdict inconclusive and says why first; a baseline that could not be read is named; no baseline is said."""
+    from lambdas.domain.baseline import parse_baseline
+
+    resumed = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
+    data = json.loads(EXAMPLE.read_text())
+    spec = parse_trial({**data, "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv"})
+    summaries = {"gpu": [summary("gpu", 1.20, 1.25, **resumed)], "trn2": [summary("trn2", 1.21, 1.26, **resumed)]}
+    costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
+    plain = build_trial_report(parse_trial(data), summaries, costs)
+    assert plain["comparison"]["verdict"] == "trn2_viable_cheaper" and plain["baseline"] is None
+    assert plain["comparison"]["reasons"][-1].startswith("no GPU baseline (baseline_logs_uri)")
+
+    same = parse_baseline(b"step,loss,eval_loss\n1,2.5,\n2,2.0,\n3,1.2,\n100,,2.2\n")
+    report = build_trial_report(spec, summaries, costs, baseline=same)
+    check = report["acceptance"][-1]
+    assert check["check"] == "gpu track reproduces the baseline" and check["status"] == "pass", check
+    assert report["comparison"]["verdict"] == "trn2_viable_cheaper"
+    assert report["baseline"]["reproduced"] is True and report["baseline"]["shared_train_steps"] == 3
+
+    drifted = parse_baseline(b"step,loss\n1,2.5\n2,2.0\n3,1.6\n")
+    report = build_trial_report(spec, summaries, costs, baseline=drifted)
+    assert report["comparison"]["verdict"] == "inconclusive"
+    assert report["comparison"]["reasons"][0].startswith("gpu track reproduces the baseline: fail (csv at s3://")
+    assert "| gpu track reproduces the baseline | fail |" in render_markdown(report)
+
+    unread = build_trial_report(spec, summaries, costs, baseline="could not be read (NoSuchKey: ...)")
+    assert unread["comparison"]["verdict"] == "inconclusive" and unread["baseline"]["error"].startswith("could not")

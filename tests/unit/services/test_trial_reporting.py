@@ -37,3 +37,31 @@ def test_summaries_and_costs_come_back_typed_and_an_unreadable_summary_is_named(
     assert report["unreadable_summaries"][0]["key"].endswith("trn2/attempt-1/summary.json")
     markdown = objects.blobs[f"trials/{spec.trial_id}/report/report.md"].decode()
     assert "Summaries the report could not read" in markdown and "trn2/attempt-1/summary.json" in markdown
+
+
+class Sources:
+    """Documents by URI; a missing one raises as S3 would (NoSuchKey is a client error the report names)."""
+
+    def __init__(self, documents: dict[str, bytes]) -> None:
+        self.documents = documents
+
+    def read(self, uri: str, max_bytes: int) -> bytes:
+        if uri not in self.documents:
+            raise KeyError(f"NoSuchKey: {uri}")
+        return self.documents[uri][: max_bytes + 1]
+
+
+def test_the_baseline_is_read_through_its_uri_and_a_missing_one_is_named_not_fatal() -> None:
+    uri = "s3://example-datasets/baselines/llama-gpu.csv"
+    spec = parse_trial({**json.loads(EXAMPLE.read_text()), "baseline_logs_uri": uri})
+    objects, ledger = fakes.InMemoryObjects(), fakes.InMemoryLedger()
+    objects.put_json(f"trials/{spec.trial_id}/gpu/attempt-1/summary.json",
+                     run_summary("gpu", trial_id=spec.trial_id, loss={"per_step": [[1, 2.5], [2, 2.0], [3, 1.5]]})
+                     .model_dump(mode="json"))
+    write_report(spec.trial_id, spec, objects, ledger, "2026-12-05T12:00:00Z",
+                 sources=Sources({uri: b"step,loss\n1,2.5\n2,2.01\n3,1.5\n"}))
+    report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+    assert report["baseline"]["format"] == "csv" and report["baseline"]["reproduced"] is True
+    write_report(spec.trial_id, spec, objects, ledger, "2026-12-05T12:00:00Z", sources=Sources({}))
+    report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+    assert report["baseline"] == {"uri": uri, "error": f"could not be read (KeyError: 'NoSuchKey: {uri}')"}
