@@ -10,8 +10,8 @@ Formats, told apart by content (never by file name alone):
 - a CSV with a header naming ``step`` and ``loss``, and optionally ``eval_loss`` (empty cells are skipped).
 
 The GPU track reproduces the baseline when, at the steps both logged, the training loss agrees within the trial's
-``loss_tolerance`` (the same margin the Trainium2 comparison uses), and so does the validation loss where both have
-it. Only then does the Trainium2-against-GPU comparison mean what it says.
+``loss_tolerance`` as a relative gap (the same margin, measured the same way, as the Trainium2 comparison's), and so
+does the validation loss where both have it. Only then does the Trainium2-against-GPU comparison mean what it says.
 """
 
 from __future__ import annotations
@@ -159,21 +159,22 @@ class BaselineComparison(_Model):
     format: Format
     shared_train_steps: int
     shared_eval_steps: int
-    max_train_delta: float | None
-    max_eval_delta: float | None
+    max_train_delta: float | None = Field(description="largest relative training-loss gap at a shared step")
+    max_eval_delta: float | None = Field(description="largest relative validation-loss gap at a shared step")
     tolerance: float
     reproduced: bool | None = Field(description="None: too few shared steps to tell")
     detail: str
 
 
 def _worst(ours: Mapping[int, float], theirs: Mapping[int, float]) -> tuple[int, float | None]:
-    shared = sorted(set(ours) & set(theirs))
-    return len(shared), (max(abs(ours[s] - theirs[s]) for s in shared) if shared else None)
+    """Steps both logged, and the largest relative gap there (|ours - theirs| / |theirs|)."""
+    shared = sorted(s for s in set(ours) & set(theirs) if theirs[s] != 0)
+    return len(shared), (max(abs(ours[s] - theirs[s]) / abs(theirs[s]) for s in shared) if shared else None)
 
 
 def compare(baseline: Baseline, train: Mapping[int, float], evaluation: Mapping[int, float],
             tolerance: float) -> BaselineComparison:
-    """The GPU track's losses (by global step) against the baseline's, within ``tolerance`` (absolute)."""
+    """The GPU track's losses (by global step) against the baseline's, within ``tolerance`` (relative)."""
     train_n, train_delta = _worst(train, baseline.train)
     eval_n, eval_delta = _worst(evaluation, baseline.eval)
     if train_n + eval_n < MIN_SHARED_STEPS:
@@ -183,9 +184,9 @@ def compare(baseline: Baseline, train: Mapping[int, float], evaluation: Mapping[
     else:
         deltas = [d for d in (train_delta, eval_delta) if d is not None]
         reproduced = all(d <= tolerance for d in deltas)
-        shown = ", ".join(f"{kind} {d:.4f} over {n} steps" for kind, d, n in
+        shown = ", ".join(f"{kind} {d:.2%} over {n} steps" for kind, d, n in
                           (("train", train_delta, train_n), ("eval", eval_delta, eval_n)) if d is not None)
-        detail = (f"largest loss gap to the baseline: {shown}; "
+        detail = (f"largest relative loss gap to the baseline: {shown}; "
                   f"{'within' if reproduced else 'outside'} loss_tolerance {tolerance}")
     return BaselineComparison(format=baseline.format, shared_train_steps=train_n, shared_eval_steps=eval_n,
                               max_train_delta=train_delta, max_eval_delta=eval_delta, tolerance=tolerance,

@@ -223,7 +223,7 @@ class TrialSpec(_Model):
     baseline_logs_uri: str | None = Field(default=None, description=(
         "The team's GPU baseline logs: a Hugging Face Trainer trainer_state.json, a dualtrack metrics.jsonl, or a "
         "CSV of step,loss[,eval_loss]. The report checks that the GPU track reproduces it (losses within "
-        "evaluation.loss_tolerance at shared steps) before comparing Trainium2 with the GPU track."))
+        "evaluation.loss_tolerance, relative, at shared steps) before comparing Trainium2 with the GPU track."))
     triage_override: TriageOverride | None = None
 
     _version_not_bool = field_validator("schema_version", mode="before")(lambda cls, v: _no_bool(v))
