@@ -7,6 +7,7 @@ rehearsal and the workflow's report step produce the same document from the same
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
@@ -134,7 +135,8 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             "max_rel_loss_delta": continuity.max_rel_delta if continuity else None,
         },
         "final_samples": [
-            {"prompt": s.prompt, "completion": s.completion} for s in (last.final_samples if last else [])
+            {"prompt": s.prompt, "completion": s.completion, "token_ids": s.token_ids}
+            for s in (last.final_samples if last else [])
         ],
         "cost": _cost_view(cost, steps, tokens),
         "parallel": _parallel(last) if last else None,
@@ -291,6 +293,90 @@ def _acceptance(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> tup
     return checks, delta
 
 
+def _samples(tracks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The fixed prompts' greedy completions, Trainium2 against GPU: exact matches and token-level similarity
+    (positions with the same token over the longer completion), counting only completions that say something."""
+    gpu, trn2 = tracks.get("gpu"), tracks.get("trn2")
+    if not gpu or not trn2:
+        return None
+    theirs = {s["prompt"]: s for s in gpu["final_samples"]}
+    pairs = [(s, theirs[s["prompt"]]) for s in trn2["final_samples"] if s["prompt"] in theirs]
+    empty = sum(1 for ours, other in pairs if not ours["completion"].strip() or not other["completion"].strip())
+    judged = [(a, b) for a, b in pairs if a["completion"].strip() and b["completion"].strip()]
+    exact = sum(1 for a, b in judged if a["completion"] == b["completion"])
+    similarity = [sum(1 for x, y in zip(a["token_ids"], b["token_ids"], strict=False) if x == y)
+                  / max(len(a["token_ids"]), len(b["token_ids"]), 1) for a, b in judged]
+    return {"prompts": len(pairs), "judged": len(judged), "empty": empty,
+            "exact_match_rate": exact / len(judged) if judged else None,
+            "token_similarity": sum(similarity) / len(similarity) if similarity else None}
+
+
+def _recovery(declared: str, tracks: Mapping[str, Mapping[str, Any]]) -> tuple[bool | None, str]:
+    """Whether the runs recovered from their failures the way the trial declared they would."""
+    failed = {run: t for run, t in tracks.items() if run != "gpu-fallback" and (t["attempts"] or 0) > 1}
+    fallback = tracks.get("gpu-fallback")
+    trn2 = tracks.get("trn2") or {}
+    if trn2.get("outcome") in OUTCOME_TEXT:
+        return None, f"the trn2 run never trained ({trn2['outcome']}): the GPU fallback is not a recovery"
+    if not failed and fallback is None:
+        return None, "no attempt failed, so recovery was not exercised"
+    if declared == "gpu_fallback":
+        if fallback is None:
+            return (None if trn2.get("status") == "succeeded" else False,
+                    "no GPU fallback ran" + (": the trn2 run recovered on its own track"
+                                             if trn2.get("status") == "succeeded" else " after the trn2 run failed"))
+        resumed = fallback["resume"]["resumed_from_step"]
+        return resumed is not None, (f"the GPU fallback resumed Trainium2's checkpoint at step {resumed}"
+                                     if resumed is not None else "the GPU fallback started from step 0")
+    if fallback is not None and declared == "resume_same_track":
+        return False, "the trn2 run did not recover on its own track: the GPU fallback ran"
+    verdicts = []
+    for run, t in failed.items():
+        resumed = t["resume"]["resumed_from_step"]
+        if declared == "resume_same_track":
+            verdicts.append((resumed is not None and t["resume"]["global_step_continuous"] is not False,
+                             f"{run} resumed from step {resumed}" if resumed is not None
+                             else f"{run} restarted from step 0"))
+        else:  # restart
+            verdicts.append((resumed is None, f"{run} restarted from step 0" if resumed is None
+                             else f"{run} resumed from step {resumed} instead of restarting"))
+    return all(ok for ok, _ in verdicts), "; ".join(text for _, text in verdicts)
+
+
+def _declared(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Checks of what the trial declared beyond the defaults: its failure-recovery method and its metrics."""
+    checks = []
+    if spec.failure_recovery is not None:
+        ok, detail = _recovery(spec.failure_recovery, tracks)
+        checks.append(_check(f"failure recovery as declared ({spec.failure_recovery})", ok, detail))
+    gpu, trn2 = tracks.get("gpu"), tracks.get("trn2")
+    tolerance = spec.evaluation.loss_tolerance
+    if "perplexity" in spec.evaluation.metrics:
+        losses = [t["loss"]["validation"] if t else None for t in (gpu, trn2)]
+        if None in losses:
+            checks.append(_check("perplexity consistent with GPU", None, "a track has no validation loss"))
+        else:
+            ppl_gpu, ppl_trn2 = (math.exp(min(float(x), 50.0)) for x in losses)  # type: ignore[arg-type]
+            gap = abs(ppl_trn2 - ppl_gpu) / ppl_gpu
+            checks.append(_check("perplexity consistent with GPU", gap <= tolerance,
+                                 f"trn2 {ppl_trn2:.4f} vs gpu {ppl_gpu:.4f}: relative gap {gap:.2%} "
+                                 f"(tolerance {tolerance:.2%})"))
+    if "exact_match" in spec.evaluation.metrics:
+        found = _samples(tracks)
+        name = "fixed prompts complete identically"
+        if found is None or not found["judged"]:
+            empty = f"; {found['empty']} of {found['prompts']} completions empty or whitespace" if found else ""
+            checks.append(_check(name, None, f"no pair of non-empty completions to compare{empty}"))
+        else:
+            rate, minimum = found["exact_match_rate"], spec.evaluation.min_exact_match
+            checks.append(_check(name, rate >= minimum,
+                                 f"{rate:.0%} of {found['judged']} prompts identical (at least {minimum:.0%}); "
+                                 f"token similarity {found['token_similarity']:.2f}"
+                                 + (f"; {found['empty']} empty or whitespace completions not counted"
+                                    if found["empty"] else "")))
+    return checks
+
+
 def _baseline(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]], baseline: Baseline | str | None
               ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The baseline section and its acceptance check: does this trial's GPU track reproduce the team's GPU logs?"""
@@ -416,6 +502,7 @@ def build_trial_report(
         if track["outcome"] in OUTCOME_TEXT and track["status"] in ("", "unknown"):
             track["status"] = track["outcome"]
     checks, delta = _acceptance(spec, tracks)
+    checks += _declared(spec, tracks)
     totals = {run: Decimal(t["cost"]["total_usd"]) for run, t in tracks.items()}
     trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
     ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
@@ -478,4 +565,6 @@ def build_trial_report(
         "stand_in": any(t["stand_in"] for t in tracks.values()),
         "stopped_by": stopped.model_dump(mode="json") if stopped else None,
         "baseline": baseline_view,
+        "samples": _samples(tracks),
+        "declared": {"failure_recovery": spec.failure_recovery, "metrics": list(spec.evaluation.metrics)},
     }

@@ -131,6 +131,16 @@ class DataSpec(_Model):
         return _check_uri(value, info)
 
 
+EvalMetric = Literal["validation_loss", "perplexity", "exact_match"]
+# How the team expects a failed run to recover (the source document's task description): resume the same track
+# from its newest checkpoint, fall back to the GPU track from Trainium2's checkpoint, or restart from step 0.
+Recovery = Literal["resume_same_track", "gpu_fallback", "restart"]
+
+
+def _validation_loss_only() -> list[EvalMetric]:
+    return ["validation_loss"]
+
+
 class EvaluationSpec(_Model):
     interval_steps: PositiveInt
     prompts: Annotated[list[Annotated[str, Field(min_length=1, max_length=2000)]], Field(max_length=32)] = Field(
@@ -140,6 +150,24 @@ class EvaluationSpec(_Model):
     loss_tolerance: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.05, description="Largest acceptable relative gap between the tracks' final validation losses."
     )
+    metrics: Annotated[list[EvalMetric], Field(min_length=1, max_length=3)] = Field(
+        default_factory=_validation_loss_only,
+        description="What the report judges the tracks' outputs by: validation_loss (always, within "
+        "loss_tolerance), perplexity (exp of the validation loss, within loss_tolerance relative), exact_match "
+        "(the share of the fixed prompts whose greedy completions are identical across tracks, at least "
+        "min_exact_match; needs prompts)")
+    min_exact_match: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.8, description="With the exact_match metric: the share of prompts that must complete identically")
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_need_their_inputs(cls, metrics: list[EvalMetric], info: ValidationInfo) -> list[EvalMetric]:
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"{metrics} lists a metric twice; list each once")
+        if "exact_match" in metrics and not info.data.get("prompts"):
+            raise ValueError("exact_match compares the completions of evaluation.prompts: add prompts, or drop "
+                             "exact_match")
+        return metrics
 
 
 class FaultInjection(_Model):
@@ -220,6 +248,10 @@ class TrialSpec(_Model):
     tracks: Tracks
     workload: Workload = Field(default_factory=Workload)
     limits: Limits | None = None
+    failure_recovery: Recovery | None = Field(default=None, description=(
+        "How a failed run is expected to recover: resume_same_track (Batch retries the attempt, which resumes "
+        "from the newest checkpoint), gpu_fallback (Trainium2's checkpoint is resumed on the GPU track), or "
+        "restart (from step 0). The report checks the runs against it."))
     baseline_logs_uri: str | None = Field(default=None, description=(
         "The team's GPU baseline logs: a Hugging Face Trainer trainer_state.json, a dualtrack metrics.jsonl, or a "
         "CSV of step,loss[,eval_loss]. The report checks that the GPU track reproduces it (losses within "

@@ -30,7 +30,9 @@ CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_i
                "evaluation.interval_steps", "fault_injection.track", "fault_injection.at_step",
                # what the trainer would refuse: the tiny model's shape, LoRA targets, Batch's 60 s attempt minimum
                "model.config.hidden_size", "model.config.num_key_value_heads", "model.config.vocab_size",
-               "lora.target_modules", "limits.max_hours"}
+               "lora.target_modules", "limits.max_hours",
+               # a metric listed twice, or exact_match without the prompts it compares
+               "evaluation.metrics"}
 CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 

@@ -183,6 +183,7 @@ def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_
 
     resumed = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
     data = json.loads(EXAMPLE.read_text())
+    data.pop("failure_recovery")  # no run fails here: recovery would not be evidenced
     spec = parse_trial({**data, "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv"})
     summaries = {"gpu": [summary("gpu", 1.20, 1.25, **resumed)], "trn2": [summary("trn2", 1.21, 1.26, **resumed)]}
     costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
@@ -205,3 +206,62 @@ def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_
 
     unread = build_trial_report(spec, summaries, costs, baseline="could not be read (NoSuchKey: ...)")
     assert unread["comparison"]["verdict"] == "inconclusive" and unread["baseline"]["error"].startswith("could not")
+
+
+def _declaring(**fields: Any) -> Any:
+    data = json.loads(EXAMPLE.read_text())
+    evaluation = {**data["evaluation"], **fields.pop("evaluation", {})}
+    return parse_trial({**data, **fields, "evaluation": evaluation})
+
+
+def _sample(prompt: str, completion: str, tokens: list[int]) -> dict[str, Any]:
+    return {"prompt": prompt, "completion": completion, "token_ids": tokens}
+
+
+def test_the_report_judges_the_failure_recovery_the_trial_declared() -> None:
+    failed = summary("trn2", 2.0, 2.1, attempt=1, status="failed", exit_code=75)
+    resumed = summary("trn2", 1.21, 1.26, attempt=2, resumed_from_step=200,
+                      continuity={"global_step_continuous": True, "loss_continuous": True})
+    restarted = summary("trn2", 1.21, 1.26, attempt=2, start_step=0)
+    gpu = [summary("gpu", 1.20, 1.25)]
+    costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
+
+    def check(recovery: str, runs: dict[str, list[RunSummary]]) -> dict[str, Any]:
+        report = build_trial_report(_declaring(failure_recovery=recovery), {"gpu": gpu, **runs}, costs)
+        return next(c for c in report["acceptance"] if c["check"].startswith("failure recovery"))
+
+    assert check("resume_same_track", {"trn2": [failed, resumed]})["status"] == "pass"
+    assert check("restart", {"trn2": [failed, resumed]})["detail"] == "trn2 resumed from step 200 instead of restarting"
+    assert check("restart", {"trn2": [failed, restarted]})["status"] == "pass"
+    fallback = summary("gpu-fallback", 1.22, 1.27, resumed_from_step=200)
+    assert check("gpu_fallback", {"trn2": [failed, failed], "gpu-fallback": [fallback]})["status"] == "pass"
+    wrong = check("resume_same_track", {"trn2": [failed, failed], "gpu-fallback": [fallback]})
+    assert wrong["status"] == "fail" and "the GPU fallback ran" in wrong["detail"]
+    assert check("gpu_fallback", {"trn2": [summary("trn2", 1.21, 1.26)]})["status"] == "not_evidenced"
+
+
+def test_the_report_judges_the_metrics_the_trial_declared() -> None:
+    prompts = ["What is 12 plus 7?", "Capital of Japan?", "Name a prime."]
+    spec = _declaring(evaluation={"prompts": prompts, "metrics": ["validation_loss", "perplexity", "exact_match"],
+                                  "min_exact_match": 0.6})
+    gpu_samples = [_sample(prompts[0], " 19", [1, 2]), _sample(prompts[1], " Tokyo", [3]),
+                   _sample(prompts[2], " 7", [4])]
+    trn2_samples = [_sample(prompts[0], " 19", [1, 2]), _sample(prompts[1], " Tokyo", [3]),
+                    _sample(prompts[2], " 11", [5])]
+    costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.20, 1.25, final_samples=gpu_samples)],
+                                       "trn2": [summary("trn2", 1.21, 1.26, final_samples=trn2_samples)]}, costs)
+    checks = {c["check"]: c for c in report["acceptance"]}
+    assert checks["perplexity consistent with GPU"]["status"] == "pass"
+    assert checks["fixed prompts complete identically"]["status"] == "pass"
+    assert checks["fixed prompts complete identically"]["detail"].startswith("67% of 3 prompts identical")
+    assert report["samples"]["token_similarity"] == (1 + 1 + 0) / 3
+    assert report["declared"]["metrics"] == ["validation_loss", "perplexity", "exact_match"]
+
+    blank = [_sample(p, " " * 16, [0] * 16) for p in prompts]  # a stand-in that says nothing proves nothing
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.20, 1.25, final_samples=blank)],
+                                       "trn2": [summary("trn2", 1.21, 1.60, final_samples=blank)]}, costs)
+    checks = {c["check"]: c for c in report["acceptance"]}
+    assert checks["fixed prompts complete identically"]["status"] == "not_evidenced"
+    assert "3 of 3 completions empty or whitespace" in checks["fixed prompts complete identically"]["detail"]
+    assert checks["perplexity consistent with GPU"]["status"] == "fail"  # exp(1.60) against exp(1.25)

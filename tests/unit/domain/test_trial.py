@@ -58,6 +58,11 @@ def test_trial_id_is_deterministic_and_content_addressed(example_trial: dict[str
         (lambda d: d.update(max_steps=0), "max_steps", "greater than or equal to 1"),
         (lambda d: d.pop("data"), "data", "required"),
         (lambda d: d["tracks"]["trn2"].update(logical_nc_config=4), "tracks.trn2.logical_nc_config", "1"),
+        (lambda d: d.update(failure_recovery="pray"), "failure_recovery", "'resume_same_track'"),
+        (lambda d: d["evaluation"].update(metrics=["bleu"]), "evaluation.metrics[0]", "'perplexity'"),
+        (lambda d: d["evaluation"].update(metrics=["exact_match"]), "evaluation.metrics", "add prompts"),
+        (lambda d: d["evaluation"].update(metrics=["perplexity", "perplexity"]), "evaluation.metrics",
+         "lists a metric twice"),
     ],
 )
 def test_field_level_rejections(example_trial: dict[str, Any], mutate: Any, path: str, fragment: str) -> None:
