@@ -20,7 +20,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -192,6 +192,3 @@ def compare(baseline: Baseline, train: Mapping[int, float], evaluation: Mapping[
                               max_train_delta=train_delta, max_eval_delta=eval_delta, tolerance=tolerance,
                               reproduced=reproduced, detail=detail)
 
-
-def gpu_losses(points: Sequence[tuple[int, float]]) -> dict[int, float]:
-    return {int(step): float(loss) for step, loss in points}

@@ -49,11 +49,17 @@ class LimitGuard:
         self.settlement, self.workflow = settlement, workflow
         self._spend: dict[tuple[str, str], str] = {}
         self._stopped: set[str] = set()  # trials this environment has stopped (or found stopped)
+        self._parsed: dict[str, RunLimits] = {}  # limits are frozen at submission: parse them once
 
     def _limits(self, trial_id: str) -> tuple[dict[str, Any], RunLimits] | None:
+        """The trial item as this environment read it, and its frozen limits (parsed once per trial)."""
         item = self.settlement.trial(trial_id)
         raw = item.get("run_limits")
-        return (item, RunLimits.model_validate(raw)) if raw else None
+        if not raw:
+            return None
+        if trial_id not in self._parsed:
+            self._parsed[trial_id] = RunLimits.model_validate(raw)
+        return item, self._parsed[trial_id]
 
     def after_run_facts(self, trial_id: str, run: str, entries: list[L.LedgerEntry],
                         at: datetime) -> LimitCrossed | None:
