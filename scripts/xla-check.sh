@@ -3,6 +3,8 @@
 # on XLA:CPU. torch-neuronx is built on torch-xla, so this exercises the code the Trn2 track runs; only
 # neuronx-cc and the Neuron runtime are absent. The side venv is large (~7 GB: the torch-xla wheel pulls a
 # CUDA-enabled torch) and takes a few minutes to create the first time; later runs reuse it.
+# Creating it needs about 12 GiB free at the peak (about 4 GiB of wheels are held while a 7 GiB venv fills); on a machine with less
+# free disk the tier says so and skips, as the GPU tier does without a GPU, instead of failing half-installed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,9 +13,20 @@ PYTHON="${PYTHON:-python3}"
 STAMP="$VENV/.installed-torch-xla-2.9.0"
 
 cd "$ROOT"
+NEED_GIB="${XLA_VENV_NEED_GIB:-12}"
 if [[ ! -f "$STAMP" ]]; then
-  echo "creating $VENV (torch 2.9.0 + torch-xla 2.9.0)"
+  FREE_GIB=$(df -Pk "$(dirname "$VENV")" | awk 'NR==2 {print int($4 / 1048576)}')
+  if (( FREE_GIB < NEED_GIB )); then
+    echo "SKIPPED: the XLA tier needs about ${NEED_GIB} GiB free to create $VENV; $(dirname "$VENV") has ${FREE_GIB} GiB."
+    echo "Free some disk (or set XLA_VENV to a roomier place) and run 'make check-xla' again."
+    rm -rf "$VENV"
+    exit 0
+  fi
+  echo "creating $VENV (torch 2.9.0 + torch-xla 2.9.0; ${FREE_GIB} GiB free)"
+  rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
+  # No pip cache: it would keep a second copy of the multi-GB wheels on disk.
+  export PIP_NO_CACHE_DIR=1
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
   "$VENV/bin/python" -m pip install --quiet "torch==2.9.0" "torch-xla==2.9.0"
   "$VENV/bin/python" -m pip install --quiet "transformers>=4.46,<6" "peft>=0.13,<1" "safetensors>=0.4" \
