@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 
+from lambdas.domain.job_access import TOKEN_ENV
 from trainer import FAILURE_EXIT_CODE
 from trainer.backends import BACKENDS, default_backend
 from trainer.config import RUNS, UNSET, ConfigError, RunConfig
@@ -28,12 +29,18 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--trial-id", help="the trial (env DUALTRACK_TRIAL_ID)")
         p.add_argument("--compile-cache-url", help=f"Neuron compile cache (env NEURON_COMPILE_CACHE_URL); {UNSET!r} "
                        "for none")
+        p.add_argument("--run-token", help=f"this job's one-off token for its trial's credentials (env {TOKEN_ENV}; "
+                       f"set by the workflow); {UNSET!r} for none")
         p.add_argument("--quiet", action="store_true", help="no JSON progress lines on stdout")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.run_token and args.run_token != UNSET:
+        # A multi-node job gets its token as a job parameter (in its command); the ranks and the storage layer
+        # read it from the environment, like a single-node job's.
+        os.environ[TOKEN_ENV] = args.run_token
     try:
         cfg = RunConfig.resolve(spec=args.spec, track=args.track, run_dir=args.run_dir, backend=args.backend,
                                 resume_from=args.resume_from, run=args.run, progress=not args.quiet,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -13,16 +14,72 @@ class AlreadyExists(FileExistsError):
     """A write-once object (a checkpoint manifest) is already there."""
 
 
+class CredentialsRefused(RuntimeError):
+    """The plane's credentials function would not issue this job its trial's credentials (the reason is its own)."""
+
+
 @lru_cache(maxsize=1)
-def _s3() -> Any:
+def _default_s3() -> Any:
     import boto3  # lazy: local runs never need it
 
     return boto3.client("s3")
 
 
+@lru_cache(maxsize=1)
+def _scoped() -> tuple[str, Any] | None:
+    """(bucket, client) with this job's own credentials for the artifacts bucket, refreshed before they expire, when
+    the job definition names the plane's credentials function; None otherwise (a run outside AWS Batch, which uses
+    whatever credentials the environment has). See lambdas/domain/job_access.py."""
+    from lambdas.domain.job_access import FUNCTION_ENV, TOKEN_ENV
+
+    function = os.environ.get(FUNCTION_ENV)
+    if not function:
+        return None
+    job_id, token = os.environ.get("AWS_BATCH_JOB_ID"), os.environ.get(TOKEN_ENV)
+    if not job_id or not token:
+        raise CredentialsRefused(f"{FUNCTION_ENV} is set, so this job's artifacts need its own credentials, but "
+                                 f"{'AWS_BATCH_JOB_ID' if not job_id else TOKEN_ENV} is not set: the workflow sets "
+                                 f"{TOKEN_ENV} (or --run-token) on every job it submits")
+    import boto3
+    import botocore.session
+    from botocore.credentials import RefreshableCredentials
+
+    invoker = boto3.client("lambda")
+    issued: dict[str, Any] = {}
+
+    def fetch() -> dict[str, str]:
+        response = invoker.invoke(FunctionName=function,
+                                  Payload=json.dumps({"job_id": job_id, "token": token}).encode())
+        answer = json.loads(response["Payload"].read() or b"{}")
+        if response.get("FunctionError") or "credentials" not in answer:
+            reason = answer.get("error") or answer.get("errorMessage") or answer
+            raise CredentialsRefused(f"{function} refused this job's credentials: {reason}")
+        issued.update(answer)
+        c = answer["credentials"]
+        return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
+                "expiry_time": c["Expiration"]}
+
+    credentials = RefreshableCredentials.create_from_metadata(metadata=fetch(), refresh_using=fetch,
+                                                              method="dualtrack-job-credentials")
+    session = botocore.session.get_session()
+    session._credentials = credentials  # type: ignore[attr-defined]  # how botocore holds refreshable ones
+    client = boto3.Session(botocore_session=session).client("s3")
+    return str(issued["bucket"]), client
+
+
+def _s3(bucket: str) -> Any:
+    """The client for ``bucket``: this job's own credentials for the artifacts bucket, the job role's otherwise
+    (the compile cache, the teams' data buckets)."""
+    scoped = _scoped()
+    if scoped is not None and scoped[0] == bucket:
+        return scoped[1]
+    return _default_s3()
+
+
 def reset_clients() -> None:
     """Forget cached AWS clients (after credentials or endpoints change, e.g. between mocked tests)."""
-    _s3.cache_clear()
+    _default_s3.cache_clear()
+    _scoped.cache_clear()
 
 
 def is_s3(uri: str) -> bool:
@@ -48,7 +105,7 @@ def join(base: str, *parts: str) -> str:
 def read_bytes(uri: str) -> bytes:
     if is_s3(uri):
         bucket, key = split_s3(uri)
-        return _s3().get_object(Bucket=bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
+        return _s3(bucket).get_object(Bucket=bucket, Key=key)["Body"].read()  # type: ignore[no-any-return]
     return local_path(uri).read_bytes()
 
 
@@ -60,8 +117,8 @@ def exists(uri: str) -> bool:
     if is_s3(uri):
         bucket, key = split_s3(uri)
         try:
-            _s3().head_object(Bucket=bucket, Key=key)
-        except _s3().exceptions.ClientError:
+            _s3(bucket).head_object(Bucket=bucket, Key=key)
+        except _s3(bucket).exceptions.ClientError:
             return False
         return True
     return local_path(uri).exists()
@@ -70,7 +127,7 @@ def exists(uri: str) -> bool:
 def write_bytes(uri: str, data: bytes) -> None:
     if is_s3(uri):
         bucket, key = split_s3(uri)
-        _s3().put_object(Bucket=bucket, Key=key, Body=data)
+        _s3(bucket).put_object(Bucket=bucket, Key=key, Body=data)
         return
     path = local_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +140,7 @@ def write_once(uri: str, data: bytes) -> None:
     """Create ``uri`` only if absent (S3 ``IfNoneMatch="*"``, local ``O_EXCL``); raise AlreadyExists otherwise."""
     if is_s3(uri):
         bucket, key = split_s3(uri)
-        client = _s3()
+        client = _s3(bucket)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except client.exceptions.ClientError as exc:
@@ -110,7 +167,7 @@ def list_prefixes(uri: str) -> list[str]:
         bucket, key = split_s3(join(uri, ""))
         prefix = key if key.endswith("/") else f"{key}/"
         names: list[str] = []
-        for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        for page in _s3(bucket).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
             names += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", [])]
         return names
     path = local_path(uri)
@@ -123,7 +180,7 @@ def list_files(uri: str) -> dict[str, int]:
         bucket, key = split_s3(uri)
         prefix = key if key.endswith("/") or not key else f"{key}/"
         out: dict[str, int] = {}
-        for page in _s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for page in _s3(bucket).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
                 out[obj["Key"][len(prefix):]] = int(obj["Size"])
         return out

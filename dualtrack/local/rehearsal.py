@@ -26,7 +26,9 @@ from dualtrack.local.environment import overlay
 from dualtrack.local.moto_shims import emit_service_event, lambda_function
 from dualtrack.local.progress import Progress
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
+from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies
 from lambdas.domain import telemetry
+from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import EXECUTION_TERMINAL
 
@@ -54,6 +56,10 @@ class RehearsalResult:
     wall_s: float
     report: dict[str, Any] | None = None
     files: list[Path] = field(default_factory=list)
+    # The (trial, run) of every credentials session the jobs were issued, and each S3 request a session's policy
+    # refused (role, action, resource): a job reaches its own run's prefix only.
+    write_sessions: list[tuple[str, str]] = field(default_factory=list)
+    access_denied: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
@@ -67,6 +73,7 @@ class Rehearsal:
         self.progress = progress or Progress(quiet=options.quiet, max_steps=spec.max_steps)
         self.out = options.out
         self.state_dir = options.out / "state"
+        self.session_policies: SessionPolicies | None = None
 
     # ---- the whole run ------------------------------------------------------------------------------------
     def run(self) -> RehearsalResult:
@@ -107,7 +114,14 @@ class Rehearsal:
                                    queue_time_scale=QUEUE_TIME_SCALE)
                 router = EventRouter(invoke=self._invoke_arn,
                                      on_failure=lambda d, e: self.progress.warn(f"{d.rule}: handler failed: {e}"))
-                with batch.install(), moto_shims(lambdas=lambdas, batch=batch), router.install():
+                # A job's credentials are its own trial's: moto checks no policy, so the rehearsal holds the tagged
+                # sessions to the writer role's, as IAM does.
+                policies = SessionPolicies()
+                for role, statements in deployment.role_policies.items():
+                    policies.attach(role, statements)
+                self.session_policies = policies
+                with batch.install(), moto_shims(lambdas=lambdas, batch=batch), router.install(), \
+                        enforce_session_policies(policies):
                     try:
                         execution_arn = self._submit(deployment)
                         status = self._follow(execution_arn)
@@ -121,8 +135,12 @@ class Rehearsal:
                         router.join(timeout=60)
                         files = self._collect(execution_arn)
                         self._save_state()
+        sessions = self.session_policies.sessions.values() if self.session_policies else []
         result = RehearsalResult(trial_id=self.spec.trial_id, status=status, out=self.out,
-                                 wall_s=time.monotonic() - started, files=files)
+                                 wall_s=time.monotonic() - started, files=files,
+                                 write_sessions=sorted((s.tags.get(TRIAL_TAG, ""), s.tags.get(RUN_TAG, ""))
+                                                       for s in sessions),
+                                 access_denied=list(self.session_policies.denied) if self.session_policies else [])
         report_path = self.out / "report.json"
         if report_path.exists():
             result.report = json.loads(report_path.read_text())

@@ -35,7 +35,7 @@ _NAMED_TYPES = (*CREATED_TYPES, "AWS::Logs::LogGroup", "AWS::KMS::Key", "AWS::La
 
 
 _NAME_PROPERTY = {"AWS::Batch::JobQueue": "JobQueueName", "AWS::Batch::JobDefinition": "JobDefinitionName",
-                  "AWS::Batch::ComputeEnvironment": "ComputeEnvironmentName"}
+                  "AWS::Batch::ComputeEnvironment": "ComputeEnvironmentName", "AWS::Lambda::Function": "FunctionName"}
 
 
 class UnresolvableToken(ValueError):
@@ -71,6 +71,9 @@ class LocalDeployment:
     rules: list[LocalRule] = field(default_factory=list)
     topics: dict[str, str] = field(default_factory=dict)
     queues: dict[str, str] = field(default_factory=dict)  # logical id → queue URL
+    # Role name → its identity policies' statements, for the roles whose sessions carry tags (sts:TagSession in
+    # their trust policy): the local runtime holds those sessions' S3 access to them (session_policies.py).
+    role_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     resolver: TemplateResolver | None = None
 
     def function_environment(self, module: str) -> dict[str, str]:
@@ -275,7 +278,7 @@ def deploy_locally(assembly: Assembly, *, region: str = "us-east-1") -> LocalDep
         return clients[service]
 
     steps: list[Callable[[], None]] = [
-        lambda: _roles(resolver, client("iam")),
+        lambda: _roles(resolver, client("iam"), out),
         lambda: _buckets(resolver, client("s3"), region, out),
         lambda: _tables(resolver, client("dynamodb"), out),
         lambda: _queues_and_topics(resolver, client("sqs"), client("sns"), out),
@@ -289,10 +292,22 @@ def deploy_locally(assembly: Assembly, *, region: str = "us-east-1") -> LocalDep
     return out
 
 
-def _roles(resolver: TemplateResolver, iam: Any) -> None:
+def _roles(resolver: TemplateResolver, iam: Any, out: LocalDeployment) -> None:
+    tagged: dict[tuple[str, str], str] = {}
     for stack, logical_id, props in resolver.resources("AWS::IAM::Role"):
         policy = resolver.resolve(stack, props.get("AssumeRolePolicyDocument", {}))
-        iam.create_role(RoleName=resolver.refs[(stack, logical_id)], AssumeRolePolicyDocument=json.dumps(policy))
+        name = resolver.refs[(stack, logical_id)]
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(policy))
+        actions = {a for st in policy.get("Statement", []) if st.get("Effect") == "Allow"
+                   for a in ([st["Action"]] if isinstance(st.get("Action"), str) else st.get("Action", []))}
+        if "sts:TagSession" in actions:
+            tagged[(stack, logical_id)] = name
+    for stack, _, props in resolver.resources("AWS::IAM::Policy"):
+        for role in props.get("Roles", []):
+            role_name = tagged.get((stack, role.get("Ref", ""))) if isinstance(role, dict) else None
+            if role_name:
+                document = resolver.resolve(stack, props["PolicyDocument"])
+                out.role_policies.setdefault(role_name, []).extend(document.get("Statement", []))
 
 
 def _buckets(resolver: TemplateResolver, s3: Any, region: str, out: LocalDeployment) -> None:

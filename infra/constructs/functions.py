@@ -73,7 +73,8 @@ class FunctionFactory(Construct):
         self.functions: dict[str, lambda_.Function] = {}
 
     def function(self, module: str, *, timeout_s: int = 30, memory_mib: int = 512, asynchronous: bool = False,
-                 environment: Mapping[str, str] | None = None, description: str = "") -> lambda_.Function:
+                 environment: Mapping[str, str] | None = None, description: str = "",
+                 function_name: str | None = None) -> lambda_.Function:
         construct_id = "".join(part.capitalize() for part in module.split("_"))
         log_group = logs.LogGroup(self, f"{construct_id}Logs", retention=self._log_retention,
                                   encryption_key=self._log_key)
@@ -100,6 +101,7 @@ class FunctionFactory(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             description=description or f"dualtrack {module}",
+            function_name=function_name,
             environment=variables,
             retry_attempts=2 if asynchronous else None,
             on_failure=lambda_destinations.SqsDestination(self.async_failures) if asynchronous else None,

@@ -29,7 +29,7 @@ from constructs import Construct
 from infra.config import ComputeFamily, Track, batch_name
 from infra.constructs.batch_compute import QueueTarget
 from infra.constructs.nag import GrantFindings, acknowledge
-from lambdas.domain import telemetry
+from lambdas.domain import job_access, telemetry
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.vocabulary import FAULT_EXIT_CODE
 
@@ -48,7 +48,7 @@ TRAINER_COMMAND = ["launch"]
 # Parameters, never node overrides); Batch substitutes each Ref::name in the command. Optional ones default to
 # "none", which the trainer reads as not given.
 MULTI_NODE_PARAMETERS = {"spec_uri": "--spec", "run_dir": "--run-dir", "run": "--run", "trial_id": "--trial-id",
-                         "resume_from": "--resume-from"}
+                         "resume_from": "--resume-from", job_access.TOKEN_PARAMETER: "--run-token"}
 MULTI_NODE_DEFAULTS: dict[Track, dict[str, str]] = {"gpu": {"resume_from": "none"},
                                                      "trn2": {"resume_from": "none", "compile_cache_url": "none"}}
 
@@ -103,23 +103,29 @@ class JobTarget:
 
 class TrainerJobDefinitions(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, stage: str, track: Track, family: ComputeFamily,
-                 queues: dict[str, QueueTarget], artifacts: s3.IBucket, compile_cache: s3.IBucket,
+                 queues: dict[str, QueueTarget], compile_cache: s3.IBucket,
                  data_buckets: list[str], data_keys: list[str], retry_attempts: int,
                  attempt_timeout: cdk.Duration, log_retention: logs.RetentionDays, log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
         catalogue = load_catalogue()
         self.job_role = iam.Role(self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                                  description=f"dualtrack {track} trainer")
-        # Read and write, never delete: checkpoints and cache entries are append-only (manifest written last).
-        artifacts.grant_read(self.job_role, "trials/*")
-        artifacts.grant_put(self.job_role, "trials/*")
+        # No access to trials/ of its own: a job writes its own run's prefix only, with credentials the plane's
+        # credentials function issues to it (lambdas/domain/job_access.py). Compile-cache entries are shared by
+        # design: read and write, never delete (manifest written last).
+        credentials_function = job_access.function_name(stage)
+        self.job_role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["lambda:InvokeFunction"],
+            resources=[cdk.Stack.of(self).format_arn(service="lambda", resource="function",
+                                                     resource_name=credentials_function,
+                                                     arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)]))
         compile_cache.grant_read(self.job_role, "neuron/*")
         compile_cache.grant_put(self.job_role, "neuron/*")
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": telemetry.NAMESPACE}},
         ))
-        findings = (GrantFindings(self.job_role).kms().s3_read(artifacts, "trials/*").s3_put(artifacts, "trials/*")
+        findings = (GrantFindings(self.job_role).kms()
                     .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))
         if data_buckets:
             # Teams' datasets and weights: read-only, whole bucket (the API refuses URIs outside these buckets).
@@ -145,7 +151,7 @@ class TrainerJobDefinitions(Construct):
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, encryption_key=log_key)
         image = trainer_image(self, track, family)
         environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": BACKENDS[track],
-                       "PYTHONUNBUFFERED": "1"}
+                       job_access.FUNCTION_ENV: credentials_function, "PYTHONUNBUFFERED": "1"}
 
         def container(construct_id: str, instance_type: str, *, efa: bool,
                       command: list[str] | None = None) -> batch.EcsEc2ContainerDefinition:

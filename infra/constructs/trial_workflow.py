@@ -33,6 +33,7 @@ from constructs import Construct
 
 from infra.config import Track
 from infra.constructs.nag import acknowledge, arn_prefix
+from lambdas.domain import job_access
 
 # SubmitJob errors worth another try: Batch's transient server errors, and its throttle. Batch allows 50 SubmitJob
 # calls a second per account, a fixed limit, and answers over it with 429 TooManyRequestsException ("How do I
@@ -40,6 +41,8 @@ from infra.constructs.nag import acknowledge, arn_prefix
 # names Batch.TooManyRequestsException: a burst of submissions (docs/capacity.md) backs off instead of failing.
 BATCH_RETRY_ERRORS = ["Batch.AWSBatchException", "Batch.ServerException", "Batch.TooManyRequestsException"]
 JsonPath = sfn.JsonPath
+# Each job's one-off token (a v4 UUID; Step Functions' intrinsic functions page, States.UUID).
+RUN_TOKEN = "States.UUID()"
 # The rule Step Functions manages to learn when a .sync Batch job ends (Step Functions' Batch IAM page).
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForBatchJobsRule"
 
@@ -172,9 +175,13 @@ class TrialWorkflow(Construct):
             "DUALTRACK_TRACK": track,
             "DUALTRACK_SPEC_URI": "$.spec_uri",
             "DUALTRACK_RUN_DIR": run_dir,
+            # One-off per submission: the job proves with it that it is this job when it asks for credentials to
+            # its own trial's prefix (lambdas/domain/job_access.py). Only the job and Batch's DescribeJobs see it.
+            job_access.TOKEN_ENV: RUN_TOKEN,
             **(extra_env or {}),
         }
         job_parameters = {"spec_uri": "$.spec_uri", "run_dir": run_dir, "run": run, "trial_id": "$.trial_id",
+                          job_access.TOKEN_PARAMETER: RUN_TOKEN,
                           **({"resume_from": extra_env["DUALTRACK_RESUME_FROM"]}
                              if extra_env and "DUALTRACK_RESUME_FROM" in extra_env else {}),
                           **({"compile_cache_url": extra_env["NEURON_COMPILE_CACHE_URL"]}
@@ -188,11 +195,11 @@ class TrialWorkflow(Construct):
         }
         parameters = {
             "single": {**common, "ContainerOverrides": {"Environment": [
-                {"Name": name, "Value.$": value} if value.startswith("$") else {"Name": name, "Value": value}
+                {"Name": name, "Value.$": value} if _dynamic(value) else {"Name": name, "Value": value}
                 for name, value in environment.items()
             ]}},
             "multi": {**common, "Parameters": {
-                (f"{name}.$" if value.startswith("$") else name): value for name, value in job_parameters.items()
+                (f"{name}.$" if _dynamic(value) else name): value for name, value in job_parameters.items()
             }},
         }
         states: dict[str, sfn.CustomState] = {}
@@ -257,3 +264,8 @@ class TrialWorkflow(Construct):
         return (sfn.Choice(self, "Trn2Track")
                 .when(sfn.Condition.boolean_equals("$.plan.trn2", True), trn2)
                 .otherwise(skipped))
+
+
+def _dynamic(value: str) -> bool:
+    """A value Step Functions evaluates (a JSONPath or an intrinsic function): its key takes the ``.$`` suffix."""
+    return value.startswith("$") or value.startswith("States.")

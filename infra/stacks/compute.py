@@ -40,7 +40,7 @@ class ComputeStack(cdk.Stack):
             self.jobs[track] = TrainerJobDefinitions(
                 self, f"{track.capitalize()}Jobs", stage=config.name, track=track, family=family,
                 queues=self.capacity[track].targets,
-                artifacts=storage.artifacts, compile_cache=storage.compile_cache,
+                compile_cache=storage.compile_cache,
                 data_buckets=config.data_buckets, data_keys=config.data_kms_key_arns,
                 retry_attempts=config.max_attempts, attempt_timeout=attempt_timeout,
                 log_retention=retention, log_key=self.log_key,

@@ -18,11 +18,12 @@ from infra.constructs.event_rules import TrialEventRules
 from infra.constructs.functions import FunctionFactory
 from infra.constructs.job_definitions import JobTarget
 from infra.constructs.monitoring import TrialMonitoring
-from infra.constructs.nag import GrantFindings, acknowledge, arn_prefix
+from infra.constructs.nag import GrantFindings, acknowledge, arn_prefix, arn_ref
 from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
 from infra.constructs.trial_api import TrialApi
 from infra.constructs.trial_workflow import TrialWorkflow
+from lambdas.domain import job_access
 
 
 class ControlStack(cdk.Stack):
@@ -84,6 +85,7 @@ class ControlStack(cdk.Stack):
                            environment={"COST_REPORT_PERIOD": config.cost_report_period,
                                         "GOVERNANCE": api_environment["GOVERNANCE"]})
         api_fn = make("on_trial_api", timeout_s=29, description="trial API", environment=api_environment)
+        self.writer_role, self.credentials_function = self._job_credentials(config, storage, make)
 
         self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,
                                 on_job=on_job, on_artifact=on_artifact, cost_report=cost_report, api_fn=api_fn)
@@ -134,6 +136,58 @@ class ControlStack(cdk.Stack):
         cdk.CfnOutput(self, "ApiUrl", value=self.api.api.url)
         cdk.CfnOutput(self, "StateMachineArn", value=machine.state_machine_arn)
         cdk.CfnOutput(self, "ReportTopicArn", value=self.topic.topic_arn)
+
+    def _job_credentials(self, config: StageConfig, s: TrialStorage,
+                         make: Any) -> tuple[iam.Role, lambda_.Function]:
+        """The trial writer role and the function that issues its credentials to training jobs (see
+        lambdas/domain/job_access.py). The job roles (compute stack) have no access to trials/ of their own: they
+        may only invoke this function, which has a fixed name so they can name it without a cross-stack reference.
+        """
+        placeholder = "arn:aws:iam::000000000000:role/placeholder"
+        vend = make("vend_job_credentials", timeout_s=10, function_name=job_access.function_name(config.name),
+                    description="training job → credentials for its own trial and run",
+                    # The response is credentials: never copy it into a trace.
+                    environment={"WRITER_ROLE_ARN": placeholder, "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"})
+        assert vend.role is not None
+        writer = iam.Role(
+            self, "TrialWriterRole",
+            description="dualtrack training job: its own trial's prefix (issued with trial and run session tags)",
+            assumed_by=iam.SessionTagsPrincipal(iam.ArnPrincipal(vend.role.role_arn)),
+            max_session_duration=cdk.Duration.hours(1),
+        )
+        vend.add_environment("WRITER_ROLE_ARN", writer.role_arn)
+        # A session is issued only with both tags, so every policy variable below has a value.
+        trust = writer.assume_role_policy
+        assert trust is not None
+        trust.add_statements(iam.PolicyStatement(
+            effect=iam.Effect.DENY, actions=["sts:AssumeRole", "sts:TagSession"],
+            principals=[iam.ArnPrincipal(vend.role.role_arn)],
+            conditions={"Null": {f"aws:RequestTag/{job_access.TRIAL_TAG}": "true",
+                                 f"aws:RequestTag/{job_access.RUN_TAG}": "true"}}))
+        trial = f"${{aws:PrincipalTag/{job_access.TRIAL_TAG}}}"
+        run = f"${{aws:PrincipalTag/{job_access.RUN_TAG}}}"
+        bucket = s.artifacts.bucket_arn
+        writer.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:PutObject"], resources=[f"{bucket}/trials/{trial}/{run}/*"]))
+        writer.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:GetObject"], resources=[f"{bucket}/trials/{trial}/*"]))
+        writer.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[bucket],
+            conditions={"StringLike": {"s3:prefix": [f"trials/{trial}/*"]}}))
+        s.key.grant(writer, "kms:Decrypt", "kms:GenerateDataKey")  # the bucket's SSE-KMS key
+        reason = ("objects under the one trial (and, for writes, run) that the session is tagged with: STS session "
+                  "tags the credentials function sets after it has verified the job")
+        (GrantFindings(writer)
+         .wildcard(f"Resource::{arn_ref(writer, s.artifacts)}/trials/<aws:PrincipalTag/{job_access.TRIAL_TAG}>/"
+                   f"<aws:PrincipalTag/{job_access.RUN_TAG}>/*", reason)
+         .wildcard(f"Resource::{arn_ref(writer, s.artifacts)}/trials/<aws:PrincipalTag/{job_access.TRIAL_TAG}>/*",
+                   reason))
+        vend.role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["sts:AssumeRole", "sts:TagSession"], resources=[writer.role_arn]))
+        s.trials.grant_read_data(vend)
+        GrantFindings(vend.role).xray().table_indexes(s.trials)
+        self._grant_batch_describe(vend)
+        return writer, vend
 
     def _grant_data_access(self, s: TrialStorage, *, resolve: lambda_.Function, close: lambda_.Function,
                            report: lambda_.Function, status: lambda_.Function, on_job: lambda_.Function,

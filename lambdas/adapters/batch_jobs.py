@@ -3,6 +3,8 @@ builds once per execution environment) and the job as DescribeJobs reports it.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from lambdas.adapters.aws import client
 from lambdas.domain.events import BatchJobStateChangeDetail
 
@@ -24,6 +26,11 @@ class BatchJobsApi:
         state-change event has been delivered; reading the job itself makes the ledger complete without waiting."""
         jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
         return BatchJobStateChangeDetail.model_validate(jobs[0]) if jobs else None
+
+    def describe_job(self, job_id: str) -> dict[str, Any] | None:
+        """The ``JobDescriptions`` port: the job as DescribeJobs returns it (status, container, parameters, tags)."""
+        jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
+        return dict(jobs[0]) if jobs else None
 
 
 def queue_instance_type(job_queue_arn: str) -> str | None:

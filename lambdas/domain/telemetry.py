@@ -24,6 +24,9 @@ EVENTS_REJECTED = "EventsRejected"
 # A running trial stopped by the plane because it crossed one of its limits (the log line names the limit: max_usd,
 # failed_retries_per_run, write_bytes, write_requests); counted by the call whose conditional write stopped it.
 TRIALS_STOPPED_AT_LIMIT = "TrialsStoppedAtLimit"
+# A job asked for its trial's write credentials and was refused (unknown or finished job, wrong token, a trial the
+# plane does not hold or that has ended); the log line gives the reason (Count).
+JOB_CREDENTIALS_REFUSED = "JobCredentialsRefused"
 
 # Run outcomes are recorded by the run-events function, or first by the workflow's cost step when it reconciles a
 # job whose terminal event has not arrived yet; compile-cache use by whichever event function first counts a
@@ -37,6 +40,7 @@ EMITTERS: dict[str, tuple[str, ...]] = {
     CACHE_FAILURES: ("on_batch_job_state", "on_artifact_created"),
     EVENTS_REJECTED: ("on_batch_job_state", "on_artifact_created"),
     TRIALS_STOPPED_AT_LIMIT: ("on_batch_job_state", "on_artifact_created"),
+    JOB_CREDENTIALS_REFUSED: ("vend_job_credentials",),
 }
 RUN_OUTCOMES = {"SUCCEEDED": RUNS_SUCCEEDED, "FAILED": RUNS_FAILED}
 CACHE_OUTCOMES = {"hit": CACHE_HITS, "miss": CACHE_MISSES, "failed": CACHE_FAILURES}

@@ -45,3 +45,8 @@ def count_limit_stop(limit: str, **context: str | None) -> None:
     """A running trial stopped at one of its limits: logged with the limit, and counted."""
     logger.warning("trial stopped at a limit", extra={"limit": limit, **context})
     metrics.add_metric(name=telemetry.TRIALS_STOPPED_AT_LIMIT, unit=MetricUnit.Count, value=1)
+
+
+def count_refused_credentials(reason: str, **context: str | None) -> None:
+    logger.warning("job credentials refused", extra={"reason": reason, **context})
+    metrics.add_metric(name=telemetry.JOB_CREDENTIALS_REFUSED, unit=MetricUnit.Count, value=1)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lambdas.domain.governance import Governance
+from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
 from lambdas.domain.periods import Period
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -150,6 +151,16 @@ class CostReportSettings(LedgerSettings):
     @classmethod
     def _json_governance(cls, value: Any) -> Any:
         return _json_text(value)
+
+
+class CredentialSettings(_Settings):
+    TRIALS_TABLE: str = _name("name of the DynamoDB trials table (pk trial_id)")
+    ARTIFACTS_BUCKET: str = _name("name of the artifacts bucket holding trials/<id>/...")
+    WRITER_ROLE_ARN: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$",
+                                 description="ARN of the trial writer role a job's credentials are issued for")
+    CREDENTIALS_DURATION_S: int = Field(default=MAX_SESSION_S, ge=MIN_SESSION_S, le=MAX_SESSION_S,
+                                        description="lifetime of a job's credentials in seconds (STS allows 900 "
+                                        "to 3600 for a chained role session); the trainer refreshes them")
 
 
 S = TypeVar("S", bound=_Settings)

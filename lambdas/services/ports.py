@@ -158,3 +158,17 @@ class Notifier(Protocol):
     def publish(self, subject: str, message: str) -> str:
         """Send a message; returns its id."""
         ...
+
+
+class JobDescriptions(Protocol):
+    def describe_job(self, job_id: str) -> dict[str, Any] | None:
+        """The job exactly as DescribeJobs returns it (its status, container environment, parameters and tags),
+        or None when Batch does not know it."""
+        ...
+
+
+class WriterRole(Protocol):
+    def assume(self, *, session_name: str, tags: dict[str, str], duration_s: int) -> dict[str, str]:
+        """Temporary credentials of the trial writer role carrying ``tags`` as session tags: AccessKeyId,
+        SecretAccessKey, SessionToken and Expiration (ISO 8601)."""
+        ...

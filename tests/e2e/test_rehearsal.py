@@ -75,6 +75,10 @@ def test_both_tracks_succeed_and_write_every_output(rehearsals: dict[str, tuple[
     for name in ("report.json", "report.md", "report.html", "ledger.json", "execution-history.json"):
         assert (result.out / name).stat().st_size > 0, name
     assert "-> RunTracks" in printed and "fault injected after step 6" in printed
+    # Every job wrote with its own run's credentials (the writer role, tagged by the credentials function), and
+    # nothing it did was outside them.
+    assert {run for trial, run in result.write_sessions if trial == result.trial_id} == {"gpu", "trn2"}
+    assert result.access_denied == []
 
 
 def test_faulted_track_resumed_with_continuity_and_rerun_cost(

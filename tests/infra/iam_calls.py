@@ -165,13 +165,22 @@ def _client_literal(node: ast.AST) -> str | None:
 def _scan_calls(module: Module) -> None:
     rel = str(module.path.relative_to(ROOT))
     factories: dict[str, str] = {}
-    for top in module.tree.body:
-        if isinstance(top, ast.FunctionDef):
-            for ret in ast.walk(top):
-                if isinstance(ret, ast.Return) and ret.value is not None:
-                    service = _client_literal(ret.value)
-                    if service:
-                        factories[top.name] = service
+    # A factory returns a client literal, or what another factory returns (``return _default_s3()``).
+    changed = True
+    while changed:
+        changed = False
+        for top in module.tree.body:
+            if isinstance(top, ast.FunctionDef) and top.name not in factories:
+                for ret in ast.walk(top):
+                    if isinstance(ret, ast.Return) and ret.value is not None:
+                        service = _client_literal(ret.value)
+                        if service is None and isinstance(ret.value, ast.Call) and isinstance(ret.value.func,
+                                                                                             ast.Name):
+                            service = factories.get(ret.value.func.id)
+                        if service:
+                            factories[top.name] = service
+                            changed = True
+                            break
 
     def literal_or_factory(expr: ast.AST) -> str | None:
         service = _client_literal(expr)
@@ -406,6 +415,10 @@ S3_KMS = "https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingKMSEncrypti
 DYNAMODB_ACTIONS = "https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html"
 DYNAMODB_TRANSACTIONS = "https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html"
 SNS_KMS = "https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#sns-what-permissions-for-sse"
+# Lambda's Invoke API is authorized by the action lambda:InvokeFunction ("Actions defined by AWS Lambda").
+LAMBDA_ACTIONS = "https://docs.aws.amazon.com/service-authorization/latest/reference/list_awslambda.html"
+# AssumeRole with session tags also needs sts:TagSession ("Permissions required to add session tags").
+SESSION_TAGS = "https://docs.aws.amazon.com/IAM/latest/UserGuide/id_session-tags.html#id_session-tags_permissions-required"
 SERVICE_AUTHORIZATION = "https://docs.aws.amazon.com/service-authorization/latest/reference/reference_policies_actions-resources-contextkeys.html"
 
 # boto3 client name -> IAM service prefix ("Service Authorization Reference": one page per service).
@@ -452,7 +465,11 @@ def required_actions(call: Call, *, kms_buckets: bool, kms_topic: bool) -> list[
         return [Required(TRANSACT_ITEM_ACTIONS[k], DYNAMODB_TRANSACTIONS) for k in sorted(kinds)]
     if call.service == "dynamodb" and op == "TransactGetItems":
         return [Required("dynamodb:GetItem", DYNAMODB_TRANSACTIONS)]
+    if call.service == "lambda" and op == "Invoke":
+        return [Required("lambda:InvokeFunction", LAMBDA_ACTIONS)]
     out = [Required(f"{prefix}:{op}", DYNAMODB_ACTIONS if prefix == "dynamodb" else SERVICE_AUTHORIZATION)]
+    if call.service == "sts" and op == "AssumeRole" and "Tags" in call.keywords:
+        out.append(Required("sts:TagSession", SESSION_TAGS))
     if call.service == "sns" and op == "Publish" and kms_topic:
         out += [Required("kms:GenerateDataKey", SNS_KMS), Required("kms:Decrypt", SNS_KMS)]
     return out

@@ -123,7 +123,8 @@ def test_job_command_runs_the_trainer_under_the_image_entrypoint(compute_of: dic
                           [r["Container"] for r in properties["NodeProperties"]["NodeRangeProperties"]])
             defaults = properties.get("Parameters") or {}
             submitted = {"spec_uri": "s3://b/trials/t/spec.json", "run_dir": "s3://b/trials/t/gpu", "run": "gpu",
-                         "trial_id": "t", "compile_cache_url": "s3://c/neuron/x/"}
+                         "trial_id": "t", "compile_cache_url": "s3://c/neuron/x/",
+                         "run_token": "0b7e7f0c-3f1e-4c1a-9d55-6a0f3f7f9d2e"}
             for container in containers:
                 # Batch substitutes Ref::name from the submission's parameters over the definition's defaults
                 # (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters);

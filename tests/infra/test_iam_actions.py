@@ -402,6 +402,8 @@ def test_mapping_exceptions() -> None:
                                                          "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem"}
     assert actions("stepfunctions", "StartExecution") == {"states:StartExecution"}
     assert actions("sns", "Publish", kms_topic=True) == {"sns:Publish", "kms:GenerateDataKey", "kms:Decrypt"}
+    assert actions("lambda", "Invoke") == {"lambda:InvokeFunction"}
+    assert actions("sts", "AssumeRole", frozenset({"RoleArn", "Tags"})) == {"sts:AssumeRole", "sts:TagSession"}
 
 
 def test_handlers_reach_only_what_they_use() -> None:
@@ -415,12 +417,14 @@ def test_handlers_reach_only_what_they_use() -> None:
     # Following imports name by name keeps a small task from reaching every adapter through wiring.
     assert not {"stepfunctions:StartExecution", "sns:Publish", "s3:PutObject"} & ops("set_trial_status")
     trainer = {f"{c.service}:{c.operation}" for c in iam_calls.trainer_calls()}
-    assert {"s3:GetObject", "s3:PutObject", "s3:ListObjectsV2", "cloudwatch:PutMetricData"} <= trainer
+    assert {"s3:GetObject", "s3:PutObject", "s3:ListObjectsV2", "cloudwatch:PutMetricData", "lambda:Invoke"} <= trainer
+    assert {"batch:DescribeJobs", "sts:AssumeRole", "dynamodb:GetItem"} <= ops("vend_job_credentials")
+    assert not {"s3:PutObject", "stepfunctions:StartExecution"} & ops("vend_job_credentials")
 
 
 def test_lambda_roles_grant_every_call(templates: dict[str, dict[str, Any]]) -> None:
     needs = function_needs(templates)
-    assert len({n.principal for n in needs}) == 8
+    assert len({n.principal for n in needs}) == 9
     gaps = _unexpected(missing(templates, needs))
     assert not gaps, _report(gaps)
 
@@ -483,9 +487,12 @@ def test_checker_flags_a_removed_state_machine_grant(templates: dict[str, dict[s
     assert action in {n.action for n in missing(mutated, state_machine_needs(mutated))}
 
 
-def test_checker_flags_a_removed_job_role_grant(templates: dict[str, dict[str, Any]]) -> None:
-    need = next(n for n in job_role_needs(templates) if n.action == "s3:ListBucket")
-    mutated = _without(templates, need.template, need.role, "s3:ListBucket")
+@pytest.mark.parametrize(("action", "operation"), [("s3:ListBucket", "ListObjectsV2"),
+                                                   ("lambda:InvokeFunction", "Invoke")])
+def test_checker_flags_a_removed_job_role_grant(templates: dict[str, dict[str, Any]], action: str,
+                                                operation: str) -> None:
+    need = next(n for n in job_role_needs(templates) if n.action == action)
+    mutated = _without(templates, need.template, need.role, action)
     flagged = [n for n in missing(mutated, job_role_needs(mutated)) if n.role == need.role]
-    assert {n.site for n in flagged if n.action == "s3:ListBucket"} == {
-        c.site for c in iam_calls.trainer_calls() if c.operation == "ListObjectsV2"}
+    assert {n.site for n in flagged if n.action == action} == {
+        c.site for c in iam_calls.trainer_calls() if c.operation == operation}

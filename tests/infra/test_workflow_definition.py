@@ -89,6 +89,8 @@ def test_gpu_branch(control: dict[str, Any]) -> None:
         {"Name": "DUALTRACK_TRACK", "Value": "gpu"},
         {"Name": "DUALTRACK_SPEC_URI", "Value.$": "$.spec_uri"},
         {"Name": "DUALTRACK_RUN_DIR", "Value.$": "$.run_dirs.gpu"},
+        # Evaluated per submission: each job's own token for its trial's credentials.
+        {"Name": "DUALTRACK_RUN_TOKEN", "Value.$": "States.UUID()"},
     ]
     assert submit["Catch"][0]["Next"] == "GpuRunFailed"
 
@@ -110,7 +112,7 @@ def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
     env = _environment(fallback)
     assert env == {"DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "gpu-fallback", "DUALTRACK_TRACK": "gpu",
                    "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.run_dirs['gpu-fallback']",
-                   "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
+                   "DUALTRACK_RUN_TOKEN": "States.UUID()", "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
     assert fallback["Parameters"]["JobQueue.$"] == "$.jobs.fallback.queue"
     assert fallback["Parameters"]["JobDefinition.$"] == "$.jobs.fallback.definition"
     assert fallback["ResultSelector"]["fallback"] is True and fallback["Retry"] == [BATCH_RETRY]
@@ -135,6 +137,6 @@ def test_multi_node_runs_pass_their_settings_as_job_parameters(control: dict[str
         run = single["Tags"]["dualtrack:run"]
         assert multi["Parameters"] == {"spec_uri.$": "$.spec_uri", "run": run, "trial_id.$": "$.trial_id",
                                        "run_dir.$": _environment(states[f"Submit{prefix}Job"])["DUALTRACK_RUN_DIR"],
-                                       **extra}
+                                       "run_token.$": "States.UUID()", **extra}
         assert {k: v for k, v in multi.items() if k != "Parameters"} == {
             k: v for k, v in single.items() if k != "ContainerOverrides"}

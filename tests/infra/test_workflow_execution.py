@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -223,6 +224,8 @@ def test_multi_node_trial_submits_the_definition_for_its_node_count(prod_assembl
         assert job.job_definition.type == "multinode"
         assert job.job_definition.name == "dualtrack-prod-trn2-trn2-48xlarge-multi-2"
         assert job.job_definition.node_properties["numNodes"] == 2
+        token = job.parameters.pop("run_token")
+        assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", token)
         assert job.parameters == {"spec_uri": payload["spec_uri"], "run_dir": RUN_DIRS["trn2"], "run": "trn2",
                                   "trial_id": TRIAL, "compile_cache_url": "s3://cache/neuron/llama/2.26/abc/",
                                   "resume_from": "none"}

@@ -88,6 +88,23 @@ def test_trials_are_created_once_updated_only_when_present_and_listed_in_pages(f
     assert sorted(item["trial_id"] for item in trials.iter_all()) == [f"t-{n}" for n in range(1, 5)]
 
 
+def test_trial_tallies_add_to_counters_that_start_at_zero_and_set_in_the_same_write(flavour: str) -> None:
+    """``ADD`` on an attribute the item lacks starts it at 0, ``SET`` and ``ADD`` apply in one UpdateItem, and
+    ``ReturnValues=ALL_NEW`` returns the whole item after it (DynamoDB developer guide, "Update expressions",
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.UpdateExpressions.html); the
+    ``attribute_exists`` condition keeps a tally from creating a trial that is not there."""
+    trials: Trials = _aws("trials")() if flavour == "aws" else fakes.InMemoryTrials()
+    assert trials.create({"trial_id": "t-1", "status": "SUBMITTED"}) is True
+    after = trials.tally("t-1", add={"written_objects": 1, "written_bytes": 2048})
+    assert after is not None and after["written_objects"] == 1 and after["written_bytes"] == 2048
+    after = trials.tally("t-1", set_fields={"spend_usd#gpu": "1.25"}, add={"written_objects": 2})
+    assert after == {"trial_id": "t-1", "status": "SUBMITTED", "written_objects": 3, "written_bytes": 2048,
+                     "spend_usd#gpu": "1.25"}
+    assert trials.tally("t-1", set_fields={"spend_usd#gpu": "2.50"}) == {**after, "spend_usd#gpu": "2.50"}
+    assert trials.tally("t-missing", add={"written_objects": 1}) is None
+    assert trials.get("t-missing") is None
+
+
 def test_objects_written_if_absent_are_never_overwritten(flavour: str) -> None:
     objects: Objects = _aws("artifacts")() if flavour == "aws" else fakes.InMemoryObjects()
     assert objects.put_json("trials/t-1/spec.json", {"b": 1, "a": [1, 2]}, if_absent=True) is True

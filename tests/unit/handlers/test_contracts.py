@@ -70,6 +70,7 @@ def test_every_handler_imports_without_environment_or_clients() -> None:
         "build_trial_report",
         "set_trial_status",
         "scheduled_cost_report",
+        "vend_job_credentials",
     }
 
 
@@ -84,6 +85,6 @@ def test_every_handler_checks_its_settings_before_anything_else(name: str, monke
         monkeypatch.delenv(variable, raising=False)
     reset_environment()
     module = importlib.import_module(f"lambdas.handlers.{name}")
-    with pytest.raises(SettingsInvalid, match=r"LEDGER_TABLE: .*DynamoDB ledger table"):
+    with pytest.raises(SettingsInvalid, match=r"(LEDGER|TRIALS)_TABLE: .*DynamoDB (ledger|trials) table"):
         module.handler({}, None)
     assert module.compose.cache_info().currsize == 0

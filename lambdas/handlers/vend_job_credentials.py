@@ -1,0 +1,48 @@
+"""Job task: a training job's credentials for its own trial's prefix (invoked by the trainer, synchronously).
+
+The answer is the writer role's credentials with where they may write, or ``{"error": reason}`` for a job that
+cannot prove it is the job the workflow started (logged with the reason and counted, never retried: the trainer
+stops with the reason). See :mod:`lambdas.services.job_credentials`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from lambdas.adapters.batch_jobs import BatchJobsApi
+from lambdas.adapters.trials_table import DynamoTrials
+from lambdas.adapters.writer_role import StsWriterRole
+from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import count_refused_credentials, logger
+from lambdas.runtime.settings import CredentialSettings, per_environment, settings_for
+from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequest, vend
+
+
+@per_environment
+def compose() -> tuple[BatchJobsApi, DynamoTrials, StsWriterRole]:
+    settings = settings_for(CredentialSettings)
+    return BatchJobsApi(), DynamoTrials(settings.TRIALS_TABLE), StsWriterRole(settings.WRITER_ROLE_ARN)
+
+
+@lambda_handler(CredentialSettings)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    try:
+        request = CredentialsRequest.model_validate(event)
+    except ValidationError as exc:
+        fields = ", ".join(sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})) or "the request"
+        reason = f"malformed request ({fields}): send {{\"job_id\": AWS_BATCH_JOB_ID, \"token\": DUALTRACK_RUN_TOKEN}}"
+        count_refused_credentials(reason)
+        return {"error": reason}
+    jobs, trials, writer = compose()
+    settings = settings_for(CredentialSettings)
+    try:
+        answer = vend(request, jobs=jobs, trials=trials, writer=writer, bucket=settings.ARTIFACTS_BUCKET,
+                      duration_s=settings.CREDENTIALS_DURATION_S)
+    except CredentialsRefused as exc:
+        count_refused_credentials(exc.reason, job_id=request.job_id)
+        return {"error": exc.reason}
+    logger.info("job credentials issued", extra={"job_id": request.job_id, "trial_id": answer["trial_id"],
+                                                 "run": answer["run"]})
+    return answer
