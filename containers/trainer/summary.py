@@ -21,6 +21,8 @@ from trainer.faults import FaultPlan
 from trainer.metrics import read_step_losses
 
 MAX_PER_STEP_POINTS = 2000
+WARMUP_STEPS = 2  # steady-state step times start after these (the compile step is never among them)
+MAX_STEP_TIMES = 4096
 ATTEMPT_DIR = re.compile(r"^attempt-(\d+)$")
 HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 # Relative loss gap between a re-run step and its first run that still counts as continuous. Stand-ins are
@@ -123,6 +125,17 @@ def _points(values: dict[int, float]) -> tuple[list[list[float]], bool]:
     return [[s, v] for s, v in kept], True
 
 
+def steady_step_times(step_times: list[float]) -> list[float]:
+    """The attempt's steady-state optimizer-step times, the sample the report's intervals are bootstrapped from:
+    the first step (compile) is never in ``step_times``; the next WARMUP_STEPS (caches, allocator, autotuning
+    settling) are left out too; evenly thinned to at most MAX_STEP_TIMES."""
+    steady = step_times[WARMUP_STEPS:]
+    if len(steady) > MAX_STEP_TIMES:
+        stride = -(-len(steady) // MAX_STEP_TIMES)
+        steady = steady[::stride]
+    return [round(t, 6) for t in steady]
+
+
 def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
     """The registry's key: the last segment of the cache URL it handed out, else computed from the spec."""
     if track != "trn2" or spec.tracks.trn2 is None:
@@ -189,6 +202,7 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
         "phases": {k: round(v, 6) for k, v in phases.items()},
         "throughput": {"tokens_per_s": tokens / train_s if train_s > 0 else None,
                        "step_time_s": statistics.median(inputs.step_times) if inputs.step_times else None,
+                       "step_times_s": steady_step_times(inputs.step_times),
                        "samples_per_s": samples / train_s if train_s > 0 else None},
         "loss": {"initial": inputs.losses[min(inputs.losses)] if inputs.losses else None,
                  "final": inputs.losses[max(inputs.losses)] if inputs.losses else None,

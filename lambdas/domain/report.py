@@ -16,6 +16,15 @@ from typing import Any
 from lambdas.domain.baseline import Baseline
 from lambdas.domain.baseline import compare as compare_baseline
 from lambdas.domain.cost import COMPONENTS, RunCost
+from lambdas.domain.evidence import (
+    CONFIDENCE,
+    MIN_SAMPLES,
+    Equivalence,
+    Interval,
+    bootstrap,
+    ratio_bootstrap,
+    tost,
+)
 from lambdas.domain.ledger import LedgerEntry, TransitionFact
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
@@ -139,8 +148,56 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             for s in (last.final_samples if last else [])
         ],
         "cost": _cost_view(cost, steps, tokens),
+        "uncertainty": _uncertainty(summaries, cost, spec, run),
         "parallel": _parallel(last) if last else None,
     }
+
+
+def _steady_times(summaries: Sequence[RunSummary]) -> list[float]:
+    """Every attempt's steady-state step times (compile and warm-up left out by the trainer)."""
+    return [t for s in summaries for t in s.throughput.step_times_s]
+
+
+def _usd_per_s(cost: RunCost | None, nodes: int) -> float | None:
+    """What the run's instances cost per second of training, at the rate the cost used."""
+    if cost is None or cost.price is None:
+        return None
+    return float(cost.price.hourly_usd) * nodes / 3600
+
+
+def _uncertainty(summaries: Sequence[RunSummary], cost: RunCost | None, spec: TrialSpec, run: str
+                 ) -> dict[str, Any]:
+    times = _steady_times(summaries)
+    step = bootstrap(times)
+    view: dict[str, Any] = {"steady_steps": len(times), "step_time_s": None, "tokens_per_s": None,
+                            "cost_per_effective_step_usd": None,
+                            "basis": f"{CONFIDENCE:.0%} percentile-bootstrap intervals over the measured steady-state "
+                                     "steps (compile and warm-up steps left out)"}
+    if step is None:
+        view["basis"] = (f"too few steady-state steps to bound ({len(times)}; at least {MIN_SAMPLES}): no interval")
+        return view
+    view["step_time_s"] = step.as_json()
+    if step.low <= 0:
+        return view
+    tokens_per_step = spec.effective_batch_size * spec.sequence_length
+    view["tokens_per_s"] = step.inverted(tokens_per_step, "nominal tokens per step (effective batch x sequence "
+                                                          "length) over the step-time interval").as_json(3)
+    rate = _usd_per_s(cost, spec.track("trn2" if run == "trn2" else "gpu").nodes)
+    if rate is not None:
+        view["cost_per_effective_step_usd"] = step.scaled(rate, "step-time interval x the run's price per second "
+                                                                "(all its nodes)").as_json(8)
+    return view
+
+
+def _steady_cost_ratio(summaries: Mapping[str, Sequence[RunSummary]], costs: Mapping[str, RunCost],
+                       spec: TrialSpec) -> Interval | None:
+    """Trainium2's steady-state cost per effective step over the GPU track's, with its bootstrap interval."""
+    trn2_rate = _usd_per_s(costs.get("trn2"), spec.track("trn2").nodes) if spec.tracks.trn2 else None
+    gpu_rate = _usd_per_s(costs.get("gpu"), spec.track("gpu").nodes) if spec.tracks.gpu else None
+    if not trn2_rate or not gpu_rate:
+        return None
+    return ratio_bootstrap(_steady_times(summaries.get("trn2", [])), _steady_times(summaries.get("gpu", [])),
+                           scale=trn2_rate / gpu_rate)
 
 
 def _checkpoint_overlap(summaries: Sequence[RunSummary]) -> CheckpointOverlap | None:
@@ -290,7 +347,21 @@ def _acceptance(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> tup
             f"relative validation-loss delta {delta if delta is None else round(delta, 6)} (tolerance {tolerance})",
         )
     )
+    if gpu and candidate:
+        equivalence = _equivalence(gpu, candidate, tolerance)
+        checks.append(_check("quality equivalent to GPU (TOST on eval losses)",
+                             equivalence.equivalent if equivalence.equivalent or not equivalence.different
+                             else False, equivalence.detail))
     return checks, delta
+
+
+def _equivalence(gpu: Mapping[str, Any], candidate: Mapping[str, Any], tolerance: float) -> Equivalence:
+    """TOST of the relative eval-loss differences (Trainium2 against GPU) at the eval points both tracks share,
+    against the trial's ``loss_tolerance`` (relative, as the final-output check reads it)."""
+    theirs = {p["step"]: p["loss"] for p in gpu["loss"]["eval"]}
+    diffs = [(p["loss"] - theirs[p["step"]]) / theirs[p["step"]] for p in candidate["loss"]["eval"]
+             if theirs.get(p["step"])]
+    return tost(diffs, tolerance)
 
 
 def _samples(tracks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -399,8 +470,10 @@ def _baseline(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]], baseline
 
 
 def _verdict(
-    checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], cost_ratio: float | None
+    checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], steady: Interval | None
 ) -> tuple[str, list[str]]:
+    """Cheaper or not only when the steady-state cost interval excludes parity: overlapping intervals are noise,
+    and noise never turns one definite answer into the other."""
     reasons = [f"{c['check']}: {c['status']} ({c['detail']})" for c in checks if c["status"] != "pass"]
     if "trn2" not in tracks or "gpu" not in tracks:
         return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
@@ -422,11 +495,64 @@ def _verdict(
         return "stay_on_gpu", reasons
     if any(c["status"] == "not_evidenced" for c in checks):
         return "inconclusive", reasons
-    if cost_ratio is None:
-        return "inconclusive", ["no cost for one of the tracks"]
-    if cost_ratio < 1:
-        return "trn2_viable_cheaper", [f"all acceptance checks pass; trn2 costs {cost_ratio:.3f}x the gpu track"]
-    return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but trn2 costs {cost_ratio:.3f}x the gpu track"]
+    if steady is None:
+        return "inconclusive", ["too few steady-state steps on one of the tracks to bound the cost per effective "
+                                f"step (at least {MIN_SAMPLES} each)"]
+    text = (f"trn2 costs {steady.estimate:.3f}x the gpu track per effective step ({steady.confidence:.0%} interval "
+            f"{steady.low:.3f}-{steady.high:.3f})")
+    if steady.high < 1:
+        return "trn2_viable_cheaper", [f"all acceptance checks pass; {text}"]
+    if steady.low > 1:
+        return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but {text}"]
+    return "inconclusive", [f"all acceptance checks pass, but the interval includes parity: {text}; more steps (or a "
+                            "quieter host) would narrow it"]
+
+
+HEADLINES = {
+    "trn2_viable_cheaper": "Trainium2 is cheaper",
+    "trn2_viable_not_cheaper": "Trainium2 is not cheaper",
+    "inconclusive": "Inconclusive",
+    "stay_on_gpu": "Stay on GPU",
+}
+STAND_IN_NOTE = ("This run used stand-ins for the accelerators ({backends}): it proves the pipeline, not the "
+                 "hardware; its times and costs say nothing about Trainium2 or the GPU.")
+
+
+def headline(verdict: str, reasons: Sequence[str], steady: Interval | None, tracks: Mapping[str, Mapping[str, Any]]
+             ) -> str:
+    """The one sentence a person reads first: the verdict and why."""
+    if verdict in ("trn2_viable_cheaper", "trn2_viable_not_cheaper") and steady is not None:
+        why = (f"{steady.estimate:.2f}x the GPU track's cost per effective training step ({steady.confidence:.0%} "
+               f"interval {steady.low:.2f}-{steady.high:.2f}), every acceptance check passed")
+    else:
+        why = reasons[0] if reasons else "no reason recorded"
+    sentence = f"{HEADLINES.get(verdict, verdict)}: {why}."
+    stand_ins = sorted({f"{run} on {t['backend']}" for run, t in tracks.items() if t.get("stand_in")})
+    if stand_ins:
+        sentence += " " + STAND_IN_NOTE.format(backends=", ".join(stand_ins))
+    return sentence
+
+
+def _facts(tracks: Mapping[str, Mapping[str, Any]], checks: Sequence[Mapping[str, Any]], steady: Interval | None,
+           total_ratio: float | None) -> list[str]:
+    """The three to five facts behind the verdict, each with what it measured."""
+    facts = []
+    if steady is not None:
+        facts.append(f"Cost per effective step, trn2/gpu: {steady.estimate:.3f} ({steady.confidence:.0%} interval "
+                     f"{steady.low:.3f}-{steady.high:.3f}; at least {steady.samples} steady-state steps per track)")
+    if total_ratio is not None:
+        facts.append(f"Whole-trial cost, trn2 (fallback included)/gpu: {total_ratio:.3f} (compile, environment, "
+                     "reruns and checkpoints included: the five components)")
+    tost_check = next((c for c in checks if c["check"].startswith("quality equivalent")), None)
+    if tost_check:
+        facts.append(f"Quality: {tost_check['detail']}")
+    for run in ("gpu", "trn2"):
+        step = (tracks.get(run) or {}).get("uncertainty", {}).get("step_time_s")
+        if step:
+            facts.append(f"{run} step time {step['estimate']:.4g} s ({step['confidence']:.0%} interval "
+                         f"{step['low']:.4g}-{step['high']:.4g} s over {step['samples']} steps, "
+                         f"{'stand-in ' + str(tracks[run]['backend']) if tracks[run]['stand_in'] else 'measured'})")
+    return facts[:5]
 
 
 # What Batch writes when a queue's job state time limit cancels a job that waited RUNNABLE
@@ -506,7 +632,8 @@ def build_trial_report(
     totals = {run: Decimal(t["cost"]["total_usd"]) for run, t in tracks.items()}
     trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
     ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
-    verdict, reasons = _verdict(checks, tracks, ratio)
+    steady = _steady_cost_ratio(summaries, costs, spec) if "gpu" in tracks and "trn2" in tracks else None
+    verdict, reasons = _verdict(checks, tracks, steady)
     baseline_view, baseline_check = _baseline(spec, tracks, baseline)
     if baseline_check is not None:
         checks.append(baseline_check)
@@ -559,7 +686,12 @@ def build_trial_report(
             "within_tolerance": None if delta is None else abs(delta) <= spec.evaluation.loss_tolerance,
             "cost_ratio": None if ratio is None else round(ratio, 6),
             "cost_ratio_basis": "(trn2 + gpu-fallback) total_usd / gpu total_usd",
+            "steady_cost_ratio": None if steady is None else steady.as_json(),
+            "steady_cost_ratio_basis": "trn2 / gpu cost per effective step at steady state: each track's median "
+                                       "step time x its price per second (all nodes), with a bootstrap interval",
             "verdict": verdict,
+            "headline": headline(verdict, reasons, steady, tracks),
+            "facts": _facts(tracks, checks, steady, ratio),
             "reasons": reasons,
         },
         "stand_in": any(t["stand_in"] for t in tracks.values()),

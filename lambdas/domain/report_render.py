@@ -52,7 +52,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 f"observed {stopped['observed']}" + (f" on run {stopped['run']}" if stopped.get("run") else "")
                 + f" at {stopped['at']}.", ""]
     comparison = report["comparison"]
-    out += [f"**Verdict: {comparison['verdict']}**", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
+    if comparison.get("headline"):
+        out += [f"**{comparison['headline']}**", ""] + [f"- {f}" for f in comparison.get("facts") or []] + [""]
+    out += [f"Verdict code: `{comparison['verdict']}`", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
     out += [f"GPU baseline: {_baseline_line(report.get('baseline'))}", ""]
     unreadable = report.get("unreadable_summaries") or []
     if unreadable:
@@ -212,6 +214,9 @@ def render_html(report: Mapping[str, Any]) -> str:
         for c in report["acceptance"]
     )
     reasons = "".join(f"<li>{escape(r)}</li>" for r in report["comparison"]["reasons"])
+    facts = "".join(f"<li>{escape(f)}</li>" for f in report["comparison"].get("facts") or [])
+    lead = (f'<p class="headline"><strong>{escape(report["comparison"]["headline"])}</strong></p><ul>{facts}</ul>'
+            if report["comparison"].get("headline") else "")
     stand_in = (
         "<p><strong>Figures from a stand-in backend; prices at the declared instance's rate.</strong></p>"
         if report.get("stand_in")
@@ -227,8 +232,8 @@ def render_html(report: Mapping[str, Any]) -> str:
 <html lang="en"><head><meta charset="utf-8"><title>Trial {escape(report["trial_id"])}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px}}
 table{{border-collapse:collapse}}</style></head><body>
-<h1>Trial {escape(report["trial_id"])}</h1>{stand_in}
-<h2>Verdict: {escape(report["comparison"]["verdict"])}</h2><ul>{reasons}</ul>
+<h1>Trial {escape(report["trial_id"])}</h1>{lead}{stand_in}
+<h2>Why: {escape(report["comparison"]["verdict"])}</h2><ul>{reasons}</ul>
 <p>GPU baseline: {escape(_baseline_line(report.get("baseline")))}</p>
 <h2>Loss by global step</h2>{_loss_chart(tracks)}
 <h2>Cost by component</h2>{_cost_chart(tracks)}

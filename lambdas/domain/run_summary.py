@@ -45,6 +45,10 @@ class Throughput(_Model):
     tokens_per_s: float | None = None
     step_time_s: float | None = Field(default=None, description="Median optimizer-step time, compile excluded.")
     samples_per_s: float | None = None
+    step_times_s: list[Annotated[float, Field(ge=0, le=86_400)]] = Field(
+        default_factory=list, max_length=4096,
+        description="Steady-state optimizer-step times of the attempt (compile and warm-up steps left out), the "
+        "sample the report's confidence intervals are bootstrapped from; empty in summaries written before it.")
 
 
 class LossPoint(_Model):

@@ -3,7 +3,17 @@ kept as data in ``data/scenarios.json``.
 
 Scenarios are tried in a fixed precedence: blockers first (custom CUDA operators, graph churn), then the platform
 and method shapes. Every scenario that matches is listed in ``considered``; the first one in precedence wins and
-the result says why.
+the result says why. The route is the best-scoring route of that scenario in table 3 (a tie goes to the more
+conservative route: gpu, then dual_track, then trn2_trial); table 1's first choice, judgement and risks are its
+reasoning.
+
+The route shapes the run (:func:`planned_tracks`, :func:`route_refusal`):
+
+* ``gpu`` runs the GPU track only; a trn2 track needs a triage override (which an approver approves).
+* ``dual_track`` runs Trainium2 beside the GPU track and compares them, so a trn2 track needs a GPU track; a trial
+  that declares only the GPU track runs that alone (the conservative subset needs nobody's approval).
+* ``trn2_trial`` is a Trainium2 pilot judged against the team's own GPU runs: it needs a trn2 track and the GPU
+  baseline (``baseline_logs_uri``), which the report checks the GPU track against before it compares Trainium2.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
-from lambdas.domain.trial import Route, TrialSpec
+from lambdas.domain.trial import Route, TrackName, TrialSpec
 
 
 class Scores(BaseModel):
@@ -32,7 +42,6 @@ class Scenario:
     title: str  # table 3 row
     scores: Scores  # table 3, exactly as published (higher = better fit; not vendor performance scores)
     conclusion: str  # table 3
-    route: Route  # table 1 "first choice"
     first_choice: str  # table 1
     judgement: str  # table 1
     risks: tuple[str, ...]  # table 1
@@ -93,7 +102,7 @@ def _load_scenarios() -> tuple[Scenario, ...]:
     """The tables as data (``data/scenarios.json``), each row with the rule that says when it applies."""
     rows = json.loads(resources.files("lambdas.domain").joinpath("data/scenarios.json").read_text())["scenarios"]
     return tuple(Scenario(id=row["id"], title=row["title"], scores=Scores(**row["scores"]),
-                          conclusion=row["conclusion"], route=row["route"], first_choice=row["first_choice"],
+                          conclusion=row["conclusion"], first_choice=row["first_choice"],
                           judgement=row["judgement"], risks=tuple(row["risks"]), blocker=row["blocker"],
                           matches=MATCHERS[row["id"]]) for row in rows)
 
@@ -127,6 +136,43 @@ class TriageResult(BaseModel):
     notes: list[str]
 
 
+ROUTE_ORDER: tuple[Route, ...] = ("gpu", "dual_track", "trn2_trial")  # ties go to the first
+
+
+def best_route(scores: Scores) -> Route:
+    """Table 3's best-scoring route for a scenario."""
+    return max(ROUTE_ORDER, key=lambda route: getattr(scores, route))
+
+
+def effective_route(spec: TrialSpec, result: TriageResult) -> Route:
+    """What the trial runs as: the override's route when it has one (approved before anything starts)."""
+    return spec.triage_override.route if spec.triage_override is not None else result.route
+
+
+def planned_tracks(spec: TrialSpec, route: Route) -> list[TrackName]:
+    """The tracks the workflow runs for ``route``: the GPU track only for ``gpu``, every declared track otherwise."""
+    if route == "gpu":
+        return [t for t in spec.track_names() if t == "gpu"]
+    return spec.track_names()
+
+
+def route_refusal(spec: TrialSpec, route: Route) -> str | None:
+    """Why ``spec`` cannot run as ``route``, naming the field to add; None when it can."""
+    tracks = set(spec.track_names())
+    if route == "gpu" and "gpu" not in tracks:
+        return "route gpu runs the GPU track only: add tracks.gpu, or a triage_override to another route"
+    if route == "dual_track" and "gpu" not in tracks:
+        return ("route dual_track runs Trainium2 beside the GPU track and compares them: add tracks.gpu (or a "
+                "triage_override to route trn2_trial, a pilot judged against your GPU baseline)")
+    if route == "trn2_trial":
+        if "trn2" not in tracks:
+            return "route trn2_trial is a Trainium2 pilot: add tracks.trn2"
+        if spec.baseline_logs_uri is None:
+            return ("route trn2_trial is a Trainium2 pilot judged against your own GPU runs: set baseline_logs_uri "
+                    "(a trainer_state.json, metrics.jsonl, or CSV of step, loss[, eval_loss] in a data bucket)")
+    return None
+
+
 def triage(spec: TrialSpec) -> TriageResult:
     considered: list[Considered] = []
     matched: list[tuple[Scenario, str]] = []
@@ -154,7 +200,7 @@ def triage(spec: TrialSpec) -> TriageResult:
     if spec.tracks.gpu is None and spec.tracks.trn2 is not None:
         notes.append("no gpu track: without a GPU baseline the trial cannot check that outputs stay consistent")
     return TriageResult(
-        route=chosen.route,
+        route=best_route(chosen.scores),
         scenario=chosen.id,
         scenario_title=chosen.title,
         scores=chosen.scores,
@@ -176,4 +222,4 @@ def submission_refusal(spec: TrialSpec, result: TriageResult) -> str | None:
         return (f"triage routes this trial to gpu ({'; '.join(result.blockers or result.reasons)}), but it asks for "
                 "a trn2 track; remove tracks.trn2 or add triage_override {route, reason} (a team approver then "
                 "approves the trial)")
-    return None
+    return route_refusal(spec, effective_route(spec, result))

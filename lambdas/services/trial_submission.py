@@ -32,7 +32,7 @@ from lambdas.domain.governance import (
 )
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.run_limits import RunLimits, tighter
-from lambdas.domain.triage import submission_refusal, triage
+from lambdas.domain.triage import effective_route, planned_tracks, submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
 from lambdas.domain.vocabulary import TRIAL_ACTIVE, TRIAL_TERMINAL
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
@@ -109,7 +109,7 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     definitions' own (their retry strategy), so the input carries no attempt count. ``run_dirs`` has a
     ``gpu-fallback`` entry only when the trial has both a gpu and a trn2 track."""
     base = f"trials/{spec.trial_id}"
-    tracks = spec.track_names()
+    tracks = planned_tracks(spec, effective_route(spec, triage(spec)))
     run_dirs: dict[str, str] = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
     if "trn2" in tracks and "gpu" in tracks:
         run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")

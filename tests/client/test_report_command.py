@@ -39,7 +39,8 @@ def test_report_formats(cli: Any, served: Any, settled: dict[str, Any], tmp_path
     trial_id, report = settled["trial_id"], settled["report"]
     code, out, _ = cli("report", trial_id, "--endpoint", served.url)
     assert code == 0 and out.startswith(f"# Trial {trial_id}")
-    assert f"**Verdict: {report['comparison']['verdict']}**" in out
+    assert f"**{report['comparison']['headline']}**" in out
+    assert f"Verdict code: `{report['comparison']['verdict']}`" in out
     code, out, _ = cli("report", trial_id, "--endpoint", served.url, "--format", "json")
     assert code == 0 and json.loads(out) == report
     target = tmp_path / "out" / "report.html"

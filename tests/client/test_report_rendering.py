@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,7 @@ def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: 
     assert tables[0].count("<tr>") == 1 + len(report["record_table"])
     assert tables[1].count("<tr>") == 1 + len(report["tracks"])
     assert tables[2].count("<tr>") == 1 + len(report["acceptance"])
-    assert f"Verdict: {report['comparison']['verdict']}" in dom
+    assert f"Why: {report['comparison']['verdict']}" in dom and escape(report['comparison']['headline']) in dom
     assert "41.74 USD" in dom and "35.18 USD" in dom  # each run's total printed beside its bar, with its unit
 
 

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 from trainer.metrics import CloudWatchPublisher, MetricsLog, Progress, publishing_enabled
+from trainer.summary import MAX_STEP_TIMES, WARMUP_STEPS, steady_step_times
 
 from lambdas.domain.ledger import summary_entry
 from lambdas.domain.report import _merged_loss
@@ -79,3 +80,14 @@ def test_a_real_summary_feeds_the_ledger_and_report(write_spec, tmp_path: Path) 
                .splitlines()]
     assert [m["step"] for m in metrics if m["kind"] == "step"] == [1, 2, 3, 4]
     assert {m["kind"] for m in metrics} == {"step", "eval", "checkpoint", "phases"}
+    # Steps 2-4 were timed (step 1 compiles); the first two of them are warm-up: one steady-state sample.
+    step_times = [m["step_time_s"] for m in metrics if m["kind"] == "step"][1:]
+    assert summary.throughput.step_times_s == pytest.approx(step_times[WARMUP_STEPS:], abs=1e-4)
+    assert len(summary.throughput.step_times_s) == 1
+
+
+def test_steady_step_times_leave_out_warm_up_and_stay_bounded() -> None:
+    assert steady_step_times([0.5, 0.2, 0.1, 0.1, 0.1]) == [0.1, 0.1, 0.1]
+    assert steady_step_times([0.3]) == []
+    many = steady_step_times([0.1] * (MAX_STEP_TIMES * 3 + 7))
+    assert 0 < len(many) <= MAX_STEP_TIMES

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.triage import SCENARIOS, submission_refusal, triage
+from lambdas.domain.triage import SCENARIOS, best_route, planned_tracks, route_refusal, submission_refusal, triage
 from lambdas.domain.trial import parse_trial
 
 TABLE_3 = {  # scenario: (gpu, trn2 trial, dual track) exactly as published
@@ -28,11 +28,40 @@ def _spec(doc: dict[str, Any], **workload: Any) -> Any:
     return parse_trial(doc)
 
 
-def test_standard_lora_tries_trainium2_first(example_trial: dict[str, Any]) -> None:
+def test_every_scenario_routes_to_its_best_score_in_table_3() -> None:
+    """One recommendation: the route is table 3's best score for the matched scenario; table 1 is its reasoning."""
+    for scenario in SCENARIOS:
+        scores = scenario.scores.model_dump()
+        assert scores[best_route(scenario.scores)] == max(scores.values()), scenario.id
+
+
+def test_standard_lora_runs_both_tracks_side_by_side(example_trial: dict[str, Any]) -> None:
     result = triage(parse_trial(example_trial))
-    assert (result.route, result.scenario) == ("trn2_trial", "standard_lora")
+    assert (result.route, result.scenario) == ("dual_track", "standard_lora")  # table 3: 4, 4, 5
     assert "first compile" in result.risks
     assert submission_refusal(parse_trial(example_trial), result) is None
+
+
+def test_the_route_shapes_what_runs_and_what_the_trial_must_bring(example_trial: dict[str, Any]) -> None:
+    both = parse_trial(example_trial)
+    assert planned_tracks(both, "gpu") == ["gpu"] and planned_tracks(both, "dual_track") == ["gpu", "trn2"]
+    gpu_only = parse_trial({**example_trial, "tracks": {"gpu": example_trial["tracks"]["gpu"]},
+                            "fault_injection": None})
+    assert route_refusal(gpu_only, "dual_track") is None  # the GPU side alone needs no approval
+    trn2_only = parse_trial({**example_trial, "tracks": {"trn2": example_trial["tracks"]["trn2"]}})
+    refusal = route_refusal(trn2_only, "dual_track")
+    assert refusal and "add tracks.gpu" in refusal
+    assert "set baseline_logs_uri" in (route_refusal(trn2_only, "trn2_trial") or "")
+    pilot = parse_trial({**example_trial, "tracks": {"trn2": example_trial["tracks"]["trn2"]},
+                         "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv"})
+    assert route_refusal(pilot, "trn2_trial") is None and planned_tracks(pilot, "trn2_trial") == ["trn2"]
+    assert "add tracks.gpu" in (route_refusal(pilot, "gpu") or "")
+    # Without an override the pilot runs as its triage's route, which needs both tracks.
+    assert "add tracks.gpu" in (submission_refusal(pilot, triage(pilot)) or "")
+    overridden = parse_trial({**example_trial, "tracks": {"trn2": example_trial["tracks"]["trn2"]},
+                              "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv",
+                              "triage_override": {"route": "trn2_trial", "reason": "pilot against our GPU logs"}})
+    assert submission_refusal(overridden, triage(overridden)) is None
 
 
 @pytest.mark.parametrize(
@@ -42,7 +71,7 @@ def test_standard_lora_tries_trainium2_first(example_trial: dict[str, Any]) -> N
         ({"graph_change_frequency": "daily"}, "daily_structure_changes", "gpu"),
         ({"dynamic_shapes": True}, "daily_structure_changes", "gpu"),
         ({"shared_platform": True}, "multi_team_platform", "dual_track"),
-        ({"long_running": True}, "long_stable_graph", "trn2_trial"),
+        ({"long_running": True}, "long_stable_graph", "dual_track"),
     ],
 )
 def test_workload_traits_route(example_trial: dict[str, Any], workload: dict[str, Any], scenario: str,

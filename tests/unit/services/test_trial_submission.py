@@ -311,5 +311,7 @@ def test_jobs_per_queue_are_a_quota_of_their_own(spec: TrialSpec, ports: dict[st
     assert (breach.quota, breach.limit, breach.current, breach.requested) == (
         "concurrent_jobs_per_queue[dualtrack-test-gpu-p5-48xlarge]", "3", "2", "2")
     trn2_only = {k: v for k, v in example_trial["tracks"].items() if k == "trn2"}
-    assert _submit(parse_trial({**example_trial, "name": "third", "tracks": trn2_only}), ports,
-                   governance=governance).created is True  # another queue: room there
+    pilot = {**example_trial, "name": "third", "tracks": trn2_only,
+             "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv",
+             "triage_override": {"route": "trn2_trial", "reason": "a pilot against our own GPU logs"}}
+    assert _submit(parse_trial(pilot), ports, governance=governance).created is True  # another queue: room there
