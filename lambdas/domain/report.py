@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -102,6 +103,9 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             "total_s": sum(c.seconds for c in compiles),
             "cache": compiles[-1].cache if compiles else "none",
             "cache_by_attempt": [c.cache for c in compiles],
+            "seconds_by_attempt": [c.seconds for c in compiles],
+            "hit_rate": (sum(1 for c in compiles if c.cache == "hit") / len(looked) if (looked := [
+                c for c in compiles if c.cache in ("hit", "miss", "failed")]) else None),
             "cache_key": compiles[-1].cache_key if compiles else None,
         },
         "environment_s": sum(s.phases.environment_s for s in summaries),
@@ -114,6 +118,8 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             "samples_per_s": last.throughput.samples_per_s if last else None,
         },
         "memory_peak_mib": last.memory_peak_mib if last else None,
+        "environment": last.environment.model_dump(mode="json", exclude_none=True) if last else {},
+        "startup": {"image_pull_and_start_s": None, "by_attempt": []},
         "loss": {
             "initial": first.loss.initial if first else None,
             "final": last.loss.final if last else None,
@@ -256,8 +262,9 @@ def _split_basis(layout: LayoutRecord) -> str:
 # path), so the table is data and its figures come from one place.
 RECORD_TABLE: tuple[tuple[str, dict[str, str]], ...] = (
     ("compile and environment preparation",
-     {"environment_s": "environment_s", "compile_s": "compile.total_s", "first_compile_s": "compile.first_compile_s",
-      "cache": "compile.cache"}),
+     {"image_pull_and_start_s": "startup.image_pull_and_start_s", "runtime_init_s": "environment_s",
+      "compile_s": "compile.total_s", "first_compile_s": "compile.first_compile_s", "cache": "compile.cache",
+      "cache_by_attempt": "compile.cache_by_attempt", "cache_hit_rate": "compile.hit_rate"}),
     ("effective training",
      {"step_time_s": "throughput.step_time_s", "tokens_per_s": "throughput.tokens_per_s",
       "validation_loss": "loss.validation", "effective_steps": "steps_completed",
@@ -498,7 +505,8 @@ def _verdict(
     if steady is None:
         return "inconclusive", ["too few steady-state steps on one of the tracks to bound the cost per effective "
                                 f"step (at least {MIN_SAMPLES} each)"]
-    text = (f"trn2 costs {steady.estimate:.3f}x the gpu track per effective step ({steady.confidence:.0%} interval "
+    text = (f"trn2 costs {steady.estimate:.3f}x the gpu track per steady-state training step "
+            f"({steady.confidence:.0%} interval "
             f"{steady.low:.3f}-{steady.high:.3f})")
     if steady.high < 1:
         return "trn2_viable_cheaper", [f"all acceptance checks pass; {text}"]
@@ -522,8 +530,11 @@ def headline(verdict: str, reasons: Sequence[str], steady: Interval | None, trac
              ) -> str:
     """The one sentence a person reads first: the verdict and why."""
     if verdict in ("trn2_viable_cheaper", "trn2_viable_not_cheaper") and steady is not None:
-        why = (f"{steady.estimate:.2f}x the GPU track's cost per effective training step ({steady.confidence:.0%} "
+        why = (f"{steady.estimate:.2f}x the GPU track's cost per steady-state training step ({steady.confidence:.0%} "
                f"interval {steady.low:.2f}-{steady.high:.2f}), every acceptance check passed")
+        estimated = sorted(run for run, t in tracks.items() if "(estimate," in str(t["cost"].get("price_basis")))
+        if estimated:
+            why += f" (priced at an estimated rate for {', '.join(estimated)})"
     else:
         why = reasons[0] if reasons else "no reason recorded"
     sentence = f"{HEADLINES.get(verdict, verdict)}: {why}."
@@ -538,7 +549,8 @@ def _facts(tracks: Mapping[str, Mapping[str, Any]], checks: Sequence[Mapping[str
     """The three to five facts behind the verdict, each with what it measured."""
     facts = []
     if steady is not None:
-        facts.append(f"Cost per effective step, trn2/gpu: {steady.estimate:.3f} ({steady.confidence:.0%} interval "
+        facts.append(f"Steady-state cost per training step, trn2/gpu: {steady.estimate:.3f} "
+                     f"({steady.confidence:.0%} interval "
                      f"{steady.low:.3f}-{steady.high:.3f}; at least {steady.samples} steady-state steps per track)")
     if total_ratio is not None:
         facts.append(f"Whole-trial cost, trn2 (fallback included)/gpu: {total_ratio:.3f} (compile, environment, "
@@ -591,6 +603,29 @@ def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
     return outcomes
 
 
+def image_pull_and_start(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
+    """Per run, the seconds each attempt spent between Batch's STARTING (placed on an instance: the image is
+    pulled and the container started) and RUNNING (the container runs), from the jobs' state-change facts."""
+    marks: dict[tuple[str, int], dict[str, str]] = {}
+    for entry in entries:
+        fact = entry.fact
+        if isinstance(fact, TransitionFact) and fact.status in ("STARTING", "RUNNING"):
+            marks.setdefault((entry.run, fact.attempt), {}).setdefault(fact.status, fact.at)
+    out: dict[str, dict[str, Any]] = {}
+    for (run, attempt), seen in sorted(marks.items()):
+        if "STARTING" not in seen or "RUNNING" not in seen:
+            continue
+        seconds = (_instant(seen["RUNNING"]) - _instant(seen["STARTING"])).total_seconds()
+        view = out.setdefault(run, {"image_pull_and_start_s": 0.0, "by_attempt": []})
+        view["by_attempt"].append({"attempt": attempt, "seconds": round(max(0.0, seconds), 3)})
+        view["image_pull_and_start_s"] = round(view["image_pull_and_start_s"] + max(0.0, seconds), 3)
+    return out
+
+
+def _instant(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
 def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
     """Each run's Batch transitions in time order (the report's attempt timeline)."""
     rows = [
@@ -623,8 +658,11 @@ def build_trial_report(
         run: _track(run, summaries.get(run, []), costs.get(run), spec)
         for run in runs
     }
+    startup = image_pull_and_start(ledger)
     for run, track in tracks.items():
         track.update(outcomes.get(run) or {"outcome": "unknown", "status_reason": None, "detail": None})
+        if run in startup:
+            track["startup"] = startup[run]
         if track["outcome"] in OUTCOME_TEXT and track["status"] in ("", "unknown"):
             track["status"] = track["outcome"]
     checks, delta = _acceptance(spec, tracks)

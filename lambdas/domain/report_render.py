@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
+from functools import lru_cache
 from html import escape
 from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
 from lambdas.domain.cost import COMPONENTS
 
@@ -116,33 +123,56 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _loss_chart(tracks: Mapping[str, Any], width: int = 640, height: int = 260) -> str:
+def _ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """About ``count`` round tick values covering [low, high] (1, 2 or 5 times a power of ten apart)."""
+    span = (high - low) or abs(high) or 1.0
+    raw = span / max(1, count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(low / step) * step
+    return [round(first + i * step, 10) for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def loss_chart(tracks: Mapping[str, Any], width: int = 720, height: int = 300) -> dict[str, Any]:
+    """The loss chart's geometry: one line per run, its validation points, and the fault, retry, resume and
+    fallback marked where they happened."""
+    left, right, top, bottom = 56, width - 16, 16, height - 40
     series = {run: [(p["step"], p["loss"]) for p in t["loss"]["per_step"]] for run, t in tracks.items()}
-    points = [p for s in series.values() for p in s]
+    evals = {run: [(p["step"], p["loss"]) for p in t["loss"]["eval"]] for run, t in tracks.items()}
+    points = [p for s in (*series.values(), *evals.values()) for p in s]
     if not points:
-        return "<p>No per-step loss recorded.</p>"
+        return {"series": []}
     x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
     y0, y1 = min(p[1] for p in points), max(p[1] for p in points)
-    sx = lambda x: 40 + (x - x0) / ((x1 - x0) or 1) * (width - 60)  # noqa: E731
-    sy = lambda y: height - 30 - (y - y0) / ((y1 - y0) or 1) * (height - 50)  # noqa: E731
-    lines = []
-    for i, (run, pts) in enumerate(series.items()):
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        colour = COLOURS.get(run, "#555")
-        lines.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/>'
-            f'<text x="{width - 140}" y="{20 + 14 * i}" fill="{colour}">{escape(run)}</text>'
-        )
-    axes = (
-        f'<line x1="40" y1="{height - 30}" x2="{width - 20}" y2="{height - 30}" stroke="#999"/>'
-        f'<line x1="40" y1="20" x2="40" y2="{height - 30}" stroke="#999"/>'
-        f'<text x="40" y="{height - 10}">step {x0}</text><text x="{width - 90}" y="{height - 10}">step {x1}</text>'
-        f'<text x="2" y="20">{y1:.3g}</text><text x="2" y="{height - 32}">{y0:.3g}</text>'
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="loss by global step" '
-        f'width="{width}" height="{height}" font-size="11">{axes}{"".join(lines)}</svg>'
-    )
+    pad = (y1 - y0) * 0.05 or 0.05
+    y0, y1 = y0 - pad, y1 + pad
+
+    def sx(x: float) -> float:
+        return round(left + (x - x0) / ((x1 - x0) or 1) * (right - left), 1)
+
+    def sy(y: float) -> float:
+        return round(bottom - (y - y0) / ((y1 - y0) or 1) * (bottom - top), 1)
+
+    markers = []
+    for run, t in tracks.items():
+        resume = t["resume"]
+        if resume.get("injected_at_step"):
+            markers.append({"at": sx(resume["injected_at_step"]), "colour": "#d62728",
+                            "label": f"{run}: fault after step {resume['injected_at_step']}"})
+        if resume.get("resumed_from_step") is not None:
+            what = "fallback resumed" if run == "gpu-fallback" else "retry resumed"
+            markers.append({"at": sx(resume["resumed_from_step"]), "colour": COLOURS.get(run, "#555"),
+                            "label": f"{run}: {what} from step {resume['resumed_from_step']}"})
+    return {
+        "width": width, "height": height, "left": left, "right": right, "top": top, "bottom": bottom,
+        "series": [{"run": run, "colour": COLOURS.get(run, "#555"),
+                    "points": " ".join(f"{sx(x)},{sy(y)}" for x, y in pts),
+                    "evals": [{"x": sx(x), "y": sy(y), "step": x, "loss": round(y, 4)} for x, y in evals[run]]}
+                   for run, pts in series.items() if pts or evals[run]],
+        "x_ticks": [{"at": sx(v), "label": f"{v:g}"} for v in _ticks(x0, x1) if x0 <= v <= x1],
+        "y_ticks": [{"at": sy(v), "label": f"{v:.3g}"} for v in _ticks(y0, y1) if y0 <= v <= y1],
+        "markers": markers,
+    }
 
 
 def _cost_chart(tracks: Mapping[str, Any], width: int = 640) -> str:
@@ -195,51 +225,109 @@ def _timeline_chart(timeline: Sequence[Mapping[str, Any]], width: int = 640) -> 
     )
 
 
-def render_html(report: Mapping[str, Any]) -> str:
-    """One HTML file with the Markdown's content as tables and three inline SVG charts."""
-    tracks = report["tracks"]
+def _usd(value: Any, places: int = 2) -> str:
+    """Money for people: to the cent in tables (full precision stays in report.json)."""
+    if value in (None, ""):
+        return "-"
+    amount = Decimal(str(value))
+    if places == 2 or abs(amount) >= 1:
+        return f"${amount:,.2f}"
+    return f"${amount:.{places}g}" if amount else "$0"
+
+
+def _interval(view: Mapping[str, Any] | None, fmt: str) -> str:
+    if not view:
+        return "-"
+    return (f"{view['estimate']:{fmt}} ({view['confidence']:.0%}: {view['low']:{fmt}}-{view['high']:{fmt}})")
+
+
+def _context(report: Mapping[str, Any]) -> dict[str, Any]:
+    tracks: Mapping[str, Any] = report["tracks"]
     runs = list(tracks)
-    rows = "".join(
-        f"<tr><td>{escape(r['item'])}</td>"
-        + "".join(f"<td>{escape(', '.join(f'{k} {_cell(v)}' for k, v in r[run].items()))}</td>" for run in runs)
-        + "</tr>"
-        for r in report["record_table"]
-    )
-    outcomes = "".join(
-        f"<tr><td>{escape(run)}</td><td>{escape(str(tracks[run].get('outcome', 'unknown')))}</td>"
-        f"<td>{escape(_cell(tracks[run].get('status_reason')))}</td></tr>" for run in runs
-    )
-    checks = "".join(
-        f"<tr><td>{escape(c['check'])}</td><td>{c['status']}</td><td>{escape(c['detail'])}</td></tr>"
-        for c in report["acceptance"]
-    )
-    reasons = "".join(f"<li>{escape(r)}</li>" for r in report["comparison"]["reasons"])
-    facts = "".join(f"<li>{escape(f)}</li>" for f in report["comparison"].get("facts") or [])
-    lead = (f'<p class="headline"><strong>{escape(report["comparison"]["headline"])}</strong></p><ul>{facts}</ul>'
-            if report["comparison"].get("headline") else "")
-    stand_in = (
-        "<p><strong>Figures from a stand-in backend; prices at the declared instance's rate.</strong></p>"
-        if report.get("stand_in")
-        else ""
-    )
-    stopped = report.get("stopped_by")
-    if stopped:
-        stand_in += (f"<p><strong>Stopped at limit {escape(stopped['limit'])}</strong> ({escape(stopped['source'])}): "
-                     f"limit {escape(stopped['value'])}, observed {escape(stopped['observed'])}"
-                     + (f" on run {escape(stopped['run'])}" if stopped.get("run") else "")
-                     + f" at {escape(stopped['at'])}.</p>")
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Trial {escape(report["trial_id"])}</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td,th{{border:1px solid #ccc;padding:4px}}
-table{{border-collapse:collapse}}</style></head><body>
-<h1>Trial {escape(report["trial_id"])}</h1>{lead}{stand_in}
-<h2>Why: {escape(report["comparison"]["verdict"])}</h2><ul>{reasons}</ul>
-<p>GPU baseline: {escape(_baseline_line(report.get("baseline")))}</p>
-<h2>Loss by global step</h2>{_loss_chart(tracks)}
-<h2>Cost by component</h2>{_cost_chart(tracks)}
-<h2>Attempt timeline</h2>{_timeline_chart(report.get("timeline") or [])}
-<h2>Record table</h2><table><tr><th>item</th>{"".join(f"<th>{escape(r)}</th>" for r in runs)}</tr>{rows}</table>
-<h2>How each job ended</h2><table><tr><th>run</th><th>outcome</th><th>Batch status reason</th></tr>{outcomes}</table>
-<h2>Acceptance checks</h2><table><tr><th>check</th><th>status</th><th>detail</th></tr>{checks}</table>
-</body></html>
-"""
+    comparison = report["comparison"]
+    cost_rows = [{"name": name.removesuffix("_usd").replace("_", " "),
+                  "cells": [_usd(tracks[run]["cost"][name]) for run in runs] + [_usd(report["cost"]["trial"][name])]}
+                 for name in (*COMPONENTS, "total_usd")]
+    for name, places in (("cost_per_effective_step_usd", 4), ("cost_per_1m_tokens_usd", 2)):
+        cost_rows.append({"name": name.removesuffix("_usd").replace("_", " "),
+                          "cells": [_usd(tracks[run]["cost"][name], places) for run in runs] + ["-"]})
+    prices = []
+    estimates = []
+    for run in runs:
+        basis = str(tracks[run]["cost"].get("price_basis") or "")
+        found = re.match(r"(?P<type>\S+) at (?P<rate>\S+) USD/h \((?P<conf>[^,]+), table (?P<table>[^)]+)\)", basis)
+        price = found.groupdict() if found else {"type": "?", "rate": "?", "conf": "?", "table": "?"}
+        prices.append({"run": run, "instance_type": price["type"], "rate": f"{price['rate']} USD/h",
+                       "confidence": price["conf"], "table": price["table"]})
+        if price["conf"] == "estimate":
+            estimates.append(f"{run} ({price['type']})")
+    uncertainty = []
+    for run in runs:
+        view = tracks[run].get("uncertainty") or {}
+        uncertainty.append({"run": run, "steps": view.get("steady_steps", "-"),
+                            "step_time": _interval(view.get("step_time_s"), ".4g"),
+                            "tokens": _interval(view.get("tokens_per_s"), ",.0f"),
+                            "cost": _interval(view.get("cost_per_effective_step_usd"), ".3g"),
+                            "on": f"stand-in {tracks[run]['backend']}" if tracks[run]["stand_in"] else
+                                  f"{tracks[run]['instance_type']}"})
+    record_rows = [{"item": row["item"],
+                    "cells": [[(name.replace("_", " ").removesuffix(" s") + (" (s)" if name.endswith("_s") else ""),
+                                _cell(value) if not isinstance(value, list) else ", ".join(map(_cell, value)))
+                               for name, value in row[run].items()] for run in runs]}
+                   for row in report["record_table"]]
+    attempts = []
+    for run in runs:
+        compile_view = tracks[run]["compile"]
+        startup = {a["attempt"]: a["seconds"] for a in (tracks[run].get("startup") or {}).get("by_attempt", [])}
+        seconds = compile_view.get("seconds_by_attempt") or []
+        for i, cache in enumerate(compile_view.get("cache_by_attempt") or []):
+            attempts.append({"run": run, "attempt": i + 1, "cache": cache,
+                             "compile_s": _cell(seconds[i]) if i < len(seconds) else "-",
+                             "startup_s": _cell(startup.get(i + 1))})
+    hit_rates = [(run, "-" if tracks[run]["compile"].get("hit_rate") is None
+                  else f"{tracks[run]['compile']['hit_rate']:.0%}") for run in runs]
+    versions = []
+    for run in runs:
+        env = dict(tracks[run].get("environment") or {})
+        image, digest = env.pop("image", "-"), env.pop("image_digest", "-")
+        for noise in ("hostname", "batch_job_id", "instance_type"):
+            env.pop(noise, None)
+        versions.append({"run": run, "image": image, "digest": digest,
+                         "versions": ", ".join(f"{k} {v}" for k, v in env.items()) or "-"})
+    recovery = [{"run": run, "cells": [_cell(tracks[run]["resume"].get(k)) for k in (
+        "injected_at_step", "resumed_from_step", "rerun_steps", "rerun_share", "global_step_continuous",
+        "loss_continuous", "max_rel_loss_delta")]} for run in runs]
+    sample_runs = [run for run in runs if tracks[run]["final_samples"]]
+    prompts: dict[str, dict[str, str]] = {}
+    for run in sample_runs:
+        for sample in tracks[run]["final_samples"]:
+            prompts.setdefault(sample["prompt"], {})[run] = sample["completion"]
+    samples = [{"prompt": prompt, "completions": [by_run.get(run, "-") for run in sample_runs],
+                "same": "yes" if len(set(by_run.values())) == 1 and len(by_run) == len(sample_runs) else "no"}
+               for prompt, by_run in prompts.items()]
+    verdict = comparison["verdict"]
+    return {
+        "r": report, "c": comparison, "runs": runs, "cost_rows": cost_rows, "prices": prices,
+        "estimates": estimates, "uncertainty": uncertainty, "record_rows": record_rows, "attempts": attempts,
+        "hit_rates": hit_rates, "versions": versions, "recovery": recovery, "samples": samples,
+        "sample_runs": sample_runs, "baseline_line": _baseline_line(report.get("baseline")),
+        "loss": loss_chart(tracks), "cost_chart": Markup(_cost_chart(tracks)),
+        "timeline_chart": Markup(_timeline_chart(report.get("timeline") or [])),
+        "parallel": [(run, tracks[run]["parallel"]) for run in runs if tracks[run].get("parallel")],
+        "fmt": _cell,
+        "verdict_colour": {"trn2_viable_cheaper": "#1a7f37", "trn2_viable_not_cheaper": "#9a6700",
+                           "stay_on_gpu": "#d62728"}.get(verdict, "#777"),
+    }
+
+
+@lru_cache(maxsize=1)
+def _environment() -> Environment:
+    return Environment(loader=PackageLoader("lambdas.domain", "templates"), autoescape=select_autoescape(["html"]),
+                       trim_blocks=False, lstrip_blocks=False)
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """One self-contained HTML file (inline SVG, no external assets) from ``templates/report.html``: the verdict
+    sentence and the facts behind it first, then the loss curves, costs with their price basis, the record table
+    and every other section of the Markdown rendering. Every value is escaped by the template engine."""
+    return _environment().get_template("report.html").render(**_context(report))

@@ -31,13 +31,13 @@ def test_submit_launches_once_and_a_repeat_starts_nothing(cli: Any, served: Any,
     path = trial_file()
     code, out, err = submit(cli, served.url, path, "--yes")
     assert code == 0, err
-    assert "route trn2_trial (standard_lora)" in err and "worst case $" in err
+    assert "route dual_track (standard_lora)" in err and "worst case $" in err
     trial_id = out.split()[1].rstrip(":")
     assert out.startswith(f"submitted {trial_id}: workflow started (arn:aws:states:")
     code, out, _ = submit(cli, served.url, path, "--yes", "--json")
     body = json.loads(out)
     assert code == 0 and body["created"] is False and body["trial"]["already_submitted"] is True
-    assert body["trial"]["trial_id"] == trial_id and body["local"]["triage"]["route"] == "trn2_trial"
+    assert body["trial"]["trial_id"] == trial_id and body["local"]["triage"]["route"] == "dual_track"
     assert len(aws["sfn"].list_executions(stateMachineArn=aws["state_machine"])["executions"]) == 1
     assert all(s.verdict == "ok" for s in served.seen)
 
@@ -45,9 +45,9 @@ def test_submit_launches_once_and_a_repeat_starts_nothing(cli: Any, served: Any,
 def test_submit_without_a_terminal_or_yes_launches_nothing(cli: Any, served: Any, trial_file: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin.isatty", lambda: False)
-    code, _, err = submit(cli, served.url, trial_file())
+    code, _, err = submit(cli, served.url, trial_file(limits={"max_usd": 10, "max_hours": 12}))
     assert code == EXIT_TRIAL_FAILED
-    assert "not launched: confirmation needed (triage routes this trial to trn2_trial, not dual_track" in err
+    assert "not launched: confirmation needed (worst case $" in err
     assert "pass --yes to launch from a script" in err
     assert served.seen == []
 
@@ -118,7 +118,7 @@ def test_status_list_watch_and_cancel(cli: Any, served: Any, trial_file: Any) ->
     trial_id = json.loads(out)["trial"]["trial_id"]
     code, out, _ = cli("status", trial_id, "--endpoint", served.url)
     assert code == 0 and out.startswith(f"trial {trial_id}  SUBMITTED")
-    assert "route trn2_trial" in out and "no run has started yet" in out and "of worst case $" in out
+    assert "route dual_track" in out and "no run has started yet" in out and "of worst case $" in out
     code, out, _ = cli("status", "--endpoint", served.url)
     assert code == 0 and out.splitlines()[0].split() == ["TRIAL", "STATUS", "OWNER", "CREATED"]
     assert trial_id in out

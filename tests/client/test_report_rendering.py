@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,21 @@ def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: 
     lines = re.findall(r'<polyline [^>]*points="([^"]+)"', dom)
     per_step = {run: len(t["loss"]["per_step"]) for run, t in report["tracks"].items()}
     assert [len(p.split()) for p in lines] == list(per_step.values())  # one point per recorded step and run
+    evals = sum(len(t["loss"]["eval"]) for t in report["tracks"].values())
+    assert len(re.findall(r"<circle [^>]*r=\"3.5\"", dom)) == evals  # every validation point marked
+    assert "global step" in dom and "loss (nats per token)" in dom  # axes say what they measure
+    resumed = [run for run, t in report["tracks"].items() if t["resume"]["resumed_from_step"] is not None]
+    assert all(f"{run}: retry resumed from step" in dom or f"{run}: fallback resumed" in dom for run in resumed)
     assert dom.count("<title>") >= 1 + 5 * len(report["tracks"])  # a tooltip on every cost segment
-    tables = re.findall(r"<table>(.*?)</table>", dom, flags=re.S)
-    assert len(tables) == 3  # the record table, how each job ended, the acceptance checks
-    assert tables[0].count("<tr>") == 1 + len(report["record_table"])
-    assert tables[1].count("<tr>") == 1 + len(report["tracks"])
-    assert tables[2].count("<tr>") == 1 + len(report["acceptance"])
-    assert f"Why: {report['comparison']['verdict']}" in dom and escape(report['comparison']['headline']) in dom
+    tables = {re.search(r"<th>([^<]*)</th>", t).group(1): t  # type: ignore[union-attr]
+              for t in re.findall(r"<table>(.*?)</table>", dom, flags=re.S)}
+    assert tables["item"].count("<tr>") == 1 + len(report["record_table"])
+    assert tables["check"].count("<tr>") == 1 + len(report["acceptance"])
+    assert tables["component (USD)"].count("<tr>") == 1 + 5 + 1 + 2  # five components, total, per step, per 1M
+    assert "image pull and start (s)" in tables["item"] and "runtime init (s)" in tables["item"]
+    assert tables["run"].count("<tr>") >= 1 + len(report["tracks"])
+    assert f"Why: {report['comparison']['verdict']}" in dom and report['comparison']['headline'] in dom
+    assert "$41.74" in dom and "$35.18" in dom  # money to the cent in the cost table
     assert "41.74 USD" in dom and "35.18 USD" in dom  # each run's total printed beside its bar, with its unit
 
 

@@ -84,7 +84,7 @@ def test_validate_json_output(tmp_path: Path, example_trial: dict[str, Any],
 def test_triage_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["triage", EXAMPLE]) == 0
     out = capsys.readouterr().out
-    assert "route: trn2_trial" in out and "gpu 4 | trn2 trial 4 | dual track 5" in out
+    assert "route: dual_track" in out and "gpu 4 | trn2 trial 4 | dual track 5" in out
     assert main(["triage", "--json", EXAMPLE]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["scores"] == {"gpu": 4, "trn2_trial": 4, "dual_track": 5}

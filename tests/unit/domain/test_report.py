@@ -293,7 +293,7 @@ def test_the_verdict_is_cheaper_only_when_the_interval_excludes_parity() -> None
     cheaper = _resumed_pair(steady(0.1), steady(0.08))["comparison"]
     assert cheaper["verdict"] == "trn2_viable_cheaper"
     assert cheaper["steady_cost_ratio"]["high"] < 1
-    assert cheaper["headline"].startswith("Trainium2 is cheaper: 0.80x the GPU track's cost per effective training "
+    assert cheaper["headline"].startswith("Trainium2 is cheaper: 0.80x the GPU track's cost per steady-state training "
                                           "step (95% interval")
     dearer = _resumed_pair(steady(0.1), steady(0.13))["comparison"]
     assert dearer["verdict"] == "trn2_viable_not_cheaper" and dearer["steady_cost_ratio"]["low"] > 1
@@ -326,7 +326,7 @@ def test_a_rehearsal_on_stand_ins_says_it_proves_the_pipeline_not_the_hardware()
     comparison = _resumed_pair(steady(0.1), steady(0.08))["comparison"]
     assert "it proves the pipeline, not the hardware" in comparison["headline"]
     assert "gpu on cpu" in comparison["headline"] and 3 <= len(comparison["facts"]) <= 5
-    assert any(f.startswith("Cost per effective step, trn2/gpu: 0.80") for f in comparison["facts"])
+    assert any(f.startswith("Steady-state cost per training step, trn2/gpu: 0.80") for f in comparison["facts"])
 
 
 def test_quality_equivalence_is_a_two_one_sided_test_on_the_shared_eval_points() -> None:
