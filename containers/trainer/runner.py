@@ -304,6 +304,11 @@ class Trainer:
         self.phases["checkpoint_restore_s"] = time.perf_counter() - t
         record.start_step, record.global_step, record.position = start_step, start_step, position
         self.position = position
+        if found.loaded is not None and cfg.resume_from and found.loaded.uri.startswith(cfg.resume_from.rstrip("/")):
+            # Another run's checkpoint (a GPU fallback resuming Trainium2): the fixed evaluation set at the resumed
+            # step, before any training here, is the continuity the report shows against that run's last eval.
+            self._evaluate(start_step)
+            record.resume_eval = (start_step, record.evals[start_step])
 
     def _train(self) -> None:
         spec, record = self.spec, self.record

@@ -56,6 +56,7 @@ class AttemptRecord:
     resumed_from_step: int | None = None
     resumed_from_uri: str | None = None
     resume_position_ok: bool = True
+    resume_eval: tuple[int, float] | None = None  # (step, loss): the fixed eval set right after another run's restore
     previous: dict[int, float] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     losses: dict[int, float] = field(default_factory=dict)
@@ -190,6 +191,8 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
         "precision": backend.precision, "status": status, "exit_code": exit_code, "error": inputs.error,
         "global_step": inputs.global_step, "max_steps": spec.max_steps, "start_step": inputs.start_step,
         "resumed_from_step": inputs.resumed_from_step, "resumed_from_uri": inputs.resumed_from_uri,
+        "resume_eval": None if inputs.resume_eval is None else {"step": inputs.resume_eval[0],
+                                                                 "loss": inputs.resume_eval[1]},
         "rerun_steps": rerun, "steps_this_attempt": steps_done, "tokens_this_attempt": tokens,
         "samples_consumed": inputs.position,
         "layout": None if layout is None or plan is None else {

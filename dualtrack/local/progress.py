@@ -109,7 +109,7 @@ class Progress:
                 f"{_seconds(compile_.get('total_s'))}, cost {cost} USD at the declared instance's rate")
         comparison = report.get("comparison") or {}
         if comparison:
-            lines.append(f"  verdict: {comparison.get('verdict')}")
+            lines.append(f"  {comparison.get('headline') or 'verdict: ' + str(comparison.get('verdict'))}")
         lines.append(f"  reports: {', '.join(str(p) for p in result.files) or 'none written'}")
         with self._lock:
             print("\n".join(lines), file=self.stream, flush=True)

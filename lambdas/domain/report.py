@@ -148,6 +148,8 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             "global_step_continuous": continuity.global_step_continuous if continuity else None,
             "loss_continuous": continuity.loss_continuous if continuity else None,
             "max_rel_loss_delta": continuity.max_rel_delta if continuity else None,
+            "resume_eval": (resumed.resume_eval.model_dump(mode="json")
+                            if resumed and resumed.resume_eval else None),
         },
         "final_samples": [
             {"prompt": s.prompt, "completion": s.completion, "token_ids": s.token_ids}
@@ -354,12 +356,41 @@ def _acceptance(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]]) -> tup
             f"relative validation-loss delta {delta if delta is None else round(delta, 6)} (tolerance {tolerance})",
         )
     )
+    fallback = tracks.get("gpu-fallback")
+    if fallback and candidate and fallback["resume"]["resumed_from_step"] is not None:
+        checks += _fallback_checks(fallback, candidate, gpu, tolerance)
     if gpu and candidate:
         equivalence = _equivalence(gpu, candidate, tolerance)
         checks.append(_check("quality equivalent to GPU (TOST on eval losses)",
                              equivalence.equivalent if equivalence.equivalent or not equivalence.different
                              else False, equivalence.detail))
     return checks, delta
+
+
+def _relative(value: float | None, reference: float | None) -> float | None:
+    return None if value is None or not reference else (value - reference) / reference
+
+
+def _fallback_checks(fallback: Mapping[str, Any], trn2: Mapping[str, Any], gpu: Mapping[str, Any] | None,
+                     tolerance: float) -> list[dict[str, Any]]:
+    """The fallback proves continuity: its loss on the fixed eval set at the resumed step against the Trainium2
+    run's last eval at or before that step, then its final results against the GPU track."""
+    at = fallback["resume"].get("resume_eval")
+    before = [p for p in trn2["loss"]["eval"] if at and p["step"] <= at["step"]]
+    last = max(before, key=lambda p: p["step"]) if before else None
+    delta = _relative(at["loss"] if at else None, last["loss"] if last else None)
+    checks = [_check(
+        "fallback continues trn2 on the fixed eval set", None if delta is None else abs(delta) <= tolerance,
+        (f"eval loss {at['loss']:.4f} at resumed step {at['step']} against trn2's {last['loss']:.4f} at step "
+         f"{last['step']}: relative delta {delta:+.4f} (tolerance {tolerance})") if delta is not None and at and last
+        else "no eval at the resumed step, or no trn2 eval before it")]
+    if gpu is not None:
+        final = _relative(fallback["loss"]["validation"], gpu["loss"]["validation"])
+        checks.append(_check(
+            "fallback final outputs consistent with GPU", None if final is None else abs(final) <= tolerance,
+            f"relative validation-loss delta {final if final is None else round(final, 6)} against the gpu track "
+            f"(tolerance {tolerance})"))
+    return checks
 
 
 def _equivalence(gpu: Mapping[str, Any], candidate: Mapping[str, Any], tolerance: float) -> Equivalence:

@@ -17,6 +17,8 @@ from markupsafe import Markup
 from lambdas.domain.cost import COMPONENTS
 
 COLOURS = {"gpu": "#1f77b4", "trn2": "#d62728", "gpu-fallback": "#2ca02c"}
+# Two tracks that train alike draw one curve over the other: each run has its own dash, so both stay visible.
+DASHES = {"gpu": "", "trn2": "6 4", "gpu-fallback": "2 3"}
 COMPONENT_COLOURS = dict(zip(COMPONENTS, ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#b279a2"), strict=True))
 
 
@@ -165,7 +167,7 @@ def loss_chart(tracks: Mapping[str, Any], width: int = 720, height: int = 300) -
                             "label": f"{run}: {what} from step {resume['resumed_from_step']}"})
     return {
         "width": width, "height": height, "left": left, "right": right, "top": top, "bottom": bottom,
-        "series": [{"run": run, "colour": COLOURS.get(run, "#555"),
+        "series": [{"run": run, "colour": COLOURS.get(run, "#555"), "dash": DASHES.get(run, "3 3"),
                     "points": " ".join(f"{sx(x)},{sy(y)}" for x, y in pts),
                     "evals": [{"x": sx(x), "y": sy(y), "step": x, "loss": round(y, 4)} for x, y in evals[run]]}
                    for run, pts in series.items() if pts or evals[run]],
@@ -296,7 +298,9 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
                          "versions": ", ".join(f"{k} {v}" for k, v in env.items()) or "-"})
     recovery = [{"run": run, "cells": [_cell(tracks[run]["resume"].get(k)) for k in (
         "injected_at_step", "resumed_from_step", "rerun_steps", "rerun_share", "global_step_continuous",
-        "loss_continuous", "max_rel_loss_delta")]} for run in runs]
+        "loss_continuous", "max_rel_loss_delta")] + [
+        "-" if not (at := tracks[run]["resume"].get("resume_eval")) else f"{at['loss']:.4f} at step {at['step']}"]}
+        for run in runs]
     sample_runs = [run for run in runs if tracks[run]["final_samples"]]
     prompts: dict[str, dict[str, str]] = {}
     for run in sample_runs:

@@ -233,6 +233,9 @@ class RunSummary(_Model):
     start_step: Annotated[int, Field(ge=0)]
     resumed_from_step: int | None = None
     resumed_from_uri: str | None = None
+    resume_eval: LossPoint | None = Field(
+        default=None, description="Validation loss on the fixed evaluation set at the resumed step, before any "
+        "training, when the attempt resumed another run's checkpoint (a GPU fallback resuming Trainium2).")
     rerun_steps: Annotated[int, Field(ge=0)] = 0
     steps_this_attempt: Annotated[int, Field(ge=0)] = 0
     tokens_this_attempt: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0

@@ -78,6 +78,12 @@ def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: 
     assert tables["run"].count("<tr>") >= 1 + len(report["tracks"])
     assert f"Why: {report['comparison']['verdict']}" in dom and report['comparison']['headline'] in dom
     assert "$41.74" in dom and "$35.18" in dom  # money to the cent in the cost table
+    for name in ("effective training", "compile", "failed reruns", "checkpoint storage", "queue environment"):
+        assert re.search(rf"<td>{name}</td>(<td class=\"num\">\$[0-9,.]+</td>)+", tables["component (USD)"]), name
+    assert "Price estimate:" in dom and "trn2 (trn2.48xlarge) priced at an estimated rate" in dom
+    strokes = re.findall(r'<polyline [^>]*stroke="(#[0-9a-f]{6})"[^>]*stroke-width="([0-9.]+)"', dom)
+    assert len({colour for colour, _ in strokes}) == len(strokes) == 2  # distinct colours, one per track
+    assert len(re.findall(r'<polyline [^>]*stroke-dasharray=', dom)) == 1  # the curve drawn over is dashed
     assert "41.74 USD" in dom and "35.18 USD" in dom  # each run's total printed beside its bar, with its unit
 
 

@@ -28,19 +28,19 @@ COMPONENTS = ("effective_training_usd", "compile_usd", "failed_reruns_usd", "che
               "queue_environment_usd")
 
 
-def small_trial() -> TrialSpec:
+def small_trial(fault_mode: str | None = None) -> TrialSpec:
     doc = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
     doc.update(name="e2e-rehearsal", max_steps=12, checkpoint_interval_steps=4, sequence_length=32)
     doc["evaluation"].update(interval_steps=4, max_new_tokens=4, prompts=doc["evaluation"]["prompts"][:1])
-    doc["fault_injection"].update(at_step=6)
+    doc["fault_injection"].update(at_step=6, **({"mode": fault_mode} if fault_mode else {}))
     for key in ("train_uri", "validation_uri"):
         doc["data"][key] = str(ROOT / doc["data"][key])
     return parse_trial(doc, allow_local_paths=True)
 
 
-def rehearse(out: Path, **options: Any) -> tuple[RehearsalResult, str]:
+def rehearse(out: Path, fault_mode: str | None = None, **options: Any) -> tuple[RehearsalResult, str]:
     stream = io.StringIO()
-    spec = small_trial()
+    spec = small_trial(fault_mode)
     result = Rehearsal(spec, RehearsalOptions(out=out, timeout_s=1200, **options),
                        progress=Progress(stream, max_steps=spec.max_steps)).run()
     return result, stream.getvalue()
@@ -51,7 +51,7 @@ def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Rehe
     out = tmp_path_factory.mktemp("rehearsal")
     runs = {"first": rehearse(out, fresh=True)}
     runs["second"] = rehearse(out)
-    runs["fallback"] = rehearse(out, fail_trn2="step")
+    runs["fallback"] = rehearse(out, fault_mode="permanent")  # trn2 fails for good after its step-4 checkpoint
     runs["no_capacity"] = rehearse(out, no_capacity="trn2")
     return runs
 
@@ -117,11 +117,17 @@ def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[Rehears
     result, printed = rehearsals["fallback"]
     report = _report(result)
     tracks = report["tracks"]
-    assert tracks["trn2"]["status"] == "failed"
+    assert tracks["trn2"]["status"] in ("failed", "faulted")
     assert "gpu-fallback" in tracks, printed
     assert tracks["gpu-fallback"]["status"] == "succeeded"
     assert tracks["gpu-fallback"]["steps_completed"] == 12
     assert "-> SubmitGpuFallbackJob" in printed
+    # The fallback resumed Trainium2's newest checkpoint and showed continuity on the fixed evaluation set.
+    assert tracks["gpu-fallback"]["resume"]["resumed_from_step"] == 4
+    assert tracks["gpu-fallback"]["resume"]["resume_eval"]["step"] == 4
+    checks = {c["check"]: c for c in report["acceptance"]}
+    assert checks["fallback continues trn2 on the fixed eval set"]["status"] == "pass", checks
+    assert checks["fallback final outputs consistent with GPU"]["status"] in ("pass", "fail")
 
 
 def test_trn2_without_capacity_is_cancelled_and_falls_back(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:

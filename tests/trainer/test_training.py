@@ -132,6 +132,13 @@ def test_permanent_fault_fails_every_attempt_then_gpu_fallback_resumes(write_spe
     assert all(c["uri"].startswith(fallback) for c in fb["checkpoints"])
     assert fb["continuity"]["loss_continuous"] is True
     assert losses(fb) == {s: v for s, v in losses(uninterrupted).items() if s > 4}
+    # The fixed evaluation set at the resumed step, before training here: the same weights, the same loss the
+    # uninterrupted run measured at that step (when it evaluated there), else at least a finite loss.
+    evaluated = {p[0] if isinstance(p, list) else p["step"]: p[1] if isinstance(p, list) else p["loss"]
+                 for p in uninterrupted["loss"]["eval"]}
+    assert fb["resume_eval"]["step"] == 4 and fb["resume_eval"]["loss"] > 0
+    if 4 in evaluated:
+        assert fb["resume_eval"]["loss"] == pytest.approx(evaluated[4], rel=1e-5)
 
 
 def test_corrupt_and_torn_newest_checkpoints_are_skipped(write_spec, tmp_path: Path) -> None:

@@ -343,3 +343,29 @@ def test_quality_equivalence_is_a_two_one_sided_test_on_the_shared_eval_points()
         check = next(c for c in report["acceptance"] if c["check"].startswith("quality equivalent"))
         assert check["status"] == expected, check
         assert "3 shared eval points" in check["detail"]
+
+
+def test_the_fallback_proves_continuity_on_the_fixed_eval_set_and_ends_like_the_gpu_track() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    trn2_eval = [[100, 2.2], [400, 1.8]]
+    trn2 = summary("trn2", 1.9, 1.8, status="failed", exit_code=76,
+                   loss={"initial": 2.5, "final": 1.9, "per_step": [[1, 2.5], [400, 1.9]], "eval": trn2_eval})
+
+    def fallback(resumed_loss: float, final: float) -> RunSummary:
+        return summary("gpu-fallback", final, final, resumed_from_step=400,
+                       resume_eval={"step": 400, "loss": resumed_loss},
+                       continuity={"global_step_continuous": True, "loss_continuous": True},
+                       loss={"initial": 1.9, "final": final, "per_step": [[401, 1.85], [1000, final]],
+                             "eval": [[400, resumed_loss], [1000, final]]})
+
+    def checks(resumed_loss: float, final: float) -> dict[str, str]:
+        report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2],
+                                           "gpu-fallback": [fallback(resumed_loss, final)]},
+                                    {"gpu": cost("10"), "trn2": cost("3"), "gpu-fallback": cost("6")})
+        assert report["tracks"]["gpu-fallback"]["resume"]["resume_eval"]["step"] == 400
+        return {c["check"]: c["status"] for c in report["acceptance"] if c["check"].startswith("fallback")}
+
+    assert checks(1.801, 1.26) == {"fallback continues trn2 on the fixed eval set": "pass",
+                                   "fallback final outputs consistent with GPU": "pass"}
+    assert checks(2.4, 1.26)["fallback continues trn2 on the fixed eval set"] == "fail"  # not the same model
+    assert checks(1.801, 1.9)["fallback final outputs consistent with GPU"] == "fail"
