@@ -11,7 +11,7 @@ OUT    ?= out/rehearsal
 .PHONY: help install demo check lint typecheck test test-fast bench check-xla check-gpu synth clean
 
 help:
-	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/)"
+	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/latest/)"
 	@echo "make check      ruff + import layers + mypy + hadolint + the full test suite (what CI runs)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
 	@echo "make check-xla  the Neuron backend's XLA code path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"

@@ -14,10 +14,13 @@ job runs the real trainer as a local subprocess with the job definition's comman
 The GPU track runs the trainer's cpu backend (cuda if a GPU is present); the Trainium2 track runs neuron if a
 Neuron device exists, else the torch.compile stand-in, so compile time and compile-cache hits are real
 measurements. Figures from a stand-in are labelled as such; costs are at the declared instance's rate and prove
-the pipeline, not the bill. The compile cache and its registry persist under OUT/state between runs: a second run
-of the same trial shows a cache hit; --fresh starts clean.
+the pipeline, not the bill. The local plane's state (the compile cache and its registry, as the deployed cache
+bucket and table) lives in one place per machine, ~/.local/state/dualtrack/local-plane (DUALTRACK_STATE_DIR moves
+it): a second trial, written to any --out, meets a warm cache; --fresh starts clean.
 
-Written under --out: report.json, report.md, report.html, ledger.json, execution-history.json, logs/.
+Each run writes its own directory, OUT/<UTC time>-<trial id>/ (OUT/latest names the newest; nothing earlier is
+overwritten): report.json, report.md, report.html, ledger.json, execution-history.json, logs/. Compare two runs
+with `dualtrack report OUT/latest --compare OUT/<an earlier run>`.
 Ctrl-C stops the workflow and the jobs and leaves what was written readable.
 
 exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why), 2 invalid trial, 130 interrupted

@@ -21,6 +21,9 @@ and render it: md (default; tables aligned for a terminal, still valid Markdown)
 file, inline SVG charts of loss by step, cost by component and the attempt timeline). --out writes a file (format
 from its suffix unless --format is given); --open writes the HTML and opens it in the default browser.
 Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).
+TRIAL_ID may also be a local report.json or a rehearsal's directory. --compare OTHER shows two reports side by side
+(verdicts, cost ratios with their intervals, each run's step time, cost, loss and checks): two trials, two
+rehearsals, or one of each.
 
 `dualtrack report costs` shows the newest scheduled cost report for your team instead: the period (the stage's
 cost_report_period), spend by track and component, the trend against the period before, the month to date against
@@ -32,7 +35,9 @@ cache entry another trial has hit). A platform admin names a team with --team, o
   dualtrack report costs --team team-nlp --format json
   dualtrack report ID --format html --out report.html
   dualtrack report ID --open
-  dualtrack report ID --format json | jq .comparison.verdict""",
+  dualtrack report ID --format json | jq .comparison.verdict
+  dualtrack report out/rehearsal/latest --compare out/rehearsal/20261205T101500Z-llama-pilot
+  dualtrack report TRIAL_A --compare TRIAL_B --format json""",
 )
 FORMATS = ("md", "json", "html")
 SUFFIXES = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -46,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--format", choices=FORMATS, help="md (default), json or html")
     parser.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--open", action="store_true", help="write the HTML report and open it in a browser")
+    parser.add_argument("--compare", metavar="OTHER", help="a second trial id, report.json or rehearsal directory "
+                                                           "to show side by side (md or json)")
     add_connection_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -104,6 +111,86 @@ def render_costs(report: dict[str, Any], fmt: str) -> str:
     return align_markdown_tables("\n".join(lines)) + "\n"
 
 
+def local_report(which: str) -> Path | None:
+    """A report on disk: a report.json, or a rehearsal directory holding one (or its ``latest`` run)."""
+    path = Path(which).expanduser()
+    for candidate in (path, path / "report.json", path / "latest" / "report.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_report(args: argparse.Namespace, which: str) -> dict[str, Any]:
+    found = local_report(which)
+    if found is None:
+        if "/" in which or which.endswith(".json"):
+            raise ClientFailure(f"{which}: no report.json there (a rehearsal directory or a report.json file, or a "
+                                "trial id)", EXIT_INVALID)
+        return open_api(args).report(which)  # type: ignore[no-any-return]
+    try:
+        loaded = json.loads(found.read_text())
+    except (OSError, ValueError) as exc:
+        raise ClientFailure(f"{found}: not a readable report ({exc})", EXIT_INVALID) from None
+    if not isinstance(loaded, dict) or "tracks" not in loaded:
+        raise ClientFailure(f"{found}: not a trial report (no tracks)", EXIT_INVALID)
+    return loaded
+
+
+def _interval(view: dict[str, Any] | None, digits: int = 3) -> str:
+    if not view:
+        return "-"
+    return f"{view['estimate']:.{digits}g} [{view['low']:.{digits}g}, {view['high']:.{digits}g}]"
+
+
+def comparison_view(report: dict[str, Any]) -> dict[str, Any]:
+    """The figures --compare puts side by side, as JSON."""
+    comparison = report.get("comparison") or {}
+    runs = {}
+    for run, track in (report.get("tracks") or {}).items():
+        uncertainty = track.get("uncertainty") or {}
+        runs[run] = {"status": track.get("status"), "steps": track.get("steps_completed"),
+                     "backend": track.get("backend"), "stand_in": track.get("stand_in"),
+                     "step_time_s": uncertainty.get("step_time_s"), "total_usd": (track.get("cost") or {}).get(
+                         "total_usd"), "validation_loss": (track.get("loss") or {}).get("validation"),
+                     "first_compile_s": (track.get("compile") or {}).get("first_compile_s"),
+                     "cache_by_attempt": (track.get("compile") or {}).get("cache_by_attempt")}
+    return {"trial_id": report.get("trial_id"), "generated_at": report.get("generated_at"),
+            "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
+            "steady_cost_ratio": comparison.get("steady_cost_ratio"), "cost_ratio": comparison.get("cost_ratio"),
+            "checks": {c["check"]: c["status"] for c in report.get("acceptance") or []}, "runs": runs}
+
+
+def render_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Two reports side by side as one aligned Markdown table."""
+    left, right = comparison_view(a), comparison_view(b)
+
+    def cell(value: Any) -> str:
+        text = "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+        return text.replace("|", "/")
+
+    rows = [("trial", left["trial_id"], right["trial_id"]), ("generated", left["generated_at"], right["generated_at"]),
+            ("verdict", left["verdict"], right["verdict"]),
+            ("steady cost ratio trn2/gpu [95%]", _interval(left["steady_cost_ratio"]),
+             _interval(right["steady_cost_ratio"])),
+            ("whole-trial cost ratio", left["cost_ratio"], right["cost_ratio"])]
+    for run in sorted(set(left["runs"]) | set(right["runs"]), key=("gpu", "trn2", "gpu-fallback").index):
+        one, two = left["runs"].get(run, {}), right["runs"].get(run, {})
+        for label, key in (("status", "status"), ("steps", "steps"), ("backend", "backend"),
+                           ("total USD", "total_usd"), ("validation loss", "validation_loss"),
+                           ("first compile s", "first_compile_s")):
+            rows.append((f"{run}: {label}", one.get(key), two.get(key)))
+        rows.append((f"{run}: step time s [95%]", _interval(one.get("step_time_s")), _interval(two.get("step_time_s"))))
+        rows.append((f"{run}: cache by attempt", ", ".join(one.get("cache_by_attempt") or []) or None,
+                     ", ".join(two.get("cache_by_attempt") or []) or None))
+    for check in dict.fromkeys([*left["checks"], *right["checks"]]):
+        rows.append((f"check: {check}", left["checks"].get(check), right["checks"].get(check)))
+    lines = [f"# {cell(left['trial_id'])} vs {cell(right['trial_id'])}", "",
+             f"- A: {left['headline'] or left['verdict']}", f"- B: {right['headline'] or right['verdict']}", "",
+             "| figure | A | B |", "|---|---|---|"]
+    lines += [f"| {cell(name)} | {cell(x)} | {cell(y)} |" for name, x, y in rows]
+    return align_markdown_tables("\n".join(lines)) + "\n"
+
+
 @remote_command
 def run(args: argparse.Namespace) -> int:
     fmt = choose_format(args)
@@ -116,7 +203,18 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.team:
         raise ClientFailure("--team goes with `dualtrack report costs`, not a trial report", EXIT_INVALID)
-    report = open_api(args).report(args.trial_id)
+    if args.compare:
+        if fmt == "html":
+            raise ClientFailure("--compare renders as md or json; drop --format html / --open", EXIT_INVALID)
+        pair = [load_report(args, which) for which in (args.trial_id, args.compare)]
+        text = (json.dumps({"a": comparison_view(pair[0]), "b": comparison_view(pair[1])}, indent=2) + "\n"
+                if fmt == "json" else render_comparison(*pair))
+        if args.out:
+            write(Path(args.out).expanduser().resolve(), text)
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    report = load_report(args, args.trial_id)
     text = render(report, fmt)
     if args.open and not args.out:
         args.out = str(Path(tempfile.gettempdir()) / f"dualtrack-report-{args.trial_id}.html")

@@ -46,6 +46,37 @@ class RehearsalOptions:
     timeout_s: float = 1800
     stage: str = "local"  # cdk.json stage the rehearsal stands up (its data_buckets hold the staged data)
     no_capacity: str | None = None  # gpu | trn2: that track's job queue gets no instances (jobs stay RUNNABLE)
+    state_dir: Path | None = None  # the local plane's state; default: one place per machine (local_state_dir)
+
+
+def local_state_dir() -> Path:
+    """Where the local plane keeps what the deployed one keeps in its cache bucket and registry table: one place per
+    machine (per user), so every rehearsal, whatever its --out, meets the same compile cache. DUALTRACK_STATE_DIR
+    moves it; otherwise $XDG_STATE_HOME/dualtrack/local-plane (~/.local/state/...)."""
+    explicit = os.environ.get("DUALTRACK_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "dualtrack" / "local-plane"
+
+
+def run_directory(base: Path, trial_id: str, now: float | None = None) -> Path:
+    """A new directory for one rehearsal's reports under ``base``: ``<UTC time>-<trial id>``, never an earlier
+    run's (a suffix keeps two runs in the same second apart)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    candidate, n = base / f"{stamp}-{trial_id}", 1
+    while candidate.exists():
+        n += 1
+        candidate = base / f"{stamp}-{trial_id}-{n}"
+    return candidate
+
+
+def point_latest(base: Path, run_dir: Path) -> None:
+    """``base/latest`` names the newest run (a relative symlink, replaced atomically)."""
+    link, staging = base / "latest", base / f".latest-{os.getpid()}"
+    staging.unlink(missing_ok=True)
+    staging.symlink_to(run_dir.name)
+    os.replace(staging, link)
 
 
 @dataclass
@@ -71,8 +102,9 @@ class Rehearsal:
         self.spec = spec
         self.options = options
         self.progress = progress or Progress(quiet=options.quiet, max_steps=spec.max_steps)
-        self.out = options.out
-        self.state_dir = options.out / "state"
+        self.base = options.out
+        self.out = run_directory(options.out, spec.trial_id)
+        self.state_dir = options.state_dir or local_state_dir()
         self.session_policies: SessionPolicies | None = None
 
     # ---- the whole run ------------------------------------------------------------------------------------
@@ -85,13 +117,13 @@ class Rehearsal:
         from dualtrack.local.template import ACCOUNT, deploy_locally
 
         started = time.monotonic()
-        self.out.mkdir(parents=True, exist_ok=True)
+        # Each rehearsal writes its own directory: the last one's reports are never overwritten.
+        self.out.mkdir(parents=True, exist_ok=False)
+        point_latest(self.base, self.out)
         if self.options.fresh and self.state_dir.exists():
             shutil.rmtree(self.state_dir)
-        for name in (*REPORT_FILES, "ledger.json", "execution-history.json"):
-            (self.out / name).unlink(missing_ok=True)
-        # The jobs' logs are this run's: a rerun of the same trial would otherwise append to the last run's files.
-        shutil.rmtree(self.out / "logs", ignore_errors=True)
+        self.progress.phase(f"reports go to {self.out} ({self.base / 'latest'}); the local plane's state is "
+                            f"{self.state_dir}")
         self.progress.phase("synthesizing the CDK app (cached by source hash)")
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None
@@ -319,12 +351,16 @@ class Rehearsal:
                 for obj in page.get("Contents", []):
                     target = cache_dir / obj["Key"]
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+                    staging = target.with_name(f".{target.name}.{os.getpid()}")
+                    staging.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+                    os.replace(staging, target)
         table = self.env.get("CACHE_REGISTRY_TABLE")
         if table:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             items = boto3.client("dynamodb").scan(TableName=table).get("Items", [])
-            (self.state_dir / "registry.json").write_text(json.dumps(items, indent=1))
+            staging = self.state_dir / f".registry-{os.getpid()}.json"
+            staging.write_text(json.dumps(items, indent=1))
+            os.replace(staging, self.state_dir / "registry.json")  # a concurrent rehearsal reads all or nothing
 
     def _restore_state(self) -> None:
         import boto3
@@ -333,7 +369,7 @@ class Rehearsal:
         bucket = self.env.get("CACHE_BUCKET")
         if bucket and cache_dir.exists():
             s3 = boto3.client("s3")
-            for path in sorted(p for p in cache_dir.rglob("*") if p.is_file()):
+            for path in sorted(p for p in cache_dir.rglob("*") if p.is_file() and not p.name.startswith(".")):
                 s3.put_object(Bucket=bucket, Key=path.relative_to(cache_dir).as_posix(), Body=path.read_bytes())
         registry = self.state_dir / "registry.json"
         table = self.env.get("CACHE_REGISTRY_TABLE")

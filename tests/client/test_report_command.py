@@ -71,3 +71,29 @@ def test_a_report_the_renderer_cannot_read_points_to_json(cli: Any, served: Any,
                          Body=json.dumps(odd).encode())
     code, _, err = cli("report", settled["trial_id"], "--endpoint", served.url, "--format", "html")
     assert code == EXIT_INVALID and "cannot render report version 99 as html" in err and "--format json" in err
+
+
+def test_compare_puts_a_remote_trial_beside_a_local_rehearsal(cli: Any, served: Any, settled: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    """--compare takes trial ids, report.json files or rehearsal directories (their `latest` run), in any mix."""
+    settled["store"]()
+    trial_id, report = settled["trial_id"], settled["report"]
+    rehearsal = tmp_path / "rehearsal" / "20261205T101500Z-pilot"
+    rehearsal.mkdir(parents=True)
+    other = json.loads(json.dumps(report))
+    other["comparison"]["verdict"] = "inconclusive"
+    other["tracks"]["trn2"]["cost"]["total_usd"] = "99.5"
+    (rehearsal / "report.json").write_text(json.dumps(other))
+    (tmp_path / "rehearsal" / "latest").symlink_to(rehearsal.name)
+    code, out, err = cli("report", trial_id, "--compare", str(tmp_path / "rehearsal"), "--endpoint", served.url)
+    assert code == 0, err
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+            for line in out.splitlines() if line.startswith("| ")}
+    assert rows["verdict"] == [report["comparison"]["verdict"], "inconclusive"]
+    assert rows["trn2: total USD"] == [report["tracks"]["trn2"]["cost"]["total_usd"], "99.5"]
+    assert rows["trn2: cache by attempt"] == ["miss, hit", "miss, hit"]
+    assert all(f"check: {c['check']}" in rows for c in report["acceptance"])
+    code, out, _ = cli("report", str(rehearsal / "report.json"), "--compare", str(rehearsal), "--format", "json")
+    assert code == 0 and json.loads(out)["a"] == json.loads(out)["b"]  # two local reports: no endpoint needed
+    code, _, err = cli("report", str(tmp_path / "nothing-here/"), "--compare", trial_id, "--endpoint", served.url)
+    assert code == EXIT_INVALID and "no report.json there" in err

@@ -41,7 +41,7 @@ def small_trial(fault_mode: str | None = None) -> TrialSpec:
 def rehearse(out: Path, fault_mode: str | None = None, **options: Any) -> tuple[RehearsalResult, str]:
     stream = io.StringIO()
     spec = small_trial(fault_mode)
-    result = Rehearsal(spec, RehearsalOptions(out=out, timeout_s=1200, **options),
+    result = Rehearsal(spec, RehearsalOptions(out=out, timeout_s=1200, state_dir=out / "plane-state", **options),
                        progress=Progress(stream, max_steps=spec.max_steps)).run()
     return result, stream.getvalue()
 
@@ -53,6 +53,10 @@ def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Rehe
     runs["second"] = rehearse(out)
     runs["fallback"] = rehearse(out, fault_mode="permanent")  # trn2 fails for good after its step-4 checkpoint
     runs["no_capacity"] = rehearse(out, no_capacity="trn2")
+    # Every run kept its own reports; `latest` names the last.
+    dirs = [result.out for result, _ in runs.values()]
+    assert len(set(dirs)) == 4 and all((d / "report.json").is_file() for d in dirs)
+    assert (out / "latest").resolve() == dirs[-1].resolve()
     return runs
 
 

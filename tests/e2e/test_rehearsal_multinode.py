@@ -30,16 +30,17 @@ def test_a_two_node_gpu_run_trains_on_both_nodes_and_is_billed_for_both(tmp_path
         doc["data"][key] = str(ROOT / doc["data"][key])
     spec = parse_trial(doc, allow_local_paths=True)
     stream = io.StringIO()
-    result = Rehearsal(spec, RehearsalOptions(out=tmp_path, fresh=True, timeout_s=800),
+    result = Rehearsal(spec, RehearsalOptions(out=tmp_path, fresh=True, timeout_s=800,
+                                                         state_dir=tmp_path / "plane-state"),
                        progress=Progress(stream, max_steps=spec.max_steps)).run()
     printed = stream.getvalue()
     assert result.succeeded, printed[-3000:]
     assert "-> SubmitGpuMultiNodeJob" in printed
     gpu = result.report["tracks"]["gpu"] if result.report else {}
     assert gpu["status"] == "succeeded" and gpu["steps_completed"] == 8, printed[-3000:]
-    logs = sorted(p.name for p in (tmp_path / "logs").glob("*-gpu.attempt-1.node-*.log"))
+    logs = sorted(p.name for p in (result.out / "logs").glob("*-gpu.attempt-1.node-*.log"))
     assert logs == [f"{result.trial_id}-gpu.attempt-1.node-0.log", f"{result.trial_id}-gpu.attempt-1.node-1.log"]
-    ledger = json.loads((tmp_path / "ledger.json").read_text())
+    ledger = json.loads((result.out / "ledger.json").read_text())
     nodes = {json.loads(e["body"])["nodes"] if isinstance(e["body"], str) else e["body"]["nodes"]
              for e in ledger if e["run_key"].endswith("#gpu") and e["kind"] == "transition"}
     assert nodes == {2}  # the ledger prices both nodes the job held
