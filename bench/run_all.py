@@ -18,8 +18,8 @@ efficiency lines are the ratio lines collected here.
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import re
 import resource
 import shutil
