@@ -111,6 +111,10 @@ class Progress:
         if comparison:
             lines.append(f"  {comparison.get('headline') or 'verdict: ' + str(comparison.get('verdict'))}")
         lines.append(f"  reports: {', '.join(str(p) for p in result.files) or 'none written'}")
+        out = getattr(result, "out", None)
+        plane_log = out / "plane.log" if out is not None else None
+        if plane_log is not None and plane_log.exists() and plane_log.stat().st_size:
+            lines.append(f"  the emulated plane's own output (library logs, metric lines, warnings): {plane_log}")
         with self._lock:
             print("\n".join(lines), file=self.stream, flush=True)
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +36,9 @@ from lambdas.domain.vocabulary import EXECUTION_TERMINAL
 CAPACITY_QUEUES = {"gpu": "GpuCapacity", "trn2": "Trn2Capacity"}  # track → its job queues' logical id part
 QUEUE_TIME_SCALE = 200.0  # a queue's 600 s RUNNABLE time limit takes 3 s in a rehearsal
 REPORT_FILES = ("report.json", "report.md", "report.html")
+# What the emulated plane and the libraries print (Powertools' metric lines, moto's and botocore's logs, warnings,
+# a handler's traceback) goes here, not to the console, which shows the rehearsal's own progress only.
+PLANE_LOG = "plane.log"
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class Rehearsal:
         self.progress.phase("synthesizing the CDK app (cached by source hash)")
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None
-        with local_aws() as aws, _fresh_handler_state():
+        with _library_output_to(self.out / PLANE_LOG), local_aws() as aws, _fresh_handler_state():
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
             deployment = deploy_locally(assembly, region=aws.region)
             self.env = self._handler_environment(deployment)
@@ -380,6 +384,35 @@ class Rehearsal:
                 dynamodb.put_item(TableName=table, Item=item)
             if items:
                 self.progress.phase(f"restored {len(items)} compile-cache registry entries from {registry}")
+
+
+@contextlib.contextmanager
+def _library_output_to(path: Path) -> Iterator[None]:
+    """Send everything but the rehearsal's own progress (which holds the console stream it was given) to ``path``:
+    the process's stdout and stderr, Python warnings and every log record."""
+    import logging
+    import warnings
+
+    root = logging.getLogger()
+    with path.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), \
+            warnings.catch_warnings():
+        handler = logging.StreamHandler(log)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        consoles = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
+                    and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in (sys.__stdout__,
+                                                                                                  sys.__stderr__)]
+        for console in consoles:
+            root.removeHandler(console)
+        root.addHandler(handler)
+        logging.captureWarnings(True)
+        warnings.simplefilter("default")
+        try:
+            yield
+        finally:
+            logging.captureWarnings(False)
+            root.removeHandler(handler)
+            for console in consoles:
+                root.addHandler(console)
 
 
 @contextlib.contextmanager
