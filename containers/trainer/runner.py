@@ -368,6 +368,9 @@ class Trainer:
                 self.record.compile_failed = True
             raise ForcedFailure(f"DUALTRACK_FORCE_FAIL={self.force}: failing in the {self.force} phase at step "
                                 f"{step}")
+        if backend.compiles and step == self.record.start_step + 1:
+            cache = self.record.cache
+            self.emit("compiling", step=step, cached_files=cache.files_before if cache is not None else 0)
         batches = plan.micro_batches(ids, labels, process=dist.replica, processes=dist.replicas)
         for index, (mids, mlabels) in enumerate(batches):
             last = index == len(batches) - 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -28,6 +29,7 @@ exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why),
 examples:
   dualtrack local run examples/trial-rehearsal.json
   dualtrack local run --fresh --out /tmp/r examples/trial-rehearsal.json
+  dualtrack local run --json examples/trial-rehearsal.json | jq .headline
   DUALTRACK_FORCE_FAIL_TRN2=step dualtrack local run examples/trial-rehearsal.json   # exercise the GPU fallback
 """
 
@@ -47,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                      help="give this track's job queue no instances (gpu or trn2): its jobs stay RUNNABLE until "
                           "the queue's time-limit action cancels them (the wait is time-scaled)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
+    run.add_argument("--json", action="store_true", help="for machines: no progress, one JSON object at the end "
+                                                         "(status, run directory, verdict, files)")
     run.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
     run.set_defaults(func=run_local)
 
@@ -60,9 +64,21 @@ def run_local(args: argparse.Namespace) -> int:
     except CommandError as exc:
         print_problems(args.trial, exc.problems, as_json=False)
         return 2
-    options = RehearsalOptions(out=args.out, fresh=args.fresh, fail_trn2=args.fail_trn2, quiet=args.quiet,
-                               timeout_s=args.timeout, no_capacity=args.no_capacity)
+    options = RehearsalOptions(out=args.out, fresh=args.fresh, fail_trn2=args.fail_trn2,
+                               quiet=args.quiet or args.json, timeout_s=args.timeout, no_capacity=args.no_capacity)
     try:
+        if args.json:
+            import io
+
+            from dualtrack.local.progress import Progress
+
+            result = Rehearsal(spec, options, progress=Progress(io.StringIO(), quiet=True)).run()
+            comparison = (result.report or {}).get("comparison") or {}
+            print(json.dumps({"trial_id": result.trial_id, "status": result.status, "succeeded": result.succeeded,
+                              "out": str(result.out), "wall_s": round(result.wall_s, 1),
+                              "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
+                              "files": [str(p) for p in result.files]}, indent=2))
+            return 0 if result.succeeded else 1
         result = Rehearsal(spec, options).run()
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was written is under {args.out}", file=sys.stderr)

@@ -73,6 +73,11 @@ class Progress:
             secs = record.get("save_s")
             self._print(run, f"checkpoint step {record.get('step')} {mb}"
                              + (f" in {secs:.2f} s" if isinstance(secs, int | float) else ""))
+        elif kind == "compiling":
+            cached = record.get("cached_files")
+            self._print(run, "compiling the training step "
+                             + ("(the cache holds earlier graphs: seconds if this one is among them)"
+                                if isinstance(cached, int) and cached > 0 else "(first time, about a minute)"))
         elif kind == "compile":
             secs = record.get("first_step_s", record.get("seconds"))
             self._print(run, "first step with graph compilation"

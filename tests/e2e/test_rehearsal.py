@@ -153,3 +153,21 @@ def test_trn2_without_capacity_is_cancelled_and_falls_back(rehearsals: dict[str,
     assert report["tracks"]["gpu-fallback"]["steps_completed"] == 12
     assert report["comparison"]["verdict"] == "inconclusive"
     assert "-> SubmitGpuFallbackJob" in printed
+
+
+def test_local_run_json_prints_one_object_for_machines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from dualtrack.cli import main
+
+    doc = small_trial().model_dump(mode="json", exclude_none=True)
+    doc.update(name="e2e-json", max_steps=4, fault_injection=None)
+    doc["evaluation"].update(interval_steps=4)
+    trial = tmp_path / "trial.json"
+    trial.write_text(json.dumps({k: v for k, v in doc.items() if v is not None}))
+    monkeypatch.setenv("DUALTRACK_STATE_DIR", str(tmp_path / "plane-state"))
+    code = main(["local", "run", str(trial), "--out", str(tmp_path / "out"), "--json"])
+    printed = capsys.readouterr().out
+    body = json.loads(printed)  # nothing but the one object
+    assert code == 0 and body["status"] == "SUCCEEDED" and body["succeeded"] is True
+    assert Path(body["out"]).parent == tmp_path / "out" and body["headline"]
+    assert any(f.endswith("report.html") for f in body["files"])

@@ -23,3 +23,13 @@ def test_the_closing_line_gives_each_runs_compile_cache_outcome_and_compile_seco
     trn2 = next(line for line in lines if line.strip().startswith("trn2"))
     assert "compile cache none, cost 1.25 USD" in gpu
     assert "2 attempt(s), compile cache miss (35.4 s compiling), cost 0.5 USD" in trn2
+
+
+def test_a_compile_says_so_while_it_runs() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream)
+    progress.job("t-1-trn2", {"event": "compiling", "step": 1, "cached_files": 0})
+    progress.job("t-1-trn2", {"event": "compiling", "step": 5, "cached_files": 12})
+    first, warm = stream.getvalue().splitlines()
+    assert first.endswith("trn2         compiling the training step (first time, about a minute)")
+    assert "the cache holds earlier graphs" in warm
