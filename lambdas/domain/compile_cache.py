@@ -17,7 +17,7 @@ from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
 
-KEY_VERSION = 1
+KEY_VERSION = 2  # 2: the model's architecture is part of the key
 # Versions an image pins; when the run's environment record is not known yet, the SDK release stands for them.
 ENVIRONMENT_FIELDS = ("neuronx_cc", "torch_neuronx", "neuron_runtime")
 
@@ -49,6 +49,7 @@ def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
         "key_version": KEY_VERSION,
         "model_id": spec.model.id,
         "model_revision": spec.model.revision,
+        "architecture": architecture_hash(spec),
         "method": spec.method,
         "lora_rank": spec.lora.rank if spec.lora else None,
         "lora_target_modules": sorted(spec.lora.target_modules) if spec.lora else None,
@@ -65,6 +66,75 @@ def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
         "logical_nc_config": track.logical_nc_config,
         "instance_family": track.instance_type.split(".")[0],
     }
+
+
+def architecture_hash(spec: TrialSpec) -> str:
+    """The model's architecture: its config when the trial builds the model from one (hidden size, layers, heads,
+    vocabulary...), else the weights it loads (whose config.json comes with them)."""
+    if spec.model.config is not None:
+        return "config:" + hashlib.sha256(canonical_json(spec.model.config.model_dump(mode="json")).encode()
+                                          ).hexdigest()[:16]
+    return f"weights:{spec.model.uri or spec.model.id + '@' + spec.model.revision}"
+
+
+# The source document's four classes of change (its graph-change list), and what each means for a compiled graph.
+CHANGE_CLASSES: dict[str, str] = {
+    "data or hyper-parameters": "same graph: the compile cache is reused",
+    "model structure or operators": "a new graph: recompile (keep GPU while it changes daily)",
+    "training flow": "a new graph: recompile, and re-verify compile artefacts and memory bounds",
+    "low-level extensions": "custom kernels or fused ops: 'PyTorch runs' is not 'migrated'",
+    "compiler environment": "a new compiler, runtime, flags or instance family: recompile",
+}
+COMPONENT_CLASSES: dict[str, str] = {
+    "model_id": "model structure or operators", "model_revision": "model structure or operators",
+    "architecture": "model structure or operators", "method": "model structure or operators",
+    "lora_rank": "model structure or operators", "lora_target_modules": "model structure or operators",
+    "precision": "model structure or operators",
+    "sequence_length": "training flow", "micro_batch_size": "training flow", "tensor_parallel": "training flow",
+    "pipeline_parallel": "training flow", "data_parallel": "training flow",
+    "neuron_sdk": "compiler environment", "neuronx_cc": "compiler environment",
+    "torch_neuronx": "compiler environment", "neuron_runtime": "compiler environment",
+    "compiler_flags": "compiler environment", "logical_nc_config": "compiler environment",
+    "instance_family": "compiler environment", "key_version": "compiler environment",
+}
+
+
+class KeyDifference(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    component: str
+    a: Any
+    b: Any
+    change_class: str
+
+
+class Explanation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    same_key: bool
+    differences: list[KeyDifference]
+    change_classes: list[str]
+    meaning: list[str]
+    summary: str
+
+
+def explain(a: TrialSpec, b: TrialSpec, environment_a: dict[str, str] | None = None,
+            environment_b: dict[str, str] | None = None) -> Explanation:
+    """Which key components make two trials miss each other's cache entries, and the change class of each."""
+    ka, kb = key_components(a, environment_a), key_components(b, environment_b)
+    differences = [KeyDifference(component=name, a=ka.get(name), b=kb.get(name),
+                                 change_class=COMPONENT_CLASSES.get(name, "compiler environment"))
+                   for name in ka if ka.get(name) != kb.get(name)]
+    classes = list(dict.fromkeys(d.change_class for d in differences))
+    if a.workload.custom_cuda_ops != b.workload.custom_cuda_ops:
+        classes.append("low-level extensions")
+    if not differences and not classes:
+        classes = ["data or hyper-parameters"]
+    same = not differences
+    summary = ("same key: the second trial reuses the first's compiled graphs" if same else
+               f"different keys: {', '.join(d.component for d in differences)} differ ({'; '.join(classes)})")
+    return Explanation(same_key=same, differences=differences, change_classes=classes,
+                       meaning=[f"{c}: {CHANGE_CLASSES[c]}" for c in classes], summary=summary)
 
 
 def cache_key(spec: TrialSpec, environment: dict[str, str] | None = None,

@@ -110,6 +110,7 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
         "global_step_continuous": True,
         "loss_continuous": True,
         "max_rel_loss_delta": 0.01,
+        "resume_eval": None,
     }
     assert out["verdict"] == report["comparison"]["verdict"] == "inconclusive"  # no gpu run in this scenario
     html = aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.html")["Body"].read()

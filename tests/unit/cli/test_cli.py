@@ -146,3 +146,31 @@ def test_prices_refresh_updates_rows_and_records_source() -> None:
     assert table.instance_price("trn2.48xlarge", "us-east-2").confidence == "pricing-api"
     assert missing == ["p5.48xlarge"]
     assert "Pricing API" in table.source
+
+
+def test_cache_key_prints_every_component_and_takes_the_images_versions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cache", "key", EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    for component in ("architecture", "lora_rank", "sequence_length", "tensor_parallel", "neuronx_cc",
+                      "compiler_flags", "logical_nc_config", "instance_family"):
+        assert f"  {component}" in out, component
+    image = tmp_path / "image-env.json"
+    image.write_text(json.dumps({"neuronx_cc": "2.21.18.0", "torch_neuronx": "2.7.0.2.9", "neuron_runtime": "2.27"}))
+    assert main(["cache", "key", EXAMPLE, "--image-env", str(image), "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["components"]["neuronx_cc"] == "2.21.18.0" and body["prefix"].split("/")[2] == "2.21.18.0"
+    image.write_text("[1, 2]")
+    assert main(["cache", "key", EXAMPLE, "--image-env", str(image)]) == 2
+    assert "expected a JSON object of versions" in capsys.readouterr().err
+
+
+def test_cache_explain_names_the_components_and_change_classes(tmp_path: Path, example_trial: dict[str, Any],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    other = {**example_trial, "sequence_length": 8192, "learning_rate": 0.0005}
+    assert main(["cache", "explain", EXAMPLE, write(tmp_path, other)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("different keys: sequence_length differ (training flow)")
+    assert "sequence_length: 4096 -> 8192  [training flow]" in out
+    assert main(["cache", "explain", EXAMPLE, EXAMPLE, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["change_classes"] == ["data or hyper-parameters"]

@@ -8,8 +8,10 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from lambdas.domain.compile_cache import cache_key, cache_url
+from lambdas.domain.compile_cache import cache_key, cache_url, explain
 from lambdas.domain.trial import parse_trial
 
 
@@ -70,3 +72,58 @@ def test_no_trn2_track_has_no_key(example_trial: dict[str, Any]) -> None:
     example_trial.pop("fault_injection")
     with pytest.raises(ValueError, match="trn2 track"):
         cache_key(parse_trial(example_trial))
+
+
+def _rehearsal_trial() -> dict[str, Any]:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[3] / "examples" / "trial-rehearsal.json").read_text())
+
+
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(["hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads",
+                              "vocab_size"]),
+       bump=st.integers(min_value=1, max_value=4))
+def test_the_model_architecture_is_in_the_key(field: str, bump: int) -> None:
+    """Changing hidden_size or the number of layers is a new graph: it must never hit the old entry."""
+    base = _rehearsal_trial()
+    changed = copy.deepcopy(base)
+    config = changed["model"].setdefault("config", {})
+    value = parse_trial(base, allow_local_paths=True).model.config
+    assert value is not None
+    current = getattr(value, field)
+    config[field] = current * (bump + 1) if field != "num_attention_heads" else current // 2 or 1
+    if field == "num_attention_heads":
+        config["num_key_value_heads"] = config[field]
+    try:
+        other = parse_trial(changed, allow_local_paths=True)
+    except Exception:  # noqa: BLE001  an inconsistent shape (heads not dividing hidden_size) is not a trial
+        return
+    original = parse_trial(base, allow_local_paths=True)
+    assert other.model.config != original.model.config
+    assert cache_key(other).key != cache_key(original).key
+    assert explain(original, other).change_classes[0] == "model structure or operators"
+
+
+def test_one_trial_under_two_images_gets_two_entries(example_trial: dict[str, Any]) -> None:
+    spec = parse_trial(example_trial)
+    old = cache_key(spec, {"neuronx_cc": "2.20.1", "torch_neuronx": "2.7.0.2.9", "neuron_runtime": "2.27.23"})
+    new = cache_key(spec, {"neuronx_cc": "2.21.18", "torch_neuronx": "2.7.0.2.9", "neuron_runtime": "2.27.23"})
+    assert old.key != new.key and old.prefix != new.prefix
+    assert old.prefix.split("/")[2] == "2.20.1" and new.prefix.split("/")[2] == "2.21.18"
+    diff = explain(spec, spec, {"neuronx_cc": "2.20.1"}, {"neuronx_cc": "2.21.18"})
+    assert [d.component for d in diff.differences] == ["neuronx_cc"]
+    assert diff.change_classes == ["compiler environment"]
+
+
+def test_explain_classifies_each_change_by_the_documents_classes(example_trial: dict[str, Any]) -> None:
+    base = parse_trial(example_trial)
+    same = parse_trial({**example_trial, "learning_rate": 0.0003, "max_steps": 2000})
+    assert explain(base, same).same_key and explain(base, same).change_classes == ["data or hyper-parameters"]
+    longer = parse_trial({**example_trial, "sequence_length": 8192})
+    flow = explain(base, longer)
+    assert not flow.same_key and flow.change_classes == ["training flow"]
+    assert "re-verify compile artefacts and memory bounds" in flow.meaning[0]
+    kernels = parse_trial({**example_trial, "workload": {**example_trial["workload"], "custom_cuda_ops": True}})
+    assert "low-level extensions" in explain(base, kernels).change_classes
