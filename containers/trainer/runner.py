@@ -509,7 +509,8 @@ class Trainer:
             record.compile_counters = self.backend.compile_counters()
             record.cache_files_after = record.cache.files_now()
             if self.dist.is_main:
-                record.cache.publish()
+                record.cache.publish(failed_error=(record.error or "the compile failed") if record.compile_failed
+                                     else None, attempt=self.cfg.attempt)
 
     def _final_samples(self) -> list[dict[str, Any]]:
         """Process 0 completes the fixed prompts (every process runs a fully sharded model's forward with it, and

@@ -222,6 +222,7 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
                     "status": "failed" if inputs.compile_failed else ("ok" if steps_done else "not_run"),
                     "error": inputs.error if inputs.compile_failed else None,
                     "cache_files_before": cache.files_before if cache else 0,
+                    "torn_entry": bool(cache and cache.torn),
                     "cache_files_after": inputs.cache_files_after},
         "continuity": continuity(inputs),
         "fault": {"injected_at_step": fault.at_step if fault else None, "mode": fault.mode if fault else None,

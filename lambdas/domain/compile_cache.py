@@ -18,6 +18,10 @@ from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
 
 KEY_VERSION = 2  # 2: the model's architecture is part of the key
+# An entry is published with this marker after all its artefacts (complete or absent: no marker, not served); a
+# failed compile leaves only a record under QUARANTINE/ (see containers/trainer/cache.py).
+ENTRY_MARKER = "_dualtrack_complete.json"
+QUARANTINE = "_failed"
 # Versions an image pins; when the run's environment record is not known yet, the SDK release stands for them.
 ENVIRONMENT_FIELDS = ("neuronx_cc", "torch_neuronx", "neuron_runtime")
 

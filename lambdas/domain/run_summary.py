@@ -96,6 +96,8 @@ class CompileRecord(_Model):
     error: str | None = None
     cache_files_before: int = 0
     cache_files_after: int = 0
+    torn_entry: bool = Field(default=False, description="The cache entry had artefacts but no completion marker "
+                             "(an upload that died): it was not served, and this attempt compiled it again.")
 
 
 class Continuity(_Model):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST
+from lambdas.domain.compile_cache import ENTRY_MARKER, QUARANTINE
 from lambdas.domain.ledger import LedgerEntry
 from lambdas.services.ports import CacheRegistry
 from lambdas.services.run_settlement import RunSettlement
@@ -56,5 +57,6 @@ def record_cache_object(registry: CacheRegistry, key: str, size: int, at: str) -
         components=None,
         at=at,
     )
-    registry.record_object(cache_key, match["name"], size, at)
+    if match["name"] != ENTRY_MARKER and not match["name"].startswith(f"{QUARANTINE}/"):
+        registry.record_object(cache_key, match["name"], size, at)  # artefacts only: not the marker or failures
     return cache_key

@@ -54,6 +54,9 @@ def test_cold_compile_misses_and_warm_compile_hits(cold_then_warm: tuple[dict, d
     assert warm["compile"]["cache_files_before"] >= cold["compile"]["cache_files_after"] > 0
     assert cold["compile"]["cache_key"] == warm["compile"]["cache_key"]
     assert warm["compile"]["seconds"] < 0.7 * cold["compile"]["seconds"]
+    # The cold run published a complete entry (artefacts, then the marker); the warm run found it whole.
+    assert Path(cold["compile"]["cache_url"], "_dualtrack_complete.json").is_file()
+    assert cold["compile"]["torn_entry"] is warm["compile"]["torn_entry"] is False
 
 
 def test_compiled_mode_trains_the_same_as_it_did_cold(cold_then_warm: tuple[dict, dict]) -> None:
