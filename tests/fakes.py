@@ -191,6 +191,7 @@ class InMemoryCacheRegistry:
             if outcome == "hit":
                 entry["hits"] = entry.get("hits", 0) + 1
                 entry["hit_compile_s_total"] = entry.get("hit_compile_s_total", 0) + compile_s
+                entry.setdefault("hit_trials", set()).add(observation.split("#", 1)[0])
             elif outcome == "miss":
                 entry["misses"] = entry.get("misses", 0) + 1
                 entry.setdefault("first_compile_s", compile_s)

@@ -92,7 +92,9 @@ class DynamoCacheRegistry:
         values[":obsset"] = {"SS": [observation]}
         expression = "ADD observed :obsset"
         if outcome == "hit":
-            expression += ", hits :one, hit_compile_s_total :s"
+            # Which trials an entry served: once another trial hits it, its compile is shared infrastructure.
+            expression += ", hits :one, hit_compile_s_total :s, hit_trials :trial"
+            values[":trial"] = {"SS": [observation.split("#", 1)[0]]}
         elif outcome == "miss":
             expression += ", misses :one SET first_compile_s = if_not_exists(first_compile_s, :s), #st = :ready"
             values.update(to_item({":ready": "ready"}))

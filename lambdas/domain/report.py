@@ -634,6 +634,31 @@ def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
     return outcomes
 
 
+def compile_booking(trial_id: str, compile_view: Mapping[str, Any],
+                    cache_entries: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """The source document's accounting rule for this run's compile: a compile that serves one job is that job's
+    cost; once the same entry (same graph, flags and environment) serves other trials, it is shared
+    infrastructure. None for a run that used no compile cache."""
+    key = compile_view.get("cache_key")
+    if not key:
+        return None
+    outcomes = compile_view.get("cache_by_attempt") or []
+    entry = (cache_entries or {}).get(key)
+    others = sorted(set((entry or {}).get("hit_trials") or []) - {trial_id})
+    compiled_here = "miss" in outcomes
+    if entry is None:
+        return {"shared": None, "other_trials": [], "basis": "the registry has no entry for this key: booked to "
+                                                             "this trial until it does"}
+    if compiled_here and others:
+        return {"shared": True, "other_trials": others, "basis": f"compiled here and since reused by {len(others)} "
+                                                                 "other trial(s): shared infrastructure"}
+    if not compiled_here and "hit" in outcomes:
+        return {"shared": True, "other_trials": others, "basis": "compiled by an earlier trial: shared "
+                                                                 "infrastructure; this trial paid only the cache load"}
+    return {"shared": False, "other_trials": others, "basis": "no other trial has used this entry: the compile is "
+                                                              "this trial's cost"}
+
+
 def image_pull_and_start(entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:
     """Per run, the seconds each attempt spent between Batch's STARTING (placed on an instance: the image is
     pulled and the container started) and RUNNING (the container runs), from the jobs' state-change facts."""
@@ -677,6 +702,7 @@ def build_trial_report(
     generated_at: str | None = None,
     stopped_by: Mapping[str, Any] | None = None,
     baseline: Baseline | str | None = None,
+    cache_entries: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The trial report as a JSON-ready dict. `summaries` maps run -> its attempts' RunSummary (in attempt order),
     `costs` maps run -> its RunCost; `ledger` supplies the attempt timeline; `stopped_by` is the limit the plane
@@ -690,6 +716,8 @@ def build_trial_report(
         for run in runs
     }
     startup = image_pull_and_start(ledger)
+    for track in tracks.values():
+        track["compile"]["booking"] = compile_booking(spec.trial_id, track["compile"], cache_entries)
     for run, track in tracks.items():
         track.update(outcomes.get(run) or {"outcome": "unknown", "status_reason": None, "detail": None})
         if run in startup:

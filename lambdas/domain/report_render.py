@@ -99,6 +99,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         trial = report["cost"]["trial"].get(name, "")
         out.append(f"| {name} | " + " | ".join(_cell(tracks[r]["cost"][name]) for r in runs) + f" | {trial} |")
     out += ["", "Price basis: " + "; ".join(f"{r}: {tracks[r]['cost']['price_basis']}" for r in runs), ""]
+    for run in runs:
+        booking = tracks[run]["compile"].get("booking") or {}
+        if booking.get("basis"):
+            out += [f"Compile cost of {run}: {'shared infrastructure' if booking.get('shared') else 'this trial'}"
+                    f" ({booking['basis']})", ""]
     out += [
         "## Resume evidence",
         "",
@@ -313,7 +318,9 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "r": report, "c": comparison, "runs": runs, "cost_rows": cost_rows, "prices": prices,
         "estimates": estimates, "uncertainty": uncertainty, "record_rows": record_rows, "attempts": attempts,
-        "hit_rates": hit_rates, "versions": versions, "recovery": recovery, "samples": samples,
+        "hit_rates": hit_rates, "versions": versions,
+        "bookings": [(run, tracks[run]["compile"]["booking"]) for run in runs
+                     if (tracks[run]["compile"].get("booking") or {}).get("basis")], "recovery": recovery, "samples": samples,
         "sample_runs": sample_runs, "baseline_line": _baseline_line(report.get("baseline")),
         "loss": loss_chart(tracks), "cost_chart": Markup(_cost_chart(tracks)),
         "timeline_chart": Markup(_timeline_chart(report.get("timeline") or [])),

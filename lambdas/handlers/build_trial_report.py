@@ -7,14 +7,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.sources import UriSources
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
-from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
+from lambdas.runtime.settings import ReportSettings, per_environment, settings_for
 from lambdas.services.cache_resolution import load_spec, now_iso
-from lambdas.services.ports import Ledger, Objects, Sources
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
 from lambdas.services.trial_reporting import write_report
 
 
@@ -29,19 +30,22 @@ class Composition:
     artifacts: Objects
     ledger: Ledger
     sources: Sources
+    registry: CacheRegistry
 
 
 @per_environment
 def compose() -> Composition:
-    settings = settings_for(LedgerSettings)
-    return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE), UriSources())
+    settings = settings_for(ReportSettings)
+    return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE), UriSources(),
+                       DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE))
 
 
-@lambda_handler(LedgerSettings)
+@lambda_handler(ReportSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = ReportRequest.model_validate(event)
     app = compose()
     spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
-    out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources)
+    out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources,
+                       registry=app.registry)
     logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out["verdict"]})
     return out

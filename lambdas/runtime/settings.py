@@ -76,6 +76,10 @@ def _json_text(value: Any) -> Any:
     return value
 
 
+class ReportSettings(LedgerSettings):
+    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
+
+
 class IdempotentSettings(LedgerSettings):
     IDEMPOTENCY_TABLE: str = _name("name of the DynamoDB idempotency table (pk id, TTL attribute expiration)")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ from lambdas.domain.ledger import RUNS, LedgerEntry, run_key
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary, parse_summary
-from lambdas.services.ports import Ledger, Objects, Sources
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 
@@ -61,14 +62,25 @@ def read_baseline(spec: Any, sources: Sources | None) -> Baseline | str | None:
         return f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"
 
 
+def cache_entries_of(summaries: Mapping[str, Sequence[Any]], registry: CacheRegistry | None
+                     ) -> dict[str, dict[str, Any]]:
+    """The registry entries of the cache keys the runs' attempts used (the compile accounting rule reads them)."""
+    if registry is None:
+        return {}
+    keys = {s.compile.cache_key for attempts in summaries.values() for s in attempts if s.compile.cache_key}
+    return {key: entry for key in sorted(keys) if (entry := registry.get(key)) is not None}
+
+
 def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str,
-                 stopped_by: dict[str, Any] | None = None, sources: Sources | None = None) -> dict[str, Any]:
+                 stopped_by: dict[str, Any] | None = None, sources: Sources | None = None,
+                 registry: CacheRegistry | None = None) -> dict[str, Any]:
     """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
     ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
     GPU baseline."""
     evidence = gather(trial_id, artifacts, ledger)
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
-                                stopped_by=stopped_by, baseline=read_baseline(spec, sources))
+                                stopped_by=stopped_by, baseline=read_baseline(spec, sources),
+                                cache_entries=cache_entries_of(evidence.summaries, registry))
     report["unreadable_summaries"] = evidence.unreadable
     base = f"trials/{trial_id}/report/"
     artifacts.put_json(base + "report.json", report)
@@ -83,7 +95,8 @@ def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, g
 
 
 def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledger, generated_at: str,
-                         spec: Any, sources: Sources | None = None) -> dict[str, Any] | None:
+                         spec: Any, sources: Sources | None = None,
+                         registry: CacheRegistry | None = None) -> dict[str, Any] | None:
     """The report of a trial the cancel path stopped (a person, or a limit), whose workflow never reached its report
     step: written once every run that started has a settled cost; None while a run is still stopping, or when no
     job ever ran."""
@@ -95,4 +108,4 @@ def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledge
         if not (ledger.cost(run_key(trial_id, run)) or {}).get("terminal_status"):
             return None
     return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=item.get("stopped_by"),
-                        sources=sources)
+                        sources=sources, registry=registry)

@@ -138,6 +138,7 @@ def test_registry_counts_each_observation_once_and_retries_only_a_failure(flavou
     assert entry is not None
     assert (entry["hits"], entry["misses"], entry["status"], entry["first_compile_s"]) == (1, 1, "ready", 30)
     assert entry["last_used_at"] == "2026-12-01T02:00:00Z" and entry["objects"] == {"graph.neff": 1024}
+    assert set(entry["hit_trials"]) == {"t-2"}  # the trials the entry served (a string set)
     assert registry.request_retry("k1") is False  # only a failed entry
     assert registry.observe("k1", "t-3#trn2#1", "failed", 0.0, "2026-12-01T04:00:00Z", reason="neuronx-cc crashed")
     assert registry.request_retry("k1") is True

@@ -177,7 +177,8 @@ def get_report(
         spec = load_spec(app.artifacts, item["spec_uri"])
         from lambdas.adapters.sources import UriSources
 
-        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec, UriSources()) is not None:
+        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec, UriSources(),
+                                app.registry) is not None:
             report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)

@@ -369,3 +369,27 @@ def test_the_fallback_proves_continuity_on_the_fixed_eval_set_and_ends_like_the_
                                    "fallback final outputs consistent with GPU": "pass"}
     assert checks(2.4, 1.26)["fallback continues trn2 on the fixed eval set"] == "fail"  # not the same model
     assert checks(1.801, 1.9)["fallback final outputs consistent with GPU"] == "fail"
+
+
+def test_a_compile_that_served_other_trials_is_booked_as_shared_infrastructure() -> None:
+    """The source document's accounting rule: one job's compile is its cost; the same entry serving other trials
+    makes it shared infrastructure (the registry records the trials each entry served)."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    key = "ab" * 32
+    compiled = {"compile": {"seconds": 300.0, "cache": "miss", "cache_key": key}}
+    warm = {"compile": {"seconds": 3.0, "cache": "hit", "cache_key": key}}
+
+    def booking(trn2_compile: dict[str, Any], hit_trials: list[str] | None) -> dict[str, Any]:
+        entries = None if hit_trials is None else {key: {"cache_key": key, "hit_trials": hit_trials}}
+        report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)],
+                                           "trn2": [summary("trn2", 1.21, 1.26, **trn2_compile)]},
+                                    {"gpu": cost("10"), "trn2": cost("8")}, cache_entries=entries)
+        assert "Compile cost of trn2" in render_markdown(report)
+        return report["tracks"]["trn2"]["compile"]["booking"]  # type: ignore[no-any-return]
+
+    assert booking(compiled, [])["shared"] is False
+    assert booking(compiled, [spec.trial_id])["shared"] is False  # only its own later attempts
+    shared = booking(compiled, ["another-trial", spec.trial_id])
+    assert shared["shared"] is True and shared["other_trials"] == ["another-trial"]
+    assert booking(warm, [spec.trial_id])["basis"].startswith("compiled by an earlier trial")
+    assert booking(compiled, None)["shared"] is None
