@@ -29,7 +29,7 @@ def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
     compute = ComputeStack(app, f"{prefix}-Compute", config=config, storage=stateful.storage, env=env,
                            description=f"dualtrack {config.name}: network, Batch capacity and job definitions")
     control = ControlStack(app, f"{prefix}-Control", config=config, storage=stateful.storage,
-                           targets=compute.targets, env=env,
+                           targets=compute.targets, image_versions=compute.image_versions, env=env,
                            description=f"dualtrack {config.name}: workflow, API, events, monitoring")
     stacks: dict[str, cdk.Stack] = {"stateful": stateful, "compute": compute, "control": control}
     for component, stack in stacks.items():

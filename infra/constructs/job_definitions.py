@@ -12,6 +12,7 @@ other exit, including the permanent-fault code 76, EXITs so the workflow's GPU f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,23 @@ def retry_strategies() -> list[batch.RetryStrategy]:
     ]
 
 
+SDK_IN_TAG = re.compile(r"-sdk(?P<sdk>\d+\.\d+(?:\.\d+)?)-")
+
+
+def image_versions(track: Track, family: ComputeFamily) -> dict[str, str]:
+    """The versions the track's trainer image pins: the stage's image_versions, and for the image built from
+    containers/neuron the Neuron SDK its base image tag names (``...-sdk2.26.0-...``)."""
+    versions: dict[str, str] = {str(name): value for name, value in family.image_versions.items()}
+    if track == "trn2" and not family.image_uri and "neuron_sdk" not in versions:
+        dockerfile = REPO_ROOT / DOCKERFILES[track]
+        text = dockerfile.read_text() if dockerfile.exists() else ""
+        base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.MULTILINE)
+        found = SDK_IN_TAG.search(base.group(1)) if base else None
+        if found:
+            versions["neuron_sdk"] = found.group("sdk")
+    return versions
+
+
 def trainer_image(scope: Construct, track: Track, family: ComputeFamily) -> ecs.ContainerImage:
     """The pinned image if the stage names one, else the image built from ``containers/`` at deploy time."""
     if family.image_uri:
@@ -108,6 +126,7 @@ class TrainerJobDefinitions(Construct):
                  attempt_timeout: cdk.Duration, log_retention: logs.RetentionDays, log_key: kms.IKey) -> None:
         super().__init__(scope, construct_id)
         catalogue = load_catalogue()
+        self.image_versions = image_versions(track, family)
         self.job_role = iam.Role(self, "JobRole", assumed_by=iam.ServicePrincipal("ecs-tasks.amazonaws.com"),
                                  description=f"dualtrack {track} trainer")
         # No access to trials/ of its own: a job writes its own run's prefix only, with credentials the plane's

@@ -47,6 +47,11 @@ class ComputeStack(cdk.Stack):
             )
 
     @property
+    def image_versions(self) -> dict[Track, dict[str, str]]:
+        """Per track, the versions its trainer image pins (the control plane checks trials against them)."""
+        return {track: jobs.image_versions for track, jobs in self.jobs.items() if jobs.image_versions}
+
+    @property
     def targets(self) -> dict[Track, dict[str, JobTarget]]:
         """Per track and instance type, the queue and job definition names the workflow submits to."""
         return {track: jobs.targets for track, jobs in self.jobs.items()}

@@ -28,7 +28,8 @@ from lambdas.domain import job_access
 
 class ControlStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
-                 targets: dict[Track, dict[str, JobTarget]], **kwargs: Any) -> None:
+                 targets: dict[Track, dict[str, JobTarget]],
+                 image_versions: dict[Track, dict[str, str]] | None = None, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         retention = retention_days(config.log_retention_days)
@@ -66,13 +67,15 @@ class ControlStack(cdk.Stack):
             "DATA_BUCKETS": ",".join(config.data_buckets),
             "MAX_ATTEMPTS": str(config.max_attempts),
             "GOVERNANCE": config.governance.model_dump_json(exclude_defaults=True),
+            "IMAGE_VERSIONS": json.dumps(image_versions or {}, sort_keys=True),
         }
         if config.price_overrides:
             environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
         self.functions = FunctionFactory(self, "Functions", environment=environment, log_retention=retention,
                                          log_key=self.log_key)
         make = self.functions.function
-        resolve = make("resolve_compile_cache", description="workflow: compile-cache URL and warm/cold state")
+        resolve = make("resolve_compile_cache", description="workflow: compile-cache URL and warm/cold state",
+                       environment={"IMAGE_VERSIONS": json.dumps(image_versions or {}, sort_keys=True)})
         close = make("close_trial_costs", timeout_s=120, memory_mib=1024, description="workflow: per-run costs")
         report = make("build_trial_report", timeout_s=300, memory_mib=1024, description="workflow: trial report")
         status = make("set_trial_status", description="workflow: trial status")

@@ -320,7 +320,8 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
         "estimates": estimates, "uncertainty": uncertainty, "record_rows": record_rows, "attempts": attempts,
         "hit_rates": hit_rates, "versions": versions,
         "bookings": [(run, tracks[run]["compile"]["booking"]) for run in runs
-                     if (tracks[run]["compile"].get("booking") or {}).get("basis")], "recovery": recovery, "samples": samples,
+                     if (tracks[run]["compile"].get("booking") or {}).get("basis")],
+        "recovery": recovery, "samples": samples,
         "sample_runs": sample_runs, "baseline_line": _baseline_line(report.get("baseline")),
         "loss": loss_chart(tracks), "cost_chart": Markup(_cost_chart(tracks)),
         "timeline_chart": Markup(_timeline_chart(report.get("timeline") or [])),

@@ -40,7 +40,7 @@ def compose() -> CompileCaches:
     return CompileCaches(trials=DynamoTrials(settings.TRIALS_TABLE),
                          registry=DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
                          artifacts=S3Objects(settings.ARTIFACTS_BUCKET), cache_objects=S3Objects(settings.CACHE_BUCKET),
-                         cache_bucket=settings.CACHE_BUCKET)
+                         cache_bucket=settings.CACHE_BUCKET, image_versions=settings.IMAGE_VERSIONS.get("trn2"))
 
 
 @lambda_handler(CacheSettings)

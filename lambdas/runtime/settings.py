@@ -93,6 +93,12 @@ class ArtifactEventSettings(RunEventSettings):
     CACHE_BUCKET: str = _name("name of the compile-cache bucket (neuron/<model>/<compiler>/<key>/)")
 
 
+def _image_versions() -> Any:
+    return Field(default_factory=dict, description="JSON: per track, the versions its trainer image pins "
+                 '({"trn2": {"neuron_sdk": "2.26.0", "neuronx_cc": ...}}); the compile-cache key takes them and a '
+                 "trial declaring another Neuron SDK is refused")
+
+
 class ApiSettings(ArtifactEventSettings):
     MAX_BODY_BYTES: int = Field(default=256 * 1024, ge=1024, description="largest accepted request body")
     REPORT_URL_EXPIRES_S: int = Field(default=900, ge=60, le=43200, description="presigned report URL lifetime")
@@ -116,8 +122,9 @@ class ApiSettings(ArtifactEventSettings):
     GOVERNANCE: Governance = Field(
         default_factory=Governance, description="JSON: the stage's teams, their members, approvers and quotas, and "
         "its platform admins (the stage setting governance, lambdas.domain.governance.Governance)")
+    IMAGE_VERSIONS: dict[str, dict[str, str]] = _image_versions()
 
-    @field_validator("JOB_TARGETS", "GOVERNANCE", mode="before")
+    @field_validator("JOB_TARGETS", "GOVERNANCE", "IMAGE_VERSIONS", mode="before")
     @classmethod
     def _json_settings(cls, value: Any) -> Any:
         return _json_text(value)
@@ -140,6 +147,12 @@ class ApiSettings(ArtifactEventSettings):
 
 class CacheSettings(ArtifactEventSettings):
     CACHE_RETENTION_DAYS: int = Field(default=30, ge=1, description="days an unused cache entry is kept")
+    IMAGE_VERSIONS: dict[str, dict[str, str]] = _image_versions()
+
+    @field_validator("IMAGE_VERSIONS", mode="before")
+    @classmethod
+    def _json_versions(cls, value: Any) -> Any:
+        return _json_text(value)
 
 
 class CostReportSettings(LedgerSettings):

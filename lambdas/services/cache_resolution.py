@@ -31,15 +31,16 @@ class CompileCaches:
     entries nobody has used for the retention period."""
 
     def __init__(self, *, trials: Trials, registry: CacheRegistry, artifacts: Objects, cache_objects: Objects,
-                 cache_bucket: str) -> None:
+                 cache_bucket: str, image_versions: dict[str, str] | None = None) -> None:
         self.trials, self.registry, self.artifacts, self.cache_objects = trials, registry, artifacts, cache_objects
         self.cache_bucket = cache_bucket
+        self.image_versions = dict(image_versions or {})  # the Trainium2 image's: the key carries its compiler
 
     def resolve(self, trial_id: str, spec_uri: str, *, retry_failed: bool = False) -> dict[str, Any]:
         spec = load_spec(self.artifacts, spec_uri)
         if spec.trial_id != trial_id:
             raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")
-        key = cache_key(spec)
+        key = cache_key(spec, self.image_versions)
         at = now_iso()
         self.registry.ensure(key.key, prefix=key.prefix, model_slug=key.model_slug,
                              compiler_version=key.compiler_version, components=key.components, at=at)

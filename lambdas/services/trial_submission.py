@@ -13,7 +13,7 @@ execution.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -126,6 +126,19 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     }
 
 
+def check_image(spec: TrialSpec, image_versions: Mapping[str, Mapping[str, str]]) -> None:
+    """A trial's declared Neuron SDK must be the one the stage's Trainium2 image pins: compiled graphs, the cache
+    key and the report's versions are the image's, so a mismatch would measure something the trial did not ask for."""
+    track = spec.tracks.trn2
+    pinned = (image_versions.get("trn2") or {}).get("neuron_sdk")
+    if track is None or not pinned or track.neuron_sdk == pinned:
+        return
+    raise SubmissionRefused("image", {"errors": [{"path": "tracks.trn2.neuron_sdk", "message": (
+        f"declares Neuron SDK {track.neuron_sdk}, but this stage's Trainium2 image pins {pinned}: set "
+        f"tracks.trn2.neuron_sdk to {pinned}, or deploy a stage whose trn2.image_uri and image_versions pin "
+        f"{track.neuron_sdk}")}]})
+
+
 def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucket: str) -> None:
     """Raises SubmissionRefused naming each s3:// input the stage's job role cannot read."""
     problems = unreadable_inputs(spec, data_buckets, artifacts_bucket=artifacts_bucket)
@@ -191,6 +204,7 @@ class Stage:
     targets: Mapping[str, Mapping[str, Mapping[str, Any]]]
     governance: Governance
     max_attempts: int = 1
+    image_versions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per track: what its image pins
 
 
 @dataclass(frozen=True)
@@ -290,6 +304,7 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
     team = submitting_team(spec, caller, stage.governance)
     quotas = stage.governance.quotas(team)
     check_readable(spec, stage.data_buckets, stage.artifacts_bucket)
+    check_image(spec, stage.image_versions)
     jobs = job_targets(spec, stage.targets)
     triage_result, worst = preflight(spec, plane.prices, stage.region, attempts_allowed(stage.max_attempts, quotas))
     trial_id = spec.trial_id

@@ -52,6 +52,19 @@ def _api_environment(control: dict[str, Any]) -> dict[str, Any]:
     return fn["Environment"]["Variables"]  # type: ignore[no-any-return]
 
 
+def test_the_stage_knows_the_neuron_sdk_its_trainium2_image_pins(control_of: dict[str, Any]) -> None:
+    """The image built from containers/neuron names its Neuron SDK in the base image's tag (the Neuron Deep
+    Learning Containers' tag scheme, e.g. ``2.8.0-neuronx-py311-sdk2.26.0-ubuntu22.04``,
+    https://github.com/aws-neuron/deep-learning-containers): the API refuses a trial declaring another, and the
+    compile-cache key takes the image's versions."""
+    dockerfile = (REPO / "containers/neuron/Dockerfile").read_text()
+    sdk = re.search(r"-sdk(\d+\.\d+\.\d+)-", dockerfile)
+    assert sdk is not None
+    for handler in ("on_trial_api", "resolve_compile_cache"):
+        fn = next(p for p in props(control_of, "AWS::Lambda::Function") if p["Handler"].endswith(f"{handler}.handler"))
+        assert json.loads(fn["Environment"]["Variables"]["IMAGE_VERSIONS"]) == {"trn2": {"neuron_sdk": sdk.group(1)}}
+
+
 # ---- 1: security groups belong on the EFA interfaces ---------------------------------------------------------
 def test_no_compute_environment_sends_security_groups_beside_network_interfaces(compute_of: dict[str, Any]) -> None:
     """Batch refuses a compute environment that has ``securityGroupIds`` while its launch template declares

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import Context, api_event, s3_event
 from tests.integration.test_run_events import deliver, scenario
 
@@ -156,3 +158,20 @@ def test_the_report_reads_the_gpu_baseline_from_the_teams_data_bucket(aws: dict[
     report = json.loads(
         aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json")["Body"].read())
     assert report["baseline"]["error"].startswith("could not be read (NoSuchKey")
+
+
+def test_the_resolved_key_carries_the_images_compiler_versions(aws: dict[str, Any], example: dict[str, Any],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two stages whose Trainium2 images pin different compilers resolve the same trial to two entries."""
+    from lambdas.handlers.resolve_compile_cache import handler as resolve
+    from lambdas.runtime.composition import reset_environment
+
+    trial_id = submit(example)
+    request = {"trial_id": trial_id, "spec_uri": f"s3://artifacts/trials/{trial_id}/spec.json"}
+    found = {}
+    for compiler in ("2.20.1", "2.21.18"):
+        monkeypatch.setenv("IMAGE_VERSIONS", json.dumps({"trn2": {"neuron_sdk": "2.26.0", "neuronx_cc": compiler}}))
+        reset_environment()
+        found[compiler] = resolve(request, Context())
+    assert found["2.20.1"]["cache_key"] != found["2.21.18"]["cache_key"]
+    assert found["2.20.1"]["prefix"].split("/")[2] == "2.20.1" and found["2.21.18"]["prefix"].split("/")[2] == "2.21.18"

@@ -315,3 +315,14 @@ def test_jobs_per_queue_are_a_quota_of_their_own(spec: TrialSpec, ports: dict[st
              "baseline_logs_uri": "s3://example-datasets/baselines/llama-gpu.csv",
              "triage_override": {"route": "trn2_trial", "reason": "a pilot against our own GPU logs"}}
     assert _submit(parse_trial(pilot), ports, governance=governance).created is True  # another queue: room there
+
+
+def test_a_trial_declaring_another_neuron_sdk_than_the_image_is_refused_naming_both(
+        spec: TrialSpec, ports: dict[str, Any]) -> None:
+    with pytest.raises(SubmissionRefused) as refused:
+        _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.27.0"}})
+    (error,) = refused.value.detail["errors"]
+    assert error["path"] == "tracks.trn2.neuron_sdk"
+    assert "declares Neuron SDK 2.26.0, but this stage's Trainium2 image pins 2.27.0" in error["message"]
+    assert ports["trials"].get(spec.trial_id) is None  # nothing stored, nothing started
+    assert _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.26.0"}}).created is True
