@@ -79,7 +79,11 @@ def run_local(args: argparse.Namespace) -> int:
                               "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
                               "files": [str(p) for p in result.files]}, indent=2))
             return 0 if result.succeeded else 1
-        result = Rehearsal(spec, options).run()
+        rehearsal = Rehearsal(spec, options)
+        try:
+            result = rehearsal.run()
+        finally:
+            rehearsal.progress.close()  # the terminal's cursor and bars, whatever happened
     except KeyboardInterrupt:
         print(f"\ninterrupted: what was written is under {args.out}", file=sys.stderr)
         return 130

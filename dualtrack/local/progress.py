@@ -38,6 +38,9 @@ class Progress:
     def phase(self, text: str) -> None:
         self._print("rehearsal", text)
 
+    def close(self) -> None:
+        """Release the terminal (bars); plain lines hold nothing."""
+
     def warn(self, text: str) -> None:
         self._print("warning", text, force=True)
 
@@ -127,3 +130,63 @@ class Progress:
 def _seconds(value: object) -> str:
     """`` (12.3 s compiling)`` for a compile time in seconds; nothing when there is none."""
     return f" ({float(value):.1f} s compiling)" if isinstance(value, int | float) and value > 0 else ""
+
+
+class TerminalProgress(Progress):
+    """The same events on a terminal: a bar per run (steps done of the trial's steps), a spinner while a graph
+    compiles, and every other line printed above the bars (rich)."""
+
+    def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False, step_every: int = 5,
+                 max_steps: int | None = None, console: Any = None):
+        super().__init__(stream, quiet=quiet, step_every=step_every, max_steps=max_steps)
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bars
+
+        self.console = console or Console(file=self.stream)
+        self.bars = Bars(SpinnerColumn(finished_text=" "), TextColumn("{task.description:<14}"), BarColumn(),
+                         MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
+                         console=self.console, transient=False)
+        self.tasks: dict[str, Any] = {}
+        self.bars.start()
+
+    def _print(self, who: str, text: str, *, force: bool = False) -> None:
+        if self.quiet and not force:
+            return
+        elapsed = time.monotonic() - self.started
+        with self._lock:
+            self.console.print(f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {who:<12} {text}",
+                               markup=False, highlight=False)
+
+    def _task(self, run: str) -> Any:
+        if run not in self.tasks:
+            self.tasks[run] = self.bars.add_task(run, total=self.max_steps or None, note="")
+        return self.tasks[run]
+
+    def job(self, job_name: str, record: dict[str, Any]) -> None:
+        run, kind = run_of(job_name), record.get("event")
+        if kind == "compiling":
+            self.bars.update(self._task(run), note="compiling…")
+        elif kind == "step" and isinstance(record.get("step"), int):
+            loss = record.get("loss")
+            self.bars.update(self._task(run), completed=record["step"],
+                             note=f"loss {loss:.4f}" if isinstance(loss, int | float) else "")
+            return  # the bar is the step line
+        elif kind == "done":
+            self.bars.update(self._task(run), note=str(record.get("status", "done")))
+        super().job(job_name, record)
+
+    def close(self) -> None:
+        self.bars.stop()
+
+    def summary(self, result: Any) -> None:
+        self.close()
+        super().summary(result)
+
+
+def progress_for(stream: IO[str] | None = None, *, quiet: bool = False, max_steps: int | None = None) -> Progress:
+    """Bars on a terminal, plain lines otherwise (a pipe, a file, CI)."""
+    out = stream or sys.stdout
+    if not quiet and getattr(out, "isatty", lambda: False)():
+        return TerminalProgress(out, max_steps=max_steps)
+    return Progress(out, quiet=quiet, max_steps=max_steps)

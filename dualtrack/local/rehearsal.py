@@ -25,7 +25,7 @@ from typing import Any
 
 from dualtrack.local.environment import overlay
 from dualtrack.local.moto_shims import emit_service_event, lambda_function
-from dualtrack.local.progress import Progress
+from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
 from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies
 from lambdas.domain import telemetry
@@ -105,7 +105,7 @@ class Rehearsal:
     def __init__(self, spec: TrialSpec, options: RehearsalOptions, progress: Progress | None = None):
         self.spec = spec
         self.options = options
-        self.progress = progress or Progress(quiet=options.quiet, max_steps=spec.max_steps)
+        self.progress = progress or progress_for(quiet=options.quiet, max_steps=spec.max_steps)
         self.base = options.out
         self.out = run_directory(options.out, spec.trial_id)
         self.state_dir = options.state_dir or local_state_dir()

@@ -33,3 +33,21 @@ def test_a_compile_says_so_while_it_runs() -> None:
     first, warm = stream.getvalue().splitlines()
     assert first.endswith("trn2         compiling the training step (first time, about a minute)")
     assert "the cache holds earlier graphs" in warm
+
+
+def test_a_terminal_gets_a_bar_per_run_and_a_pipe_gets_plain_lines() -> None:
+    from rich.console import Console
+
+    from dualtrack.local.progress import TerminalProgress, progress_for
+
+    screen = io.StringIO()
+    bars = TerminalProgress(screen, max_steps=12, console=Console(file=screen, force_terminal=True, width=100))
+    bars.job("t-1-trn2", {"event": "compiling", "step": 1, "cached_files": 0})
+    for step in range(1, 13):
+        bars.job("t-1-gpu", {"event": "step", "step": step, "loss": 2.0 - step / 10})
+    bars.job("t-1-trn2", {"event": "step", "step": 6, "loss": 1.5})
+    bars.close()
+    shown = screen.getvalue()
+    assert "12/12" in shown and "6/12" in shown and "compiling the training step" in shown
+    assert "step 5/12" not in shown  # the bar replaces the step lines
+    assert type(progress_for(io.StringIO())) is Progress  # not a terminal: plain lines
