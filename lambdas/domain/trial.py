@@ -200,6 +200,32 @@ class Trn2Track(_TrackBase):
 
     _lnc_not_bool = field_validator("logical_nc_config", mode="before")(lambda cls, v: _no_bool(v))
 
+    @field_validator("compiler_flags", mode="before")
+    @classmethod
+    def _one_form_per_option(cls, value: Any) -> Any:
+        """Flags that mean one thing must be written one way: the compile-cache key hashes them as given, and the
+        compiler takes the last of a repeated option, so a value apart from its option, a repeated option or the
+        short -O<n> form would either run something else or split one configuration over two cache entries."""
+        if not isinstance(value, list):
+            return value
+        seen: dict[str, str] = {}
+        for index, flag in enumerate(value):
+            if not isinstance(flag, str):
+                continue
+            if not flag.startswith("-"):
+                before = value[index - 1] if index else None
+                fix = f"join it to its option: {before}={flag}" if isinstance(before, str) else "remove it"
+                raise ValueError(f"compiler_flags[{index}] {flag!r} is not an option; {fix}")
+            if re.fullmatch(r"-O[0-9]", flag):
+                raise ValueError(f"compiler_flags[{index}] {flag!r}: write it as --optlevel={flag[2]} (one form per "
+                                 "option, so equal settings share a cache entry)")
+            name = flag.split("=", 1)[0]
+            if name in seen:
+                raise ValueError(f"compiler_flags[{index}] {flag!r} repeats {seen[name]!r}; the compiler keeps only "
+                                 "the last: give each option once")
+            seen[name] = flag
+        return value
+
 
 class Tracks(_Model):
     gpu: GpuTrack | None = None

@@ -313,3 +313,17 @@ def test_no_data_buckets_leaves_only_the_artifacts_bucket(example_trial: dict[st
     spec = parse_trial(example_trial)
     found = {p.path for p in unreadable_inputs(spec, [], artifacts_bucket="artifacts")}
     assert found == {"model.uri", "data.train_uri", "data.validation_uri"}
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model-type", "transformer"], "join it to its option: --model-type=transformer"),
+    (["-O2"], "write it as --optlevel=2"),
+    (["--model-type=transformer", "--model-type=generic"], "the compiler keeps only the last"),
+])
+def test_compiler_flags_have_one_form_per_option(example_trial: dict[str, Any], flags: list[str],
+                                                 message: str) -> None:
+    example_trial["tracks"]["trn2"]["compiler_flags"] = flags
+    with pytest.raises(TrialInvalid) as refused:
+        parse_trial(example_trial)
+    (problem,) = refused.value.problems
+    assert problem.path == "tracks.trn2.compiler_flags" and message in problem.message
