@@ -139,5 +139,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"submitted {body.get('trial_id')}: workflow started ({body.get('execution_arn')})")
     else:
         print(f"already submitted {body.get('trial_id')} (status {body.get('status')}): no second run started")
+    follows = body.get("follows")
+    if follows:
+        print(f"after {follows.get('trial_id')} (same model): {follows.get('summary')}")
     print(f"follow it with: dualtrack watch {body.get('trial_id')}")
     return EXIT_OK

@@ -125,12 +125,17 @@ class Explanation(BaseModel):
 def explain(a: TrialSpec, b: TrialSpec, environment_a: dict[str, str] | None = None,
             environment_b: dict[str, str] | None = None) -> Explanation:
     """Which key components make two trials miss each other's cache entries, and the change class of each."""
-    ka, kb = key_components(a, environment_a), key_components(b, environment_b)
+    return compare_components(key_components(a, environment_a), key_components(b, environment_b),
+                              a.workload.custom_cuda_ops != b.workload.custom_cuda_ops)
+
+
+def compare_components(ka: dict[str, Any], kb: dict[str, Any], kernels_changed: bool = False) -> Explanation:
+    """``explain`` over two key-component records (as the trials table keeps them)."""
     differences = [KeyDifference(component=name, a=ka.get(name), b=kb.get(name),
                                  change_class=COMPONENT_CLASSES.get(name, "compiler environment"))
-                   for name in ka if ka.get(name) != kb.get(name)]
+                   for name in dict.fromkeys([*ka, *kb]) if ka.get(name) != kb.get(name)]
     classes = list(dict.fromkeys(d.change_class for d in differences))
-    if a.workload.custom_cuda_ops != b.workload.custom_cuda_ops:
+    if kernels_changed:
         classes.append("low-level extensions")
     if not differences and not classes:
         classes = ["data or hyper-parameters"]

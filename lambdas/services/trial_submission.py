@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from lambdas.domain import ledger as L
+from lambdas.domain.compile_cache import compare_components, key_components
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.governance import (
     Caller,
@@ -124,6 +125,23 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
         "jobs": {run: dict(target) for run, target in (jobs or {}).items()},
         "attempt_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, timeout),
     }
+
+
+def follows_earlier(trials: Trials, team: str, spec: TrialSpec, components: dict[str, Any]
+                    ) -> dict[str, Any] | None:
+    """The team's newest earlier trial of the same model with a Trainium2 track, and the change class that
+    separates the two (the source document's graph-change classes): whether this trial can reuse its compiled graphs
+    or needs a recompile, said at submission."""
+    earlier = [item for item in trials.of_team(team)
+               if item.get("trial_id") != spec.trial_id and item.get("model_id") == spec.model.id
+               and isinstance(item.get("cache_components"), dict)]
+    if not earlier:
+        return None
+    previous = max(earlier, key=lambda item: str(item.get("created_at") or ""))
+    explained = compare_components(previous["cache_components"], components)
+    return {"trial_id": previous["trial_id"], "same_key": explained.same_key,
+            "change_classes": explained.change_classes, "components": [d.component for d in explained.differences],
+            "summary": explained.summary}
 
 
 def check_image(spec: TrialSpec, image_versions: Mapping[str, Mapping[str, str]]) -> None:
@@ -331,10 +349,13 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         override_route=spec.triage_override.route if spec.triage_override else None,
         worst_case_usd=worst_total, threshold_usd=policy.approval_threshold_usd if policy else None)
     payload = execution_input(spec, plane.artifacts, attempt_timeout_s=stage.attempt_timeout_s, jobs=jobs)
+    components = (key_components(spec, dict(stage.image_versions.get("trn2") or {}))
+                  if spec.tracks.trn2 is not None else None)
     plane.artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
     stamp = _iso(now)
     item = {
         "trial_id": trial_id,
+        "model_id": spec.model.id,
         "name": spec.name,
         "owner": spec.owner,
         "team": team,
@@ -358,6 +379,11 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         "worst_case_usd": worst,
         "queues": queues,
     }
+    if components is not None:
+        item["cache_components"] = components
+        follows = follows_earlier(plane.trials, team, spec, components)
+        if follows is not None:
+            item["follows"] = follows
     limits = run_limits(spec, quotas, team)
     if not limits.empty:
         item["run_limits"] = limits.model_dump(mode="json", exclude_none=True)
@@ -446,6 +472,7 @@ def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, An
             "team",
             "submitted_by",
             "approval",
+            "follows",
         )
     }
     out["status_url"] = f"/trials/{item['trial_id']}"

@@ -54,6 +54,9 @@ class TrialView(BaseModel):
     created_at: str | None = None
     triage: dict[str, Any] | None = Field(default=None, description="route, scenario, scores, reasons and risks")
     worst_case_usd: dict[str, str] | None = Field(default=None, description="worst case per track, USD")
+    follows: dict[str, Any] | None = Field(
+        default=None, description="the team's newest earlier trial of the same model and the change class between "
+        "them (reuse its compiled graphs, or recompile): trial_id, same_key, change_classes, components, summary")
     status_url: str
 
 

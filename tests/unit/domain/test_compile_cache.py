@@ -35,7 +35,7 @@ def test_key_is_stable_across_processes(example_trial: dict[str, Any]) -> None:
         lambda d: d["tracks"]["trn2"].update(tensor_parallel=16, nodes=1),
         lambda d: d["tracks"]["trn2"].update(nodes=2, tensor_parallel=8),  # data parallel changes
         lambda d: d["tracks"]["trn2"].update(neuron_sdk="2.27.0"),
-        lambda d: d["tracks"]["trn2"].update(compiler_flags=["--model-type=transformer", "-O2"]),
+        lambda d: d["tracks"]["trn2"].update(compiler_flags=["--model-type=transformer", "--optlevel=2"]),
         lambda d: d["tracks"]["trn2"].update(compiler_flags=[]),
         lambda d: d["tracks"]["trn2"].update(logical_nc_config=1),
         lambda d: d.update(precision="fp32"),

@@ -4,7 +4,7 @@ moto, no patching of the project's seams. The ports' behaviour is pinned against
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -326,3 +326,18 @@ def test_a_trial_declaring_another_neuron_sdk_than_the_image_is_refused_naming_b
     assert "declares Neuron SDK 2.26.0, but this stage's Trainium2 image pins 2.27.0" in error["message"]
     assert ports["trials"].get(spec.trial_id) is None  # nothing stored, nothing started
     assert _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.26.0"}}).created is True
+
+
+def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_class(
+        spec: TrialSpec, ports: dict[str, Any], example_trial: dict[str, Any]) -> None:
+    first = _submit(spec, ports)
+    assert "follows" not in first.body or first.body["follows"] is None
+    rerun = parse_trial({**example_trial, "name": "lr-sweep", "learning_rate": 0.0005})
+    same = _submit(rerun, ports, now=NOW + timedelta(minutes=5))
+    assert same.body["follows"]["trial_id"] == spec.trial_id
+    assert same.body["follows"]["same_key"] is True
+    assert same.body["follows"]["change_classes"] == ["data or hyper-parameters"]
+    longer = parse_trial({**example_trial, "name": "seq8k", "sequence_length": 8192})
+    flow = _submit(longer, ports, now=NOW + timedelta(minutes=10)).body["follows"]
+    assert flow["trial_id"] == rerun.trial_id and flow["change_classes"] == ["training flow"]
+    assert flow["components"] == ["sequence_length"]
