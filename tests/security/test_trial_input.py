@@ -100,7 +100,7 @@ def _track(draw: st.DrawFn, family: str) -> tuple[dict[str, Any], int]:
         lnc = draw(st.sampled_from([1, 2]))
         devices = info.logical_neuron_cores(lnc)
         track.update(logical_nc_config=lnc, neuron_sdk=draw(st.from_regex(r"\A2\.\d{1,2}(\.\d)?\Z")),
-                     compiler_flags=draw(st.lists(st.sampled_from(["--model-type=transformer", "-O1",
+                     compiler_flags=draw(st.lists(st.sampled_from(["--model-type=transformer", "--optlevel=1",
                                                                      "--enable-saturate-infinity"]),
                                                   max_size=3, unique=True)))
     else:
