@@ -33,7 +33,8 @@ CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_i
                "lora.target_modules", "limits.max_hours",
                # a metric listed twice, or exact_match without the prompts it compares
                "evaluation.metrics"}
-CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel")
+# compiler_flags: one form per option, a rule over the whole list (a repeated option, a short -O<n>)
+CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel", "compiler_flags")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 
