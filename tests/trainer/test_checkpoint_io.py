@@ -186,10 +186,13 @@ def test_fault_and_resume_with_the_run_dir_on_s3(write_spec, s3_bucket: str) -> 
 def test_compile_cache_on_s3_syncs_down_and_up(s3_bucket: str, tmp_path: Path) -> None:
     from trainer.cache import CompileCache
 
+    from trainer.cache import MARKER
+
     url = "s3://artifacts/neuron/tiny/sdk-2.26.0/abc/"
     storage.write_bytes(storage.join(url, "graph-1.bin"), b"old")
+    storage.write_bytes(storage.join(url, MARKER), b"{}")  # a complete entry
     cache = CompileCache.open(url, compiles=True, on_neuron=False)
     assert cache.directory is not None and cache.files_before == 1
     (cache.directory / "graph-2.bin").write_bytes(b"new")
-    assert cache.outcome(None) == "miss" and cache.publish() == 1
-    assert sorted(storage.list_files(url)) == ["graph-1.bin", "graph-2.bin"]
+    assert cache.outcome(None) == "miss" and cache.publish() == 2  # the new graph, then the marker again
+    assert sorted(storage.list_files(url)) == [MARKER, "graph-1.bin", "graph-2.bin"]
