@@ -184,9 +184,7 @@ def test_fault_and_resume_with_the_run_dir_on_s3(write_spec, s3_bucket: str) -> 
 
 
 def test_compile_cache_on_s3_syncs_down_and_up(s3_bucket: str, tmp_path: Path) -> None:
-    from trainer.cache import CompileCache
-
-    from trainer.cache import MARKER
+    from trainer.cache import MARKER, CompileCache
 
     url = "s3://artifacts/neuron/tiny/sdk-2.26.0/abc/"
     storage.write_bytes(storage.join(url, "graph-1.bin"), b"old")
