@@ -520,11 +520,14 @@ def _verdict(
         return "inconclusive", [f"the trn2 run had {tracks['trn2']['detail']}", *reasons]
     if tracks["trn2"]["status"] != "succeeded":
         fallback = tracks.get("gpu-fallback")
-        note = (
-            f"the GPU fallback {fallback['status']} from step {fallback['resume']['resumed_from_step']}"
-            if fallback
-            else "no GPU fallback ran"
-        )
+        if not fallback:
+            note = "no GPU fallback ran"
+        elif fallback["resume"]["resumed_from_step"] is None:
+            note = (f"the GPU fallback {fallback['status']}, starting from step 0 (Trainium2 left no checkpoint to "
+                    "resume)")
+        else:
+            note = (f"the GPU fallback {fallback['status']}, resuming Trainium2's checkpoint at step "
+                    f"{fallback['resume']['resumed_from_step']}")
         return "stay_on_gpu", [
             f"the trn2 run ended {tracks['trn2']['status'] or 'without a summary'}; {note}",
             *reasons,

@@ -393,3 +393,14 @@ def test_a_compile_that_served_other_trials_is_booked_as_shared_infrastructure()
     assert shared["shared"] is True and shared["other_trials"] == ["another-trial"]
     assert booking(warm, [spec.trial_id])["basis"].startswith("compiled by an earlier trial")
     assert booking(compiled, None)["shared"] is None
+
+
+def test_a_fallback_that_started_from_scratch_never_reads_resumed_from_step_none() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    trn2 = summary("trn2", 2.4, 2.4, status="failed", exit_code=1)
+    fresh = summary("gpu-fallback", 1.2, 1.25)
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2], "gpu-fallback": [fresh]},
+                                {"gpu": cost("10"), "trn2": cost("1"), "gpu-fallback": cost("10")})
+    assert report["comparison"]["verdict"] == "stay_on_gpu"
+    assert "None" not in report["comparison"]["headline"]
+    assert "starting from step 0 (Trainium2 left no checkpoint to resume)" in report["comparison"]["headline"]
