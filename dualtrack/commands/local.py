@@ -19,7 +19,7 @@ the pipeline, not the bill. The local plane's state (the compile cache and its r
 bucket and table) lives in one place per machine, ~/.local/state/dualtrack/local-plane (DUALTRACK_STATE_DIR moves
 it): a second trial, written to any --out, meets a warm cache; --fresh starts clean.
 
-Each run writes its own directory, OUT/<UTC time>-<trial id>/ (OUT/latest names the newest; nothing earlier is
+Each run writes its own directory, OUT/<UTC time>-<trial name>/ (OUT/latest names the newest; nothing earlier is
 overwritten): report.json, report.md, report.html, ledger.json, execution-history.json, logs/. Compare two runs
 with `dualtrack report OUT/latest --compare OUT/<an earlier run>`.
 Ctrl-C stops the workflow and the jobs and leaves what was written readable.

@@ -64,14 +64,14 @@ def local_state_dir() -> Path:
     return base / "dualtrack" / "local-plane"
 
 
-def run_directory(base: Path, trial_id: str, now: float | None = None) -> Path:
-    """A new directory for one rehearsal's reports under ``base``: ``<UTC time>-<trial id>``, never an earlier
+def run_directory(base: Path, name: str, now: float | None = None) -> Path:
+    """A new directory for one rehearsal's reports under ``base``: ``<UTC time>-<trial name>``, never an earlier
     run's (a suffix keeps two runs in the same second apart)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    candidate, n = base / f"{stamp}-{trial_id}", 1
+    candidate, n = base / f"{stamp}-{name}", 1
     while candidate.exists():
         n += 1
-        candidate = base / f"{stamp}-{trial_id}-{n}"
+        candidate = base / f"{stamp}-{name}-{n}"
     return candidate
 
 
@@ -107,7 +107,8 @@ class Rehearsal:
         self.options = options
         self.progress = progress or progress_for(quiet=options.quiet, max_steps=spec.max_steps)
         self.base = options.out
-        self.out = run_directory(options.out, spec.trial_id)
+        # Named by the trial's name: its id is the hash of the spec the API receives (data staged to S3).
+        self.out = run_directory(options.out, spec.name)
         self.state_dir = options.state_dir or local_state_dir()
         self.session_policies: SessionPolicies | None = None
 
