@@ -11,6 +11,7 @@ passes ``--retry_failed_compilation``)."""
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from lambdas.domain.compile_cache import ENTRY_MARKER as MARKER
 from lambdas.domain.compile_cache import QUARANTINE
 from trainer import storage
 from trainer.backends import count_files
+
+_MIRRORS: dict[str, Path] = {}  # entry URL -> this process's local mirror of it
 
 
 def _artefacts(files: dict[str, int]) -> dict[str, int]:
@@ -46,8 +49,10 @@ class CompileCache:
             # torch-neuronx reads and writes NEURON_COMPILE_CACHE_URL (local or s3://) itself; a torn entry is
             # reported (the summary says so) and made whole by this attempt's publish.
             return cls(url, None, len(_artefacts(held)), torn)
-        # A fresh local mirror per process: what it holds is exactly what the shared entry held, when complete.
-        directory = Path(tempfile.mkdtemp(prefix="dualtrack-compile-cache-"))
+        # A local mirror per process and entry: what it holds is what the shared entry held, when complete. It is
+        # the same directory for a second attempt in the same process: XLA sets its persistent cache once a process.
+        directory = _MIRRORS.get(url) or Path(tempfile.mkdtemp(prefix="dualtrack-compile-cache-"))
+        _MIRRORS[url] = directory
         if not torn:
             for name in _artefacts(held):
                 target = directory / name
@@ -78,6 +83,9 @@ class CompileCache:
                                                                                           time.gmtime())}
             storage.write_bytes(storage.join(self.url, QUARANTINE, f"attempt-{attempt}-{int(time.time())}.json"),
                                 json.dumps(record).encode())
+            if self.directory is not None and _MIRRORS.get(self.url) == self.directory:
+                del _MIRRORS[self.url]  # what the failed compile left is not reused, not even in this process
+                shutil.rmtree(self.directory, ignore_errors=True)
             return 1
         written = 0
         if self.directory is not None:
