@@ -87,14 +87,8 @@ class CompileCache:
                 del _MIRRORS[self.url]  # what the failed compile left is not reused, not even in this process
                 shutil.rmtree(self.directory, ignore_errors=True)
             return 1
-        written = 0
-        if self.directory is not None:
-            remote = storage.list_files(self.url)
-            for path in sorted(p for p in self.directory.rglob("*") if p.is_file()):
-                name = path.relative_to(self.directory).as_posix()
-                if name in _artefacts({name: 0}) and remote.get(name) != path.stat().st_size:
-                    storage.write_bytes(storage.join(self.url, name), path.read_bytes())
-                    written += 1
+        # The mirror holds artefacts only (the marker and failure records are never downloaded into it).
+        written = storage.sync_up(self.directory, self.url) if self.directory is not None else 0
         artefacts = _artefacts(storage.list_files(self.url))
         if artefacts:
             storage.write_bytes(storage.join(self.url, MARKER), json.dumps(
