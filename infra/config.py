@@ -139,6 +139,13 @@ class StageConfig(_Model):
     )
     attempt_timeout_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 24
     workflow_timeout_hours: Annotated[float, Field(gt=0, le=24 * 365)] = 24 * 14
+    compile_stage: bool = Field(
+        default=True, description="before a Trainium2 training job whose compile-cache key is cold, run a "
+        "compile-only job (the warm-up compile stage) on the instance type's compile queue, so compile time, "
+        "failures and cost are kept apart from training and the training job starts warm")
+    compile_timeout_hours: Annotated[float, Field(gt=0, le=24 * 14)] = Field(
+        default=2, description="the warm-up compile stage's attempt timeout (never above attempt_timeout_hours); "
+        "first compiles of 8B-class graphs take 30-60 minutes")
     api_principals: list[Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:(root|role/.+|user/.+)$")]] = Field(
         default_factory=list, description="IAM principals allowed to call the API; empty = this account"
     )
@@ -230,6 +237,12 @@ class StageConfig(_Model):
     @property
     def attempt_timeout_s(self) -> int:
         return int(self.attempt_timeout_hours * 3600)
+
+    @property
+    def compile_timeout_s(self) -> int:
+        """The warm-up compile stage's attempt timeout: its own, within the stage's attempt timeout and never below
+        Batch's 60 s minimum."""
+        return max(60, min(int(self.compile_timeout_hours * 3600), self.attempt_timeout_s))
 
     def instance(self, instance_type: str) -> InstanceInfo:
         return load_catalogue().get(instance_type)

@@ -77,7 +77,7 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     try:
         plan = launch_plan(backend=backend, devices_per_node=layout.devices_per_node, worker_args=worker_args,
                            env=os.environ, local_address=address, expected_nodes=layout.nodes,
-                           python=sys.executable)
+                           python=sys.executable, compile_only=cfg.compile_only)
     except LaunchError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return FAILURE_EXIT_CODE
@@ -88,4 +88,4 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     for name, value in settings.items():
         if not value:
             env.pop(name, None)  # "none" or unset here means unset for the ranks too
-    os.execve(plan.argv[0], plan.argv, env)
+    os.execvpe(plan.argv[0], plan.argv, env)  # PATH lookup: neuron_parallel_compile

@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from lambdas.domain.vocabulary import COMPILE_RUN, RUNS
 from trainer.backends import BACKENDS
-
-RUNS = ("gpu", "trn2", "gpu-fallback")
-
 
 # A flag's value meaning "not given": multi-node jobs receive their settings as Batch job parameters substituted into
 # the command (``Ref::name``), and an optional one needs a default in the job definition.
@@ -33,6 +31,12 @@ class RunConfig:
     run: str | None = None
     attempt: int = 1
     progress: bool = True
+
+    @property
+    def compile_only(self) -> bool:
+        """The warm-up compile stage: build and cache the training step's graphs over a few steps, keep nothing
+        else (no checkpoints, no training results)."""
+        return self.run == COMPILE_RUN
 
     @classmethod
     def resolve(cls, *, spec: str | None, track: str | None, run_dir: str | None, backend: str | None = None,
@@ -61,6 +65,8 @@ class RunConfig:
         run = run or env.get("DUALTRACK_RUN") or _run_name(str(run_dir), str(track), resume_from)
         if run not in RUNS:
             raise ConfigError(f"--run / DUALTRACK_RUN must be one of {', '.join(RUNS)}, got {run!r}")
+        if run == COMPILE_RUN and track != "trn2":
+            raise ConfigError(f"--run {COMPILE_RUN} (the warm-up compile stage) runs on the trn2 track, not {track}")
         return cls(spec_uri=str(spec), track=str(track), run_dir=str(run_dir).rstrip("/"), backend=backend,
                    resume_from=resume_from.rstrip("/") if resume_from else None,
                    compile_cache_url=_given(compile_cache_url) or _given(env.get("NEURON_COMPILE_CACHE_URL")),

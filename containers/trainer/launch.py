@@ -24,6 +24,13 @@ STANDIN_PROCESSES_VARIABLE = "DUALTRACK_STANDIN_PROCESSES_PER_NODE"
 NEURON_ROOT_COMM_PORT = 62182
 
 
+# The Neuron SDK's ahead-of-time compile driver (on the image's PATH): it runs the command once with graph extraction
+# on, then compiles every graph in parallel into the persistent cache (NEURON_COMPILE_CACHE_URL). PyTorch NeuronX
+# neuron_parallel_compile CLI: "neuron_parallel_compile <run commands>", e.g. "neuron_parallel_compile torchrun
+# --nproc_per_node=2 <train script>"; the outputs of that run are not valid results, only its graphs are kept.
+NEURON_PARALLEL_COMPILE = "neuron_parallel_compile"
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     argv: list[str]
@@ -78,8 +85,10 @@ def standin_processes(env: Mapping[str, str], devices_per_node: int) -> int:
 
 def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
                 local_address: str = "127.0.0.1", expected_nodes: int | None = None,
-                python: str = "python") -> LaunchPlan:
-    """The command that starts this node's workers (``python -m trainer run ...`` once per device)."""
+                python: str = "python", compile_only: bool = False) -> LaunchPlan:
+    """The command that starts this node's workers (``python -m trainer run ...`` once per device). On Neuron, a
+    compile-only run (the warm-up compile stage) goes through ``neuron_parallel_compile``: it runs the workers once
+    to extract the training step's graphs, then compiles them in parallel into the persistent cache."""
     index, nodes, main = batch_node(env, local_address)
     if expected_nodes is not None and nodes != expected_nodes:
         raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
@@ -88,10 +97,11 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
     stand_in = backend in ("cpu", "compiled")
     # The CPU stand-ins run one process per node unless told otherwise, joined across the nodes (gloo).
     per_node = standin_processes(env, devices_per_node) if stand_in else devices_per_node
+    wrap = [NEURON_PARALLEL_COMPILE] if compile_only and backend == "neuron" else []
     if nodes == 1 and per_node == 1:
-        return LaunchPlan(argv=worker, nodes=nodes, node_rank=index, main_address=main)
+        return LaunchPlan(argv=[*wrap, *worker], nodes=nodes, node_rank=index, main_address=main)
     port = rendezvous_port(env)
-    argv = [python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
+    argv = [*wrap, python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
             f"--nproc_per_node={per_node}", f"--master_addr={main}", f"--master_port={port}",
             "-m", "trainer", "run", *worker_args]
     extra: dict[str, str] = {}

@@ -63,6 +63,15 @@ WEIGHT_DECAY = 0.0
 FINAL_LR_FACTOR = 0.1
 
 
+# The warm-up compile stage runs this many optimizer steps (or max_steps, if fewer): the first builds the step's
+# graph, the second the graph with the optimizer's state in place, the third confirms nothing new is traced.
+COMPILE_STAGE_STEPS = 3
+
+
+def compile_steps(spec: TrialSpec) -> int:
+    return max(1, min(spec.max_steps, COMPILE_STAGE_STEPS))
+
+
 def warmup_steps(max_steps: int) -> int:
     return max(1, max_steps // 10)
 
@@ -169,8 +178,11 @@ class Trainer:
         exit_code, status = 0, "succeeded"
         try:
             self._set_up()
-            self._restore()
-            self._train()
+            if self.cfg.compile_only:
+                self._compile_only()
+            else:
+                self._restore()
+                self._train()
         except PlannedFault as fault:
             exit_code, status = fault.exit_code, "faulted"
             record.fault_fired = True
@@ -324,6 +336,32 @@ class Trainer:
                                          - (self.phases["compile_s"] - self.cache_setup_s))
         record.final_samples = self._final_samples()
         record.validation_loss = record.evals.get(spec.max_steps)
+
+    def _compile_only(self) -> None:
+        """The warm-up compile stage: the training step's graphs (and the evaluation forward's) built on every rank
+        over a few steps and published to the compile cache; nothing else is kept (no checkpoints, and the model
+        is discarded). Any failure here is a compile failure: it is quarantined in the cache, never served."""
+        record = self.record
+        steps = compile_steps(self.spec)
+        loop_started = time.perf_counter()
+        try:
+            for step in range(1, steps + 1):
+                self._step(step, overlapping=False)
+            self._drain()
+            self._evaluate(steps)
+        except Exception:
+            record.compile_failed = True
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                self._drain()
+            loop_s = time.perf_counter() - loop_started
+            self._finish_compile()
+            # The whole stage is compile time: what the steps and the evaluation took beyond setting the cache up.
+            self.phases["compile_s"] = self.cache_setup_s + loop_s
+            self.phases["eval_s"] = 0.0
+        self.emit("compiled", steps=steps, compile_s=round(self.phases["compile_s"], 3),
+                  cache=record.cache.outcome(record.compile_counters) if record.cache is not None else "none")
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _loop(self, fault: FaultPlan) -> None:

@@ -23,6 +23,7 @@ from constructs import Construct
 from infra.config import ComputeFamily, Track, batch_name
 from infra.constructs.nag import acknowledge
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 
 _IMAGE_TYPE = {"gpu": batch.EcsMachineImageType.ECS_AL2023_NVIDIA, "trn2": batch.EcsMachineImageType.ECS_AL2023}
 # Batch's ceiling for UpdatePolicy.jobExecutionTimeoutMinutes (API_UpdatePolicy).
@@ -54,6 +55,7 @@ class QueueTarget:
     instance_type: str
     queue_name: str
     multi_node: bool
+    compile_queue_name: str | None = None  # the warm-up compile stage's queue (trn2), on the same hosts
 
 
 class AcceleratorCapacity(Construct):
@@ -61,7 +63,7 @@ class AcceleratorCapacity(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, *, stage: str, track: Track, family: ComputeFamily,
                  vpc: ec2.IVpc, subnet_type: ec2.SubnetType, security_group: ec2.SecurityGroup,
-                 attempt_timeout: cdk.Duration) -> None:
+                 attempt_timeout: cdk.Duration, compile_queue: bool = False) -> None:
         super().__init__(scope, construct_id)
         self.track = track
         self.family = family
@@ -131,19 +133,30 @@ class AcceleratorCapacity(Construct):
             # On-demand first; Spot only takes jobs once on-demand capacity is exhausted. A job that waits RUNNABLE
             # for capacity (or can never be placed) is cancelled after the stage's wait, so the workflow's Catch
             # (the GPU fallback) takes over instead of waiting for the workflow timeout.
-            self.queues[instance_type] = batch.JobQueue(
-                self, f"Queue{name}", job_queue_name=queue_name, compute_environments=ordered, priority=10,
-                job_state_time_limit_actions=[
-                    batch.JobStateTimeLimitAction(
-                        max_time=cdk.Duration.minutes(family.runnable_timeout_minutes), reason=reason,
-                        action=batch.JobStateTimeLimitActionsAction.CANCEL,
-                        state=batch.JobStateTimeLimitActionsState.RUNNABLE)
-                    for reason in RUNNABLE_LIMIT_REASONS
-                ],
-            )
+            self.queues[instance_type] = self._queue(f"Queue{name}", queue_name, ordered, priority=10)
+            compile_name = None
+            if compile_queue:
+                # The warm-up compile stage's own queue on the same hosts: its jobs are told apart from training
+                # (queue, run and tags), count against the compile quota, and wait behind training for a host.
+                compile_name = batch_name(stage, track, instance_type, COMPILE_QUEUE_SUFFIX.lstrip("-"))
+                self.queues[f"{instance_type}/compile"] = self._queue(f"CompileQueue{name}", compile_name, ordered,
+                                                                      priority=5)
             # Multi-node jobs need on-demand hosts in one zone's cluster placement group, with EFA between them.
             multi_node = bool(zone) and not family.spot and info.efa_interfaces > 0
-            self.targets[instance_type] = QueueTarget(instance_type, queue_name, multi_node)
+            self.targets[instance_type] = QueueTarget(instance_type, queue_name, multi_node, compile_name)
+
+    def _queue(self, construct_id: str, name: str, environments: list[batch.OrderedComputeEnvironment], *,
+               priority: int) -> batch.JobQueue:
+        return batch.JobQueue(
+            self, construct_id, job_queue_name=name, compute_environments=environments, priority=priority,
+            job_state_time_limit_actions=[
+                batch.JobStateTimeLimitAction(
+                    max_time=cdk.Duration.minutes(self.family.runnable_timeout_minutes), reason=reason,
+                    action=batch.JobStateTimeLimitActionsAction.CANCEL,
+                    state=batch.JobStateTimeLimitActionsState.RUNNABLE)
+                for reason in RUNNABLE_LIMIT_REASONS
+            ],
+        )
 
     def _launch_template(self, construct_id: str, info: InstanceInfo, family: ComputeFamily,
                          security_group: ec2.SecurityGroup) -> ec2.LaunchTemplate:

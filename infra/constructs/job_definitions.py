@@ -113,10 +113,12 @@ class JobTarget:
     queue: str
     single_node: str
     multi_node: dict[int, str]  # node count -> multi-node job definition name (empty: no multi-node here)
+    compile_queue: str | None = None  # the warm-up compile stage's queue (same job definitions, same hosts)
 
     def as_json(self) -> dict[str, Any]:
         return {"queue": self.queue, "single_node": self.single_node,
-                "multi_node": {str(n): name for n, name in sorted(self.multi_node.items())}}
+                "multi_node": {str(n): name for n, name in sorted(self.multi_node.items())},
+                **({"compile_queue": self.compile_queue} if self.compile_queue else {})}
 
 
 class TrainerJobDefinitions(Construct):
@@ -243,7 +245,8 @@ class TrainerJobDefinitions(Construct):
                     retry_strategies=retry_strategies(),
                     timeout=attempt_timeout,
                 )
-            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_names)
+            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_names,
+                                                    queue.compile_queue_name)
         policy = self.execution_role.node.try_find_child("DefaultPolicy")
         if policy is not None:  # only an image built from containers/ needs ECR pull rights
             acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

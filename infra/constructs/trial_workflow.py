@@ -4,15 +4,23 @@
 PlanTracks → HasTrn2Track? ─yes→ ResolveCompileCache ─┐
                            └no──→ NoCompileCache ─────┴→ RunTracks (Parallel)
    GPU branch : GpuTrack?  → SubmitGpuJob (.sync)                        → {run: gpu, ...}
-   Trn2 branch: Trn2Track? → SubmitTrn2Job (.sync) ─Catch→ HasGpuFallback? → SubmitGpuFallbackJob (.sync, resumes
-                                                                           trn2's run dir) | Trn2RunFailed
-   (each Submit*Job behind a *Nodes choice: Submit*MultiNodeJob when the input's jobs.<run>.nodes is present)
+   Trn2 branch: Trn2Track? → CacheCold? ─yes→ SubmitTrn2CompileJob (.sync, compile queue) ─┐
+                                        └no──→ CompileStageNotNeeded ──────────────────────┴→ SubmitTrn2Job (.sync)
+                the compile job's or the training job's failure → HasGpuFallback? → SubmitGpuFallbackJob (.sync,
+                resumes trn2's run dir) | Trn2RunFailed;  every path → Trn2Runs: [compile outcome, trn2 outcome]
+   (each Submit*Job behind a *Nodes choice: Submit*MultiNodeJob when the input's jobs.<target>.nodes is present)
 → CloseTrialCosts → BuildTrialReport → SetTrialStatus (SUCCEEDED)     any settle failure → SetTrialStatus (FAILED)
 ```
-Each branch outputs ``{"run", "status": SUCCEEDED|FAILED|SKIPPED, "job_id", "fallback"}``. A track the trial does
-not have is SKIPPED (the Choice reads the execution input's ``tracks``); a trial without a GPU track has no
-``jobs.fallback`` and its Trainium2 failure ends the branch (a path the input lacks would be a ``States.Runtime``
-error, which no ``States.ALL`` catcher catches).
+Each run's outcome is ``{"run", "status": SUCCEEDED|FAILED|SKIPPED, "job_id", "fallback"}``; the GPU branch outputs
+one, the Trainium2 branch a list of two (the warm-up compile stage's, then the training's or the fallback's). A
+track the trial does not have is SKIPPED (the Choice reads the execution input's ``tracks``); a trial without a GPU
+track has no ``jobs.fallback`` and its Trainium2 failure ends the branch (a path the input lacks would be a
+``States.Runtime`` error, which no ``States.ALL`` catcher catches).
+
+The warm-up compile stage runs only when the resolver found no complete cache entry for the trial's key and the
+stage has a compile queue (``jobs.compile``): the training job's definition and node count on the compile queue,
+with the run name ``trn2-compile`` (the trainer then compiles over a few steps and keeps nothing but the cache
+entry) and the stage's compile timeout. A compile failure goes straight to the GPU fallback.
 
 Jobs are submitted by queue and job-definition *name* from the execution input's ``jobs`` (the API picks them for
 the trial's instance types from the stage's targets): the job definition's retry strategy (exit 75 and Spot reclaim
@@ -34,6 +42,7 @@ from constructs import Construct
 from infra.config import Track
 from infra.constructs.nag import acknowledge, arn_prefix
 from lambdas.domain import job_access
+from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET
 
 # SubmitJob errors worth another try: Batch's transient server errors, and its throttle. Batch allows 50 SubmitJob
 # calls a second per account, a fixed limit, and answers over it with 429 TooManyRequestsException ("How do I
@@ -159,7 +168,8 @@ class TrialWorkflow(Construct):
                                   payload_response_only=True, result_path=result_path)
 
     def _submit(self, construct_id: str, *, run: str, track: Track, target: str, run_dir: str,
-                fallback: bool, extra_env: dict[str, str] | None = None) -> tuple[sfn.Choice, list[sfn.CustomState]]:
+                fallback: bool, extra_env: dict[str, str] | None = None, result_path: str | None = None,
+                timeout: str = "$.attempt_timeout_s") -> tuple[sfn.Choice, list[sfn.CustomState]]:
         """``batch:submitJob.sync`` to the queue and job definition the input names for ``target``.
 
         Written as the states' JSON because queue and definition come from the input (CDK's BatchSubmitJob takes
@@ -190,7 +200,7 @@ class TrialWorkflow(Construct):
             "JobName.$": f"States.Format('{{}}-{run}', $.trial_id)",
             "JobQueue.$": f"$.jobs.{target}.queue",
             "JobDefinition.$": f"$.jobs.{target}.definition",
-            "Timeout": {"AttemptDurationSeconds.$": "$.attempt_timeout_s"},
+            "Timeout": {"AttemptDurationSeconds.$": timeout},
             "Tags": {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": run},
         }
         parameters = {
@@ -209,6 +219,7 @@ class TrialWorkflow(Construct):
                 "Resource": f"arn:{cdk.Aws.PARTITION}:states:::batch:submitJob.sync",
                 "Parameters": parameters[kind],
                 "ResultSelector": {"run": run, "status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": fallback},
+                **({"ResultPath": result_path} if result_path else {}),
             })
             state.add_retry(errors=BATCH_RETRY_ERRORS, interval=cdk.Duration.seconds(5), max_attempts=6,
                             backoff_rate=2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
@@ -218,10 +229,11 @@ class TrialWorkflow(Construct):
                   .otherwise(states["single"]))
         return choice, [states["single"], states["multi"]]
 
-    def _outcome(self, construct_id: str, run: str, status: str, fallback: bool) -> sfn.Pass:
+    def _outcome(self, construct_id: str, run: str, status: str, fallback: bool,
+                 result_path: str | None = None) -> sfn.Pass:
         # No job to name: skipped, or the failure came before/without a job description.
         return sfn.Pass(self, construct_id, parameters={"run": run, "status": status, "job_id": "",
-                                                        "fallback": fallback})
+                                                        "fallback": fallback}, result_path=result_path)
 
     def _gpu_branch(self) -> sfn.IChainable:
         skipped = self._outcome("GpuSkipped", "gpu", "SKIPPED", False)
@@ -237,22 +249,31 @@ class TrialWorkflow(Construct):
                 .otherwise(skipped))
 
     def _trn2_branch(self) -> sfn.IChainable:
+        """Warm-up compile stage when the cache is cold, then the training job; either failing hands over to the GPU
+        fallback. Every path past the skip ends in ``Trn2Runs``, which outputs both runs' outcomes as a list."""
         skipped = self._outcome("Trn2Skipped", "trn2", "SKIPPED", False)
         if "trn2" not in self._tracks:
             return skipped
+        runs = sfn.Pass(self, "Trn2Runs", parameters={"runs.$": "States.Array($.compile, $.result)"},
+                        output_path="$.runs")
         trn2, trn2_states = self._submit("SubmitTrn2Job", run="trn2", track="trn2", target="trn2",
                                          run_dir="$.run_dirs.trn2", fallback=False,
-                                         extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"})
-        failed = self._outcome("Trn2RunFailed", "trn2", "FAILED", False)
+                                         extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"},
+                                         result_path="$.result")
+        for state in trn2_states:
+            state.next(runs)
+        failed = self._outcome("Trn2RunFailed", "trn2", "FAILED", False, result_path="$.result").next(runs)
         if "gpu" in self._tracks:
             # Same spec on the GPU queue, resuming from the newest verified checkpoint the Trn2 run left behind.
             fallback, fallback_states = self._submit(
                 "SubmitGpuFallbackJob", run="gpu-fallback", track="gpu", target="fallback",
                 run_dir="$.run_dirs['gpu-fallback']", fallback=True,
-                extra_env={"DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"})
-            fallback_failed = self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True)
+                extra_env={"DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}, result_path="$.result")
+            fallback_failed = self._outcome("GpuFallbackFailed", "gpu-fallback", "FAILED", True,
+                                            result_path="$.result").next(runs)
             for state in fallback_states:
                 state.add_catch(fallback_failed, errors=["States.ALL"], result_path="$.error")
+                state.next(runs)
             after_failure: sfn.IChainable = (
                 sfn.Choice(self, "HasGpuFallback")
                 .when(sfn.Condition.is_present("$.jobs.fallback"), fallback)
@@ -261,8 +282,27 @@ class TrialWorkflow(Construct):
             after_failure = failed
         for state in trn2_states:
             state.add_catch(after_failure, errors=["States.ALL"], result_path="$.trn2_error")
+
+        # The warm-up compile stage: a compile-only job on the compile queue, same definition and node count as the
+        # training job, when the resolver found no complete entry for the key. Its failure fails fast to the
+        # fallback (the training job would only fail the same compile again, at training's price).
+        compile_, compile_states = self._submit(
+            "SubmitTrn2CompileJob", run=COMPILE_RUN, track="trn2", target=COMPILE_TARGET,
+            run_dir=f"$.run_dirs['{COMPILE_RUN}']", fallback=False,
+            extra_env={"NEURON_COMPILE_CACHE_URL": "$.cache.cache_url"}, result_path="$.compile",
+            timeout="$.compile_timeout_s")
+        compile_failed = self._outcome("Trn2CompileFailed", COMPILE_RUN, "FAILED", False,
+                                       result_path="$.compile").next(after_failure)
+        for state in compile_states:
+            state.add_catch(compile_failed, errors=["States.ALL"], result_path="$.compile_error")
+            state.next(trn2)
+        not_needed = self._outcome("CompileStageNotNeeded", COMPILE_RUN, "SKIPPED", False,
+                                   result_path="$.compile").next(trn2)
+        cold = sfn.Condition.and_(sfn.Condition.is_present(f"$.jobs.{COMPILE_TARGET}"),
+                                  sfn.Condition.boolean_equals("$.cache.warm", False))
+        stage = sfn.Choice(self, "CacheCold").when(cold, compile_).otherwise(not_needed)
         return (sfn.Choice(self, "Trn2Track")
-                .when(sfn.Condition.boolean_equals("$.plan.trn2", True), trn2)
+                .when(sfn.Condition.boolean_equals("$.plan.trn2", True), stage)
                 .otherwise(skipped))
 
 

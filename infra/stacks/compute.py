@@ -35,7 +35,7 @@ class ComputeStack(cdk.Stack):
             self.capacity[track] = AcceleratorCapacity(
                 self, f"{track.capitalize()}Capacity", stage=config.name, track=track, family=family,
                 vpc=self.network.vpc, subnet_type=self.network.subnet_type, security_group=self.network.jobs_sg,
-                attempt_timeout=attempt_timeout,
+                attempt_timeout=attempt_timeout, compile_queue=track == "trn2" and config.compile_stage,
             )
             self.jobs[track] = TrainerJobDefinitions(
                 self, f"{track.capitalize()}Jobs", stage=config.name, track=track, family=family,

@@ -34,7 +34,8 @@ class ControlStack(cdk.Stack):
         self.config = config
         retention = retention_days(config.log_retention_days)
         self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: control-plane logs and queues")
-        queue_names = sorted({t.queue for by_type in targets.values() for t in by_type.values()})
+        queue_names = sorted({name for by_type in targets.values() for t in by_type.values()
+                              for name in (t.queue, t.compile_queue) if name})
         definition_names = sorted({name for by_type in targets.values() for t in by_type.values()
                                    for name in (t.single_node, *t.multi_node.values())})
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="dualtrack report topic")
@@ -64,6 +65,7 @@ class ControlStack(cdk.Stack):
             "JOB_TARGETS": json.dumps({track: {t: target.as_json() for t, target in sorted(by_type.items())}
                                        for track, by_type in sorted(targets.items())}, sort_keys=True),
             "ATTEMPT_TIMEOUT_S": str(config.attempt_timeout_s),
+            "COMPILE_TIMEOUT_S": str(config.compile_timeout_s),
             "DATA_BUCKETS": ",".join(config.data_buckets),
             "MAX_ATTEMPTS": str(config.max_attempts),
             "GOVERNANCE": config.governance.model_dump_json(exclude_defaults=True),

@@ -11,6 +11,7 @@ Instance time is split by what the trainer reported it spent each attempt's bill
 - a retry (attempt >= 2): environment, data load, unattributed, compile and checkpoint restore -> failed_reruns
   (node restart, data reload, compile-artefact restore); train time of redone steps -> failed_reruns; the rest of
   train and eval -> effective_training; checkpoint save -> checkpoint_storage.
+- the warm-up compile stage (run ``trn2-compile``): all of its instance time, every attempt -> compile.
 
 The instance-time components add up exactly (to the micro-dollar) to billed instance seconds x hourly price x
 nodes; S3 storage and requests are added to checkpoint_storage on top. All arithmetic is Decimal.
@@ -25,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.domain.prices import HOURS, PriceTable
+from lambdas.domain.vocabulary import COMPILE_RUN
 
 Component = Literal[
     "effective_training_usd", "compile_usd", "failed_reruns_usd", "checkpoint_storage_usd", "queue_environment_usd"
@@ -170,7 +172,9 @@ def compute_run_cost(usage: RunUsage, prices: PriceTable) -> RunCost:
         seconds: dict[Component, Decimal] = dict.fromkeys(COMPONENTS, Decimal(0))
         for attempt in usage.attempts:
             for key, value in _attempt_seconds(attempt).items():
-                seconds[key] += value
+                # The warm-up compile stage exists only to compile: all of its instance time, every attempt and
+                # every phase, is compile cost (the source document books compile apart from training).
+                seconds["compile_usd" if usage.run == COMPILE_RUN else key] += value
         billed = sum((a.billed_seconds for a in usage.attempts), Decimal(0))
         instance_usd = (billed * price.hourly_usd * usage.nodes / HOURS).quantize(QUANTUM, ROUND_HALF_EVEN)
         parts = _allocate(instance_usd, seconds)

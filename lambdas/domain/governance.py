@@ -23,6 +23,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
+
 TEAM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # the trial spec's `owner`
 _SESSION = re.compile(r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[^/]+)/.+$")
 _IAM = re.compile(r"^arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):(?:role|user)/(?:.*/)?(?P<name>[^/]+)$")
@@ -50,6 +52,10 @@ class Quotas(_Model):
     concurrent_jobs_per_queue: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
         default=None, description="Batch jobs of the team's submitted and running trials per job queue (each run "
         "of a trial is one job; a trial with a trn2 and a gpu track also holds the GPU fallback's place)")
+    concurrent_compile_jobs: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None, description="warm-up compile jobs (the compile queues) of the team's submitted and running "
+        "trials at once: the compile quota. Each trial with a trn2 track holds one place, whether or not its cache "
+        "turns out cold")
     failed_retries_per_run: Annotated[int, Field(ge=0, le=10)] | None = Field(
         default=None, description="failed attempts a run's job may retry; the worst case counts at most this many "
         "retries, and a run whose job fails once more while Batch would retry it again is stopped")
@@ -211,6 +217,14 @@ def quota_breaches(quotas: Quotas, *, worst_case_usd: Decimal | None, max_hours:
                     quota=f"concurrent_jobs_per_queue[{queue}]", limit=str(quotas.concurrent_jobs_per_queue),
                     current=str(held), requested=str(asked),
                     frees=f"frees when the team's trials with jobs on {queue} finish or are cancelled"))
+    if quotas.concurrent_compile_jobs is not None:
+        asked = sum(n for queue, n in (requested_jobs or {}).items() if queue.endswith(COMPILE_QUEUE_SUFFIX))
+        held = sum(n for queue, n in (queue_jobs or {}).items() if queue.endswith(COMPILE_QUEUE_SUFFIX))
+        if asked and held + asked > quotas.concurrent_compile_jobs:
+            out.append(QuotaBreach(
+                quota="concurrent_compile_jobs", limit=str(quotas.concurrent_compile_jobs), current=str(held),
+                requested=str(asked), frees="frees when the team's trials with a Trainium2 track finish or are "
+                "cancelled"))
     if quotas.max_hours_per_trial is not None and (max_hours is None or max_hours > quotas.max_hours_per_trial):
         out.append(QuotaBreach(quota="max_hours_per_trial", limit=f"{quotas.max_hours_per_trial} h", current="0 h",
                                requested="no limits.max_hours" if max_hours is None else f"{max_hours} h",

@@ -18,19 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import AttemptUsage, Phases, RunUsage
-from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus
+from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus, track_of
 
-RunName = Literal["gpu", "trn2", "gpu-fallback"]
-RUNS: tuple[RunName, ...] = ("gpu", "trn2", "gpu-fallback")
 COST_ENTRY_KEY = "cost"
 
 
 def run_key(trial_id: str, run: str) -> str:
     return f"{trial_id}#{run}"
-
-
-def track_of(run: str) -> Literal["gpu", "trn2"]:
-    return "trn2" if run == "trn2" else "gpu"
 
 
 # ---- the facts ---------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.domain.vocabulary import COMPILE_RUN
+
 if TYPE_CHECKING:
     from lambdas.domain.trial import TrialSpec
 
@@ -106,18 +108,25 @@ def load_price_table(overrides: dict[str, Any] | None = None, base: dict[str, An
 
 
 def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None,
-                   attempts: int = 1) -> dict[str, Decimal]:
+                   attempts: int = 1, compile_hours: float | None = None) -> dict[str, Decimal]:
     """Pre-flight ceiling: hourly price x nodes x limits.max_hours x ``attempts`` per run. Every attempt Batch makes
     may run for max_hours (it is each attempt's timeout), so the stage's max_attempts multiplies the ceiling. A GPU
     fallback can double trn2's GPU share, so the fallback run is priced too when the trial has a trn2 track and a
-    gpu track."""
-    hours = Decimal(str(spec.limits.max_hours)) * attempts if spec.limits and spec.limits.max_hours else None
+    gpu track. With ``compile_hours`` (a stage that runs the warm-up compile stage, its timeout), the compile job
+    is priced too, on the trn2 track's instances, for the shorter of that and max_hours."""
+    max_hours = Decimal(str(spec.limits.max_hours)) if spec.limits and spec.limits.max_hours else None
     out: dict[str, Decimal] = {}
-    if hours is None:
+    if max_hours is None:
         return out
+    hours = max_hours * attempts
     for name in spec.track_names():
         track = spec.track(name)
         out[name] = table.instance_hourly_usd(track.instance_type, region) * track.nodes * hours
+    if "trn2" in out and compile_hours:
+        trn2 = spec.tracks.trn2
+        assert trn2 is not None
+        out[COMPILE_RUN] = (table.instance_hourly_usd(trn2.instance_type, region) * trn2.nodes
+                            * min(Decimal(str(compile_hours)), max_hours) * attempts)
     if "trn2" in out and spec.tracks.gpu is not None:
         gpu = spec.tracks.gpu
         out["gpu-fallback"] = table.instance_hourly_usd(gpu.instance_type, region) * gpu.nodes * hours

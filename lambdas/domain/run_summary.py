@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lambdas.domain.vocabulary import RunName
+
 SUMMARY_SCHEMA_VERSION: Literal[1] = 1
-RunName = Literal["gpu", "trn2", "gpu-fallback"]
 Backend = Literal["cpu", "compiled", "cuda", "neuron"]
 Status = Literal["succeeded", "failed", "faulted", "interrupted"]
 CacheOutcome = Literal["hit", "miss", "none"]

@@ -25,6 +25,33 @@ TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
 TRIAL_ACTIVE: tuple[str, ...] = ("PENDING_APPROVAL", "SUBMITTING", "SUBMITTED")
 TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
 
+# A trial's runs: each is one Batch job (and its own prefix under the trial). ``trn2-compile`` is the warm-up compile
+# stage the workflow runs before the Trainium2 training job when the compile cache has no entry for the trial's key:
+# compile only, no training results kept, its cost booked as compile. ``gpu-fallback`` resumes a failed Trainium2 run
+# on the GPU track.
+RunName = Literal["gpu", "trn2", "gpu-fallback", "trn2-compile"]
+RUNS: tuple[RunName, ...] = get_args(RunName)
+COMPILE_RUN: RunName = "trn2-compile"
+# The workflow input's ``jobs`` entry for the warm-up compile stage (beside the tracks' and ``fallback``).
+COMPILE_TARGET = "compile"
+# A compile queue's name ends with this (``dualtrack-<stage>-trn2-<type>-compile``): the compile quota counts them.
+COMPILE_QUEUE_SUFFIX = "-compile"
+FALLBACK_RUN: RunName = "gpu-fallback"
+
+
+def track_of(run: str) -> Literal["gpu", "trn2"]:
+    """The track (hardware family) a run's job runs on."""
+    return "trn2" if run in ("trn2", COMPILE_RUN) else "gpu"
+
+
+def runs_of(tracks: set[str] | frozenset[str] | list[str] | tuple[str, ...]) -> set[str]:
+    """The runs a trial with these tracks may start: each track's own, the warm-up compile stage with a Trainium2
+    track, and the GPU fallback with both."""
+    names = set(tracks)
+    return (names | ({COMPILE_RUN} if "trn2" in names else set())
+            | ({FALLBACK_RUN} if {"gpu", "trn2"} <= names else set()))
+
+
 # Batch attempts per run a stage allows unless it sets max_attempts (infra.config.StageConfig): attempt 2 resumes
 # from the newest checkpoint. A trial's worst case counts every attempt.
 DEFAULT_MAX_ATTEMPTS = 2

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
+from lambdas.domain.vocabulary import COMPILE_RUN, RUNS
 from lambdas.runtime.composition import settlement
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import count_run_outcomes, logger, record_trial_cost
@@ -19,7 +20,7 @@ from lambdas.services.trial_costs import close_trial_costs
 class BranchOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    run: str = Field(pattern=r"^(gpu|trn2|gpu-fallback)$")
+    run: Literal[RUNS]  # type: ignore[valid-type]
     status: str = "SUCCEEDED"
     job_id: str | None = None
     fallback: bool = False
@@ -40,10 +41,12 @@ class CloseRequest(BaseModel):
         return flat
 
     def run_names(self) -> list[str]:
-        """Runs to settle: every branch that ran, plus the trn2 run a GPU fallback replaced (it ran and failed)."""
+        """Runs to settle: every run that ran, plus the trn2 run a GPU fallback replaced (it ran and failed), unless
+        the warm-up compile stage failed first (then the training job never started)."""
         ran = [b for b in self.branches() if b.status != "SKIPPED"]
         names = {b.run for b in ran}
-        if any(b.fallback for b in ran):
+        compile_failed = any(b.run == COMPILE_RUN and b.status == "FAILED" for b in ran)
+        if any(b.fallback for b in ran) and not compile_failed:
             names.add("trn2")
         return sorted(names)
 

@@ -107,9 +107,15 @@ class ApiSettings(ArtifactEventSettings):
         description="the stage's Batch attempt timeout in seconds (at least 60, the Batch minimum); a trial's "
         "limits.max_hours can only shorten it",
     )
+    COMPILE_TIMEOUT_S: int = Field(
+        default=7200, ge=60,
+        description="the warm-up compile stage's attempt timeout in seconds (the stage's compile_timeout_hours, "
+        "within its attempt timeout)",
+    )
     JOB_TARGETS: dict[str, dict[str, dict[str, Any]]] = Field(
         description="JSON: per track and instance type the stage offers, its Batch queue and job definition names "
-        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": {"2": ..., "4": ...}}}})',
+        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": {"2": ..., "4": ...}}}}); '
+        'a trn2 type also names its "compile_queue" when the stage runs the warm-up compile stage',
     )
     DATA_BUCKETS: tuple[str, ...] = Field(
         default=(),

@@ -25,10 +25,9 @@ from lambdas.domain.job_access import (
     write_prefix,
 )
 from lambdas.domain.trial import BATCH_SAFE_NAME
-from lambdas.domain.vocabulary import TRIAL_TERMINAL
+from lambdas.domain.vocabulary import RUNS, TRIAL_TERMINAL
 from lambdas.services.ports import JobDescriptions, Trials, WriterRole
 
-RUNS = ("gpu", "trn2", "gpu-fallback")
 ACTIVE_JOB = ("STARTING", "RUNNING")
 # Batch job ids are UUIDs; a node of a multi-node job is "<id>#<node index>" (its AWS_BATCH_JOB_ID).
 JOB_ID = r"^[0-9A-Za-z-]{1,64}(#[0-9]{1,5})?$"

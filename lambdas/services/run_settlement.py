@@ -19,6 +19,7 @@ from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, Artif
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
+from lambdas.domain.vocabulary import RUNS, runs_of, track_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 
 if TYPE_CHECKING:  # the API settles runs without parsing Batch events: it need not build their models
@@ -45,11 +46,11 @@ def identify_job(environment: dict[str, str], tags: dict[str, str], job_name: st
     trial = environment.get("DUALTRACK_TRIAL_ID") or tags.get("dualtrack:trial")
     run = environment.get("DUALTRACK_RUN") or tags.get("dualtrack:run")
     if not (trial and run):
-        for candidate in L.RUNS:
+        for candidate in RUNS:
             if job_name.endswith(f"-{candidate}") and not (candidate == "gpu" and job_name.endswith("fallback")):
                 trial, run = job_name[: -len(candidate) - 1], candidate
                 break
-    if not (trial and run) or run not in L.RUNS:
+    if not (trial and run) or run not in RUNS:
         return None
     return JobIdentity(trial, run)
 
@@ -112,7 +113,7 @@ class RunSettlement:
         if item is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
         tracks = set(item.get("tracks") or {})
-        runs = tracks | ({"gpu-fallback"} if {"gpu", "trn2"} <= tracks else set())
+        runs = runs_of(tracks)
         if run not in runs:
             raise ForeignEvent(f"trial {trial_id} has no run {run!r} (its runs: {', '.join(sorted(runs))})")
         status = item.get("status")
@@ -189,7 +190,7 @@ class RunSettlement:
         if entries is None:
             entries = self.ledger.entries(L.run_key(trial_id, run))
         tracks = trial.get("tracks") or {}
-        declared = tracks.get(L.track_of(run)) or {}
+        declared = tracks.get(track_of(run)) or {}
         return L.fold_run(
             entries,
             trial_id=trial_id,

@@ -11,10 +11,11 @@ from pydantic import ValidationError
 
 from lambdas.domain.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvalid, parse_baseline
 from lambdas.domain.cost import RunCost
-from lambdas.domain.ledger import RUNS, LedgerEntry, run_key
+from lambdas.domain.ledger import LedgerEntry, run_key
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary, parse_summary
+from lambdas.domain.vocabulary import RUNS
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")

@@ -35,7 +35,7 @@ from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.run_limits import RunLimits, tighter
 from lambdas.domain.triage import effective_route, planned_tracks, submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
-from lambdas.domain.vocabulary import TRIAL_ACTIVE, TRIAL_TERMINAL
+from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET, FALLBACK_RUN, RUNS, TRIAL_ACTIVE, TRIAL_TERMINAL
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_progress import run_progress
 from lambdas.services.run_settlement import RunSettlement
@@ -56,6 +56,10 @@ class TrialNotFound(LookupError):
 class Submitted:
     body: dict[str, Any]
     created: bool
+
+# The execution input's ``jobs`` names each target by what the workflow submits: a track, ``fallback`` (the GPU
+# fallback) or ``compile`` (the warm-up compile stage); this is the run each one is.
+RUN_OF_TARGET = {"fallback": FALLBACK_RUN, COMPILE_TARGET: COMPILE_RUN}
 
 
 def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -94,8 +98,11 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str,
                 continue
             # One multi-node job definition per node count: Step Functions cannot override a job's node count.
             jobs[track] = {"queue": str(target["queue"]), "definition": multi[config.nodes], "nodes": config.nodes}
-            continue
-        jobs[track] = {"queue": str(target["queue"]), "definition": str(target["single_node"])}
+        else:
+            jobs[track] = {"queue": str(target["queue"]), "definition": str(target["single_node"])}
+        if track == "trn2" and target.get("compile_queue"):
+            # The warm-up compile stage: the training job's definition and node count, on the compile queue.
+            jobs[COMPILE_TARGET] = {**jobs[track], "queue": str(target["compile_queue"])}
     if problems:
         raise SubmissionRefused("placement", {"errors": problems})
     if "gpu" in jobs and "trn2" in jobs:
@@ -104,26 +111,32 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str,
 
 
 def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: int,
-                    jobs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                    jobs: Mapping[str, Mapping[str, Any]] | None = None,
+                    compile_timeout_s: int | None = None) -> dict[str, Any]:
     """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
-    ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. Retries are the job
-    definitions' own (their retry strategy), so the input carries no attempt count. ``run_dirs`` has a
-    ``gpu-fallback`` entry only when the trial has both a gpu and a trn2 track."""
+    ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. The warm-up compile
+    stage's timeout is the stage's ``compile_timeout_s`` within that. Retries are the job definitions' own (their
+    retry strategy), so the input carries no attempt count. ``run_dirs`` has a ``trn2-compile`` entry when the
+    trial has a trn2 track, and a ``gpu-fallback`` entry only when it has both a gpu and a trn2 track."""
     base = f"trials/{spec.trial_id}"
     tracks = planned_tracks(spec, effective_route(spec, triage(spec)))
     run_dirs: dict[str, str] = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
+    if "trn2" in tracks:
+        run_dirs[COMPILE_RUN] = artifacts.uri(f"{base}/{COMPILE_RUN}")
     if "trn2" in tracks and "gpu" in tracks:
         run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
     timeout = int(attempt_timeout_s)
     if spec.limits and spec.limits.max_hours:
         timeout = min(timeout, int(spec.limits.max_hours * 3600))
+    timeout = max(MIN_ATTEMPT_TIMEOUT_S, timeout)
     return {
         "trial_id": spec.trial_id,
         "spec_uri": artifacts.uri(f"{base}/spec.json"),
         "tracks": tracks,
         "run_dirs": run_dirs,
         "jobs": {run: dict(target) for run, target in (jobs or {}).items()},
-        "attempt_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, timeout),
+        "attempt_timeout_s": timeout,
+        "compile_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, min(int(compile_timeout_s or timeout), timeout)),
     }
 
 
@@ -166,7 +179,7 @@ def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucke
 
 
 def preflight(spec: TrialSpec, prices: PriceTable, region: str,
-              attempts: int = 1) -> tuple[Any, dict[str, str]]:
+              attempts: int = 1, compile_hours: float | None = None) -> tuple[Any, dict[str, str]]:
     """Triage and the worst-case ceiling (every attempt Batch may make); raises SubmissionRefused when the trial
     must not start."""
 
@@ -175,7 +188,7 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str,
     if refusal:
         raise SubmissionRefused("triage", {"message": refusal, "triage": result.model_dump(mode="json")})
     try:
-        worst = worst_case_usd(spec, prices, region, attempts)
+        worst = worst_case_usd(spec, prices, region, attempts, compile_hours)
     except PriceMissing as exc:
         raise SubmissionRefused("price", {"errors": [{"path": "tracks", "message": str(exc)}]}) from None
     limits = spec.limits
@@ -223,6 +236,11 @@ class Stage:
     governance: Governance
     max_attempts: int = 1
     image_versions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per track: what its image pins
+    compile_timeout_s: int = 7200  # the warm-up compile stage's attempt timeout
+
+    @property
+    def compile_hours(self) -> float:
+        return min(self.compile_timeout_s, self.attempt_timeout_s) / 3600
 
 
 @dataclass(frozen=True)
@@ -324,7 +342,8 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
     check_readable(spec, stage.data_buckets, stage.artifacts_bucket)
     check_image(spec, stage.image_versions)
     jobs = job_targets(spec, stage.targets)
-    triage_result, worst = preflight(spec, plane.prices, stage.region, attempts_allowed(stage.max_attempts, quotas))
+    triage_result, worst = preflight(spec, plane.prices, stage.region, attempts_allowed(stage.max_attempts, quotas),
+                                     stage.compile_hours if COMPILE_TARGET in jobs else None)
     trial_id = spec.trial_id
     existing = plane.trials.get(trial_id)
     if existing is not None and (existing.get("execution_arn") or existing.get("status") == "PENDING_APPROVAL"):
@@ -333,7 +352,7 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         return Submitted(_view(existing, already_submitted=True), created=False)
     worst_total = Decimal(worst["total"]) if "total" in worst else None
     usage = team_usage(plane.trials, team, now)
-    queues = {("gpu-fallback" if run == "fallback" else run): str(job["queue"]) for run, job in jobs.items()}
+    queues = {RUN_OF_TARGET.get(run, run): str(job["queue"]) for run, job in jobs.items()}
     requested: dict[str, int] = {}
     for queue in queues.values():
         requested[queue] = requested.get(queue, 0) + 1
@@ -348,7 +367,8 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         triage_override=spec.triage_override is not None,
         override_route=spec.triage_override.route if spec.triage_override else None,
         worst_case_usd=worst_total, threshold_usd=policy.approval_threshold_usd if policy else None)
-    payload = execution_input(spec, plane.artifacts, attempt_timeout_s=stage.attempt_timeout_s, jobs=jobs)
+    payload = execution_input(spec, plane.artifacts, attempt_timeout_s=stage.attempt_timeout_s, jobs=jobs,
+                              compile_timeout_s=stage.compile_timeout_s)
     components = (key_components(spec, dict(stage.image_versions.get("trn2") or {}))
                   if spec.tracks.trn2 is not None else None)
     plane.artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
@@ -499,7 +519,7 @@ def trial_status(
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
-    for run in L.RUNS:
+    for run in RUNS:
         entries = ledger.entries(L.run_key(trial_id, run))
         if not entries:
             continue

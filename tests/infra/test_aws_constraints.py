@@ -191,7 +191,8 @@ def test_submit_job_sends_no_retry_strategy(control_of: dict[str, Any]) -> None:
     assert submits
     for name, state in submits:
         assert "RetryStrategy" not in state["Parameters"], name
-        assert state["Parameters"]["Timeout"] == {"AttemptDurationSeconds.$": "$.attempt_timeout_s"}, name
+        timeout = "$.compile_timeout_s" if "Compile" in name else "$.attempt_timeout_s"
+        assert state["Parameters"]["Timeout"] == {"AttemptDurationSeconds.$": timeout}, name
 
 
 # The SubmitJob fields Step Functions' optimized Batch integration passes on

@@ -72,9 +72,22 @@ def test_launch_templates_have_efa_per_network_card_and_encrypted_roots(compute:
 def test_one_named_queue_per_instance_type_on_demand_first(compute: dict[str, Any]) -> None:
     queues = props(compute, "AWS::Batch::JobQueue")
     assert sorted(q["JobQueueName"] for q in queues) == ["dualtrack-dev-gpu-g6e-48xlarge",
-                                                         "dualtrack-dev-trn2-trn2-48xlarge"]
+                                                         "dualtrack-dev-trn2-trn2-48xlarge",
+                                                         "dualtrack-dev-trn2-trn2-48xlarge-compile"]
     for queue in queues:
         assert [o["Order"] for o in queue["ComputeEnvironmentOrder"]] == [1]
+
+
+def test_the_compile_queue_shares_the_training_hosts_behind_training(compute: dict[str, Any]) -> None:
+    """The warm-up compile stage's queue holds the same compute environment as the trn2 training queue, so a
+    compile job runs on the instance type its graphs are for, and a lower priority: "job queues with a higher
+    priority are evaluated first when associated with the same compute environment"
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_queue_parameters.html)."""
+    queues = {q["JobQueueName"]: q for q in props(compute, "AWS::Batch::JobQueue")}
+    training, compile_ = queues["dualtrack-dev-trn2-trn2-48xlarge"], queues["dualtrack-dev-trn2-trn2-48xlarge-compile"]
+    assert compile_["ComputeEnvironmentOrder"] == training["ComputeEnvironmentOrder"]
+    assert compile_["Priority"] < training["Priority"]
+    assert compile_["JobStateTimeLimitActions"] == training["JobStateTimeLimitActions"]
 
 
 def test_retry_strategy_encodes_the_exit_code_contract(compute: dict[str, Any]) -> None:

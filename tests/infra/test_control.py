@@ -121,7 +121,7 @@ def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
         assert "Arn" in target["DeadLetterConfig"]
     batch = by_kind["aws.batch"]["EventPattern"]
     assert batch["detail-type"] == ["Batch Job State Change"]
-    assert len(batch["detail"]["jobQueue"]) == 2
+    assert len(batch["detail"]["jobQueue"]) == 3  # gpu, trn2 and the warm-up compile stage's queue
     s3 = by_kind["aws.s3"]["EventPattern"]
     assert s3["detail-type"] == ["Object Created"]
     assert s3["detail"]["object"]["key"] == [{"prefix": "trials/"}, {"prefix": "neuron/"}]
@@ -198,7 +198,8 @@ def test_state_machine_can_terminate_its_jobs(control: dict[str, Any]) -> None:
     resources_ = json.dumps(submit["Resource"])
     # SubmitJob only on this stage's queues and job definitions, named (no import of a revisioned ARN).
     assert "Fn::ImportValue" not in resources_
-    assert resources_.count(":job-queue/dualtrack-dev-") == 2
+    assert resources_.count(":job-queue/dualtrack-dev-") == 3  # the trn2 compile queue too
+    assert ":job-queue/dualtrack-dev-trn2-trn2-48xlarge-compile" in resources_
     assert resources_.count(":job-definition/dualtrack-dev-") == 2 * 2  # name and name:* per definition
 
 

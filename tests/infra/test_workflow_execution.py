@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 # moto's task-token listener thread of a .sync state raises when its execution is stopped; the stop itself works.
 STOPPED_THREAD_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 TRIAL = "llama-lora-0123456789"
-RUN_DIRS = {run: f"s3://artifacts/trials/{TRIAL}/{run}" for run in ("gpu", "trn2", "gpu-fallback")}
+RUN_DIRS = {run: f"s3://artifacts/trials/{TRIAL}/{run}" for run in ("gpu", "trn2", "gpu-fallback", "trn2-compile")}
 
 
 # The dev stage's queues and job definitions, by the names the API puts in the input (JOB_TARGETS).
@@ -31,25 +31,37 @@ JOBS = {"gpu": {"queue": batch_name("dev", "gpu", "g6e.48xlarge"),
                  "definition": batch_name("dev", "trn2", "trn2.48xlarge", "single")}}
 
 
-def workflow_input(tracks: list[str] | None = None) -> dict[str, Any]:
+COMPILE_QUEUE = batch_name("dev", "trn2", "trn2.48xlarge", "compile")
+
+
+def workflow_input(tracks: list[str] | None = None, *, compile_stage: bool = False) -> dict[str, Any]:
     tracks = tracks or ["gpu", "trn2"]
     jobs = {track: JOBS[track] for track in tracks}
     run_dirs = {run: RUN_DIRS[run] for run in tracks}
+    if "trn2" in tracks:
+        run_dirs["trn2-compile"] = RUN_DIRS["trn2-compile"]
+        if compile_stage:
+            jobs["compile"] = {**JOBS["trn2"], "queue": COMPILE_QUEUE}
     if "gpu" in tracks and "trn2" in tracks:
         jobs["fallback"] = JOBS["gpu"]
         run_dirs["gpu-fallback"] = RUN_DIRS["gpu-fallback"]
     return {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json", "tracks": tracks,
-            "run_dirs": run_dirs, "jobs": jobs, "attempt_timeout_s": 3600}
+            "run_dirs": run_dirs, "jobs": jobs, "attempt_timeout_s": 3600, "compile_timeout_s": 900}
 
 
-def fake_handlers() -> InProcessLambdas:
+def flat(runs: list[Any]) -> list[dict[str, Any]]:
+    """The branches' outcomes in order: the Trainium2 branch gives a list (compile stage, then training)."""
+    return [run for item in runs for run in (item if isinstance(item, list) else [item])]
+
+
+def fake_handlers(warm: bool = False) -> InProcessLambdas:
     def resolve(event: dict[str, Any], _: Any) -> dict[str, Any]:
         prefix = "neuron/llama/2.26/abc/"
-        return {"cache_url": f"s3://cache/{prefix}", "cache_key": "abc", "prefix": prefix, "warm": False,
+        return {"cache_url": f"s3://cache/{prefix}", "cache_key": "abc", "prefix": prefix, "warm": warm,
                 "failed_before": False}
 
     def close(event: dict[str, Any], _: Any) -> dict[str, Any]:
-        return {"trial_id": event["trial_id"], "runs": {r["run"]: {"total_usd": "0"} for r in event["runs"]},
+        return {"trial_id": event["trial_id"], "runs": {r["run"]: {"total_usd": "0"} for r in flat(event["runs"])},
                 "total_usd": "0"}
 
     return InProcessLambdas({
@@ -105,9 +117,9 @@ def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
     done = harness.wait(harness.start(workflow_input()))
     assert done["status"] == "SUCCEEDED", done
     output = json.loads(done["output"])
-    assert [(r["run"], r["status"], r["fallback"]) for r in output["runs"]] == [
-        ("gpu", "SUCCEEDED", False), ("trn2", "SUCCEEDED", False)]
-    assert {r["job_id"] for r in output["runs"]} == {job.job_id for job in harness.jobs.submitted}
+    assert [(r["run"], r["status"], r["fallback"]) for r in flat(output["runs"])] == [
+        ("gpu", "SUCCEEDED", False), ("trn2-compile", "SKIPPED", False), ("trn2", "SUCCEEDED", False)]
+    assert {r["job_id"] for r in flat(output["runs"]) if r["job_id"]} == {job.job_id for job in harness.jobs.submitted}
     assert sorted(harness.jobs.runs()) == ["gpu", "trn2"]
     trn2 = next(job for job in harness.jobs.submitted if job_environment(job)["DUALTRACK_RUN"] == "trn2")
     env = job_environment(trn2)
@@ -130,8 +142,8 @@ def test_failing_trn2_job_falls_back_to_gpu(harness: Harness) -> None:
     done = harness.wait(harness.start(workflow_input()))
     assert done["status"] == "SUCCEEDED", done
     runs = json.loads(done["output"])["runs"]
-    assert [(r["run"], r["status"], r["fallback"]) for r in runs] == [
-        ("gpu", "SUCCEEDED", False), ("gpu-fallback", "SUCCEEDED", True)]
+    assert [(r["run"], r["status"], r["fallback"]) for r in flat(runs)] == [
+        ("gpu", "SUCCEEDED", False), ("trn2-compile", "SKIPPED", False), ("gpu-fallback", "SUCCEEDED", True)]
     assert sorted(harness.jobs.runs()) == ["gpu", "gpu-fallback", "trn2"]
     fallback = next(j for j in harness.jobs.submitted if job_environment(j)["DUALTRACK_RUN"] == "gpu-fallback")
     env = job_environment(fallback)
@@ -146,7 +158,7 @@ def test_failed_fallback_is_reported_not_fatal(harness: Harness) -> None:
     done = harness.wait(harness.start(workflow_input()))
     assert done["status"] == "SUCCEEDED", done
     runs = json.loads(done["output"])["runs"]
-    assert runs[1] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "", "fallback": True}
+    assert runs[1][1] == {"run": "gpu-fallback", "status": "FAILED", "job_id": "", "fallback": True}
 
 
 def test_gpu_only_trial_skips_trn2_and_the_cache(harness: Harness) -> None:
@@ -168,7 +180,8 @@ def test_trn2_only_trial_fails_without_a_fallback(harness: Harness) -> None:
     assert done["status"] == "SUCCEEDED", done
     runs = json.loads(done["output"])["runs"]
     assert runs == [{"run": "gpu", "status": "SKIPPED", "job_id": "", "fallback": False},
-                    {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}]
+                    [{"run": "trn2-compile", "status": "SKIPPED", "job_id": "", "fallback": False},
+                     {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}]]
     assert harness.jobs.runs() == ["trn2"]
     assert harness.calls("close_trial_costs")[0]["runs"] == runs
 
@@ -229,3 +242,70 @@ def test_multi_node_trial_submits_the_definition_for_its_node_count(prod_assembl
         assert job.parameters == {"spec_uri": payload["spec_uri"], "run_dir": RUN_DIRS["trn2"], "run": "trn2",
                                   "trial_id": TRIAL, "compile_cache_url": "s3://cache/neuron/llama/2.26/abc/",
                                   "resume_from": "none"}
+
+
+def test_cold_cache_runs_the_warm_up_compile_stage_before_training(harness: Harness) -> None:
+    """A cold key with a compile queue in the input: a compile-only job (run ``trn2-compile``) on the compile queue,
+    with the training job's definition, the cache URL, its own run prefix and the compile timeout, finishes before
+    the training job is submitted. ``Timeout.attemptDurationSeconds`` on SubmitJob overrides the definition's
+    (https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html)."""
+    done = harness.wait(harness.start(workflow_input(compile_stage=True)))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert [(r["run"], r["status"]) for r in flat(runs)] == [
+        ("gpu", "SUCCEEDED"), ("trn2-compile", "SUCCEEDED"), ("trn2", "SUCCEEDED")]
+    by_run = {job_environment(job)["DUALTRACK_RUN"]: job for job in harness.jobs.submitted}
+    compile_job, trn2 = by_run["trn2-compile"], by_run["trn2"]
+    assert harness.jobs.submitted.index(compile_job) < harness.jobs.submitted.index(trn2)
+    assert compile_job.job_queue.arn.endswith("/" + COMPILE_QUEUE)
+    assert compile_job.job_definition.name == JOBS["trn2"]["definition"]
+    assert compile_job.job_name == f"{TRIAL}-trn2-compile"
+    env = job_environment(compile_job)
+    assert env["NEURON_COMPILE_CACHE_URL"] == "s3://cache/neuron/llama/2.26/abc/"
+    assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["trn2-compile"] and env["DUALTRACK_TRACK"] == "trn2"
+    assert compile_job.timeout == {"attemptDurationSeconds": 900}
+    assert trn2.timeout == {"attemptDurationSeconds": 3600}
+    assert {r["job_id"] for r in flat(runs) if r["job_id"]} == {j.job_id for j in harness.jobs.submitted}
+
+
+def test_warm_cache_skips_the_compile_stage(assembly: Assembly) -> None:
+    jobs, lambdas = ScriptedJobs({}), fake_handlers(warm=True)
+    with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
+        harness = Harness(deploy_locally(assembly), lambdas, jobs)
+        done = harness.wait(harness.start(workflow_input(compile_stage=True)))
+        assert done["status"] == "SUCCEEDED", done
+        assert sorted(jobs.runs()) == ["gpu", "trn2"]
+        assert flat(json.loads(done["output"])["runs"])[1]["status"] == "SKIPPED"
+
+
+@pytest.mark.parametrize("harness", [{"trn2-compile": 1}], indirect=True)
+def test_a_failed_compile_falls_back_at_once(harness: Harness) -> None:
+    """The compile job fails: no training job is submitted on Trainium2, the GPU fallback runs, and the compile
+    run is recorded FAILED for settlement (the training run never started)."""
+    done = harness.wait(harness.start(workflow_input(compile_stage=True)))
+    assert done["status"] == "SUCCEEDED", done
+    runs = flat(json.loads(done["output"])["runs"])
+    assert [(r["run"], r["status"], r["fallback"]) for r in runs] == [
+        ("gpu", "SUCCEEDED", False), ("trn2-compile", "FAILED", False), ("gpu-fallback", "SUCCEEDED", True)]
+    assert sorted(harness.jobs.runs()) == ["gpu", "gpu-fallback", "trn2-compile"]
+
+
+def test_multi_node_compile_stage_uses_the_training_definition(prod_assembly: Assembly) -> None:
+    """A multi-node trial's compile job runs its training job's multi-node definition (same node count, the same
+    graphs) with the run's settings as job parameters, ``run`` naming the compile stage."""
+    jobs = ScriptedJobs({})
+    lambdas = fake_handlers()
+    with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
+        harness = Harness(deploy_locally(prod_assembly, region="us-east-2"), lambdas, jobs)
+        payload = workflow_input(["trn2"])
+        target = {"queue": batch_name("prod", "trn2", "trn2.48xlarge"),
+                  "definition": batch_name("prod", "trn2", "trn2.48xlarge", "multi-2"), "nodes": 2}
+        payload["jobs"] = {"trn2": target,
+                           "compile": {**target, "queue": batch_name("prod", "trn2", "trn2.48xlarge", "compile")}}
+        done = harness.wait(harness.start(payload))
+        assert done["status"] == "SUCCEEDED", done
+        first, second = jobs.submitted
+        assert first.parameters["run"] == "trn2-compile" and second.parameters["run"] == "trn2"
+        assert first.parameters["run_dir"] == RUN_DIRS["trn2-compile"]
+        assert first.job_definition.name == second.job_definition.name
+        assert first.job_queue.arn.endswith("-compile")

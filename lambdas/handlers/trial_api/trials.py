@@ -96,7 +96,8 @@ def stage() -> service.Stage:
     return service.Stage(region=settings.PRICE_REGION, attempt_timeout_s=settings.ATTEMPT_TIMEOUT_S,
                          data_buckets=settings.DATA_BUCKETS, artifacts_bucket=settings.ARTIFACTS_BUCKET,
                          targets=settings.JOB_TARGETS, governance=settings.GOVERNANCE,
-                         max_attempts=settings.MAX_ATTEMPTS, image_versions=settings.IMAGE_VERSIONS)
+                         max_attempts=settings.MAX_ATTEMPTS, image_versions=settings.IMAGE_VERSIONS,
+                         compile_timeout_s=settings.COMPILE_TIMEOUT_S)
 
 
 def plane() -> service.Plane:

@@ -93,7 +93,7 @@ def test_a_submission_freezes_the_spec_records_the_trial_and_starts_one_executio
     assert item["max_steps"] == spec.max_steps
     execution = ports["workflow"].executions[item["execution_arn"]]
     assert execution["input"]["spec_uri"] == f"s3://artifacts/trials/{trial_id}/spec.json"
-    assert set(execution["input"]["run_dirs"]) == {"gpu", "trn2", "gpu-fallback"}
+    assert set(execution["input"]["run_dirs"]) == {"gpu", "trn2", "gpu-fallback", "trn2-compile"}
 
     again = _submit(spec, ports)  # the same body again: the same trial, no second execution
     assert again.created is False and again.body["already_submitted"] is True
@@ -341,3 +341,40 @@ def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_
     flow = _submit(longer, ports, now=NOW + timedelta(minutes=10)).body["follows"]
     assert flow["trial_id"] == rerun.trial_id and flow["change_classes"] == ["training flow"]
     assert flow["components"] == ["sequence_length"]
+
+
+def _with_compile_queue() -> dict[str, Any]:
+    targets = job_targets()
+    for instance_type, target in targets["trn2"].items():
+        target["compile_queue"] = target["queue"] + "-compile"
+    return targets
+
+
+def test_a_stage_with_a_compile_queue_plans_the_warm_up_compile_stage(spec: TrialSpec, ports: dict[str, Any]) -> None:
+    """The compile job runs the training job's definition on the compile queue; its run has a prefix of its own, a
+    timeout of its own, a place in the worst case (trn2's price for the compile timeout) and in the queue counts."""
+    plain = _submit(parse_trial({**spec.model_dump(mode="json"), "name": "plain"}), ports)
+    done = _submit(spec, ports, targets=_with_compile_queue(), compile_timeout_s=1800)
+    payload = ports["workflow"].executions[ports["trials"].get(spec.trial_id)["execution_arn"]]["input"]
+    assert payload["jobs"]["compile"] == {**payload["jobs"]["trn2"], "queue": "dualtrack-test-trn2-trn2-48xlarge-compile"}
+    assert payload["run_dirs"]["trn2-compile"].endswith(f"trials/{spec.trial_id}/trn2-compile")
+    assert payload["compile_timeout_s"] == 1800
+    worst, before = done.body["worst_case_usd"], plain.body["worst_case_usd"]
+    assert "trn2-compile" in worst and "trn2-compile" not in before
+    # Each attempt of the training run may take max_hours (12 h), of the compile stage its timeout (0.5 h).
+    assert float(worst["trn2-compile"]) == pytest.approx(float(before["trn2"]) * 0.5 / 12, rel=1e-3)
+    assert float(worst["total"]) == pytest.approx(float(before["total"]) + float(worst["trn2-compile"]), abs=0.02)
+    assert ports["trials"].get(spec.trial_id)["queues"]["trn2-compile"] == "dualtrack-test-trn2-trn2-48xlarge-compile"
+
+
+def test_the_compile_quota_counts_compile_jobs_across_compile_queues(spec: TrialSpec, ports: dict[str, Any],
+                                                                     example_trial: dict[str, Any]) -> None:
+    governance = _governed(quotas={"concurrent_compile_jobs": 1})
+    _submit(spec, ports, governance=governance, targets=_with_compile_queue())
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(parse_trial({**example_trial, "name": "second"}), ports, governance=governance,
+                targets=_with_compile_queue())
+    (breach,) = raised.value.breaches
+    assert (breach.quota, breach.limit, breach.current, breach.requested) == ("concurrent_compile_jobs", "1", "1", "1")
+    # A stage without the compile stage asks for no compile job: the quota does not bind.
+    assert _submit(parse_trial({**example_trial, "name": "third"}), ports, governance=governance).created
