@@ -1,10 +1,16 @@
-"""Compile cache: warm vs cold compile seconds through the trainer's compiled mode.
+"""Compile cache: warm vs cold compile seconds through the trainer's compiled mode, and the warm-up compile stage
+against today's cold start.
 
-Each repeat creates an empty cache directory and runs the same tiny trial twice as fresh trainer processes
-(``python -m trainer run --backend compiled``, ``NEURON_COMPILE_CACHE_URL`` = that directory), exactly what two
-Batch jobs sharing a cache prefix do: the first compiles cold and fills the cache, the second starts warm. The
-seconds are the trainer's own ``compile.seconds`` (cache set-up plus the first step's excess over a typical step)
-from each run's summary; the ratio warm/cold is printed with the miss/hit each run recorded.
+Each repeat runs fresh trainer processes (``python -m trainer run --backend compiled``), exactly what Batch jobs
+sharing a cache prefix do, on two empty caches side by side:
+
+- cold start: the training job on an empty cache compiles inside training; a second training job on the same cache
+  then starts warm (warm / cold);
+- warm-up compile stage: a compile-only job (run ``trn2-compile``, what the workflow runs when the key is cold)
+  on an empty cache, then the training job, which starts warm.
+
+The seconds are the trainer's own ``compile.seconds`` from each run's summary; the stage's cost is its job wall
+time at the trn2.48xlarge rate of the shipped price table (stand-in times: the bill's shape, not its size).
 
     python bench/bench_compile_cache.py [--repeats 1] [--steps 6]
 """
@@ -38,12 +44,12 @@ def _trial(data: Path, steps: int) -> dict[str, Any]:
     return spec
 
 
-def _run(spec: Path, run_dir: Path, cache: Path) -> tuple[dict[str, Any], float]:
+def _run(spec: Path, run_dir: Path, cache: Path, run: str = "trn2") -> tuple[dict[str, Any], float]:
     env = {**os.environ, "NEURON_COMPILE_CACHE_URL": str(cache), "AWS_BATCH_JOB_ATTEMPT": "1",
            "DUALTRACK_METRICS": "off", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")])}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "trainer", "run", "--spec", str(spec), "--track", "trn2",
-                           "--run-dir", str(run_dir), "--backend", "compiled", "--quiet"],
+                           "--run-dir", str(run_dir), "--run", run, "--backend", "compiled", "--quiet"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
@@ -56,7 +62,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
-    cold_s, warm_s, cold_wall, warm_wall = [], [], [], []
+    sys.path.insert(0, str(ROOT))
+    from lambdas.domain.prices import load_price_table
+
+    hourly = float(load_price_table().instance_hourly_usd("trn2.48xlarge"))
+    figures: dict[str, list[float]] = {name: [] for name in (
+        "cold_s", "warm_s", "cold_wall", "warm_wall", "stage_s", "stage_wall", "after_s", "after_wall")}
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         base = Path(tmp)
         data = base / "data"
@@ -68,19 +79,34 @@ def main() -> int:
         spec.write_text(json.dumps(_trial(data, args.steps)))
         for repeat in range(args.repeats):
             cache = base / f"cache-{repeat}"
-            cold, wall_c = _run(spec, base / f"cold-{repeat}", cache)
-            warm, wall_w = _run(spec, base / f"warm-{repeat}", cache)
-            cold_s.append(float(cold["compile"]["seconds"]))
-            warm_s.append(float(warm["compile"]["seconds"]))
-            cold_wall.append(wall_c)
-            warm_wall.append(wall_w)
-            print(f"  repeat {repeat + 1}: cold compile {cold_s[-1]:7.2f} s ({cold['compile']['cache']}, "
-                  f"{cold['compile'].get('cache_files_after')} cache files written), warm compile "
-                  f"{warm_s[-1]:7.2f} s ({warm['compile']['cache']}); job wall {wall_c:6.1f} s vs {wall_w:6.1f} s")
-    cold_m, warm_m = statistics.median(cold_s), statistics.median(warm_s)
-    print(f"compile      warm / cold compile seconds = {warm_m / cold_m:.3f}  ({warm_m:.2f} s / {cold_m:.2f} s)")
-    wall_ratio = statistics.median(warm_wall) / statistics.median(cold_wall)
-    print(f"compile      warm / cold job wall time   = {wall_ratio:.3f}")
+            cold, wall_c = _run(spec, base / f"cold-{repeat}" / "trn2", cache)
+            warm, wall_w = _run(spec, base / f"warm-{repeat}" / "trn2", cache)
+            staged = base / f"staged-cache-{repeat}"
+            stage, wall_s = _run(spec, base / f"staged-{repeat}" / "trn2-compile", staged, run="trn2-compile")
+            after, wall_a = _run(spec, base / f"staged-{repeat}" / "trn2", staged)
+            for name, value in (("cold_s", cold["compile"]["seconds"]), ("warm_s", warm["compile"]["seconds"]),
+                                ("cold_wall", wall_c), ("warm_wall", wall_w),
+                                ("stage_s", stage["compile"]["seconds"]), ("stage_wall", wall_s),
+                                ("after_s", after["compile"]["seconds"]), ("after_wall", wall_a)):
+                figures[name].append(float(value))
+            print(f"  repeat {repeat + 1}: cold compile {cold['compile']['seconds']:7.2f} s "
+                  f"({cold['compile']['cache']}, {cold['compile'].get('cache_files_after')} cache files written), "
+                  f"warm compile {warm['compile']['seconds']:7.2f} s ({warm['compile']['cache']}); job wall "
+                  f"{wall_c:6.1f} s vs {wall_w:6.1f} s")
+            print(f"            warm-up stage {stage['compile']['seconds']:7.2f} s compiling "
+                  f"({stage['compile']['cache']}, job wall {wall_s:6.1f} s), then training compile "
+                  f"{after['compile']['seconds']:7.2f} s ({after['compile']['cache']}, job wall {wall_a:6.1f} s)")
+    m = {name: statistics.median(values) for name, values in figures.items()}
+    print(f"compile      warm / cold compile seconds = {m['warm_s'] / m['cold_s']:.3f}  "
+          f"({m['warm_s']:.2f} s / {m['cold_s']:.2f} s)")
+    print(f"compile      warm / cold job wall time   = {m['warm_wall'] / m['cold_wall']:.3f}")
+    print(f"compile      training compile after the warm-up stage / in a cold start = "
+          f"{m['after_s'] / m['cold_s']:.3f}  ({m['after_s']:.2f} s / {m['cold_s']:.2f} s)")
+    print(f"compile      warm-up stage + training job wall / cold-start training job wall = "
+          f"{(m['stage_wall'] + m['after_wall']) / m['cold_wall']:.3f}  "
+          f"({m['stage_wall']:.1f} s + {m['after_wall']:.1f} s / {m['cold_wall']:.1f} s)")
+    print(f"compile      warm-up stage cost at trn2.48xlarge {hourly:.4f} USD/h = "
+          f"{m['stage_wall'] * hourly / 3600:.4f} USD for {m['stage_wall']:.1f} s (stand-in times; booked as compile)")
     return 0
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from lambdas.domain.cost import RunCost
 from lambdas.domain.run_summary import RunSummary
+from lambdas.domain.vocabulary import track_of
 
 _ENVIRONMENT = {"python": "3.11.9", "torch": "2.5.1", "hostname": "test-host"}
 
@@ -17,7 +18,7 @@ def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
     """A RunSummary of ``run``'s first attempt that trained 1000 steps on the CPU stand-in, with ``fields`` over it
     (nested records as dicts or models)."""
     base: dict[str, Any] = {
-        "trial_id": "trial-1", "run": run, "track": "trn2" if run == "trn2" else "gpu", "attempt": 1,
+        "trial_id": "trial-1", "run": run, "track": track_of(run), "attempt": 1,
         "backend": "cpu", "stand_in": True, "precision": "bf16", "status": "succeeded", "exit_code": 0,
         "global_step": 1000, "max_steps": 1000, "start_step": 0, "environment": _ENVIRONMENT,
         "started_at": "2026-11-20T09:00:00Z", "ended_at": "2026-11-20T10:00:00Z",
@@ -30,7 +31,7 @@ def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
 def run_cost(total: str | Decimal, run: str = "gpu", **fields: Any) -> RunCost:
     """A RunCost whose whole total is effective training on an instance at 1 USD/h, with ``fields`` over it."""
     base: dict[str, Any] = {
-        "trial_id": "trial-1", "run": run, "track": "trn2" if run == "trn2" else "gpu",
+        "trial_id": "trial-1", "run": run, "track": track_of(run),
         "effective_training_usd": total, "total_usd": total, "instance_usd": total, "storage_usd": "0",
         "billed_instance_seconds": "3600", "queue_seconds": "0", "seconds": {}, "effective_steps": 1000,
         "rerun_steps": 0, "attempts": 1,

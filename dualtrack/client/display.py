@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-RUN_ORDER = ("gpu", "trn2", "gpu-fallback")
+RUN_ORDER = ("gpu", "trn2-compile", "trn2", "gpu-fallback")
 BAR_WIDTH = 24
 
 
@@ -84,6 +84,9 @@ def status_lines(trial: Mapping[str, Any]) -> list[str]:
         lines.append("  no run has started yet (waiting for Batch capacity or the compile-cache step)")
     for name in sorted(runs, key=lambda r: RUN_ORDER.index(r) if r in RUN_ORDER else len(RUN_ORDER)):
         lines.append("  " + run_line(name, runs[name], max_steps))
+    if "trn2-compile" in runs:
+        lines.append("  trn2-compile: the warm-up compile stage builds the Trainium2 graphs before training (the "
+                     "cache had no entry for this trial's key)")
     if "gpu-fallback" in runs:
         lines.append("  fallback: the trn2 run failed, so the GPU fallback resumes from its newest checkpoint")
     total = f"cost so far {money(trial.get('total_usd', 0))}"

@@ -17,7 +17,9 @@ Neuron device exists, else the torch.compile stand-in, so compile time and compi
 measurements. Figures from a stand-in are labelled as such; costs are at the declared instance's rate and prove
 the pipeline, not the bill. The local plane's state (the compile cache and its registry, as the deployed cache
 bucket and table) lives in one place per machine, ~/.local/state/dualtrack/local-plane (DUALTRACK_STATE_DIR moves
-it): a second trial, written to any --out, meets a warm cache; --fresh starts clean.
+it): a second trial, written to any --out, meets a warm cache; --fresh starts clean. When the trial's cache key
+is cold, the workflow runs the warm-up compile stage first (trn2-compile: a compile-only job on the Trainium2
+compile queue), so the training job starts warm and the report books the stage's time and cost as compile.
 
 Each run writes its own directory, OUT/<UTC time>-<trial name>/ (OUT/latest names the newest; nothing earlier is
 overwritten): report.json, report.md, report.html, ledger.json, execution-history.json, logs/. Compare two runs
@@ -31,6 +33,7 @@ examples:
   dualtrack local run --fresh --out /tmp/r examples/trial-rehearsal.json
   dualtrack local run --json examples/trial-rehearsal.json | jq .headline
   DUALTRACK_FORCE_FAIL_TRN2=step dualtrack local run examples/trial-rehearsal.json   # exercise the GPU fallback
+  dualtrack local run --fresh --fail-trn2 compile examples/trial-rehearsal.json   # a failed compile falls back
 """
 
 
@@ -44,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run.add_argument("--out", default="out/rehearsal", type=Path, help="output directory (default out/rehearsal)")
     run.add_argument("--fresh", action="store_true", help="forget the compile cache and registry of earlier runs")
     run.add_argument("--fail-trn2", choices=["compile", "step", "save"], default=None,
-                     help="break the Trainium2 track at this point to exercise the GPU fallback")
+                     help="break the Trainium2 track at this point to exercise the GPU fallback (compile breaks "
+                          "the warm-up compile stage when the cache is cold, else the training job's first step)")
     run.add_argument("--no-capacity", choices=["gpu", "trn2"], default=None, metavar="TRACK",
                      help="give this track's job queue no instances (gpu or trn2): its jobs stay RUNNABLE until "
                           "the queue's time-limit action cancels them (the wait is time-scaled)")

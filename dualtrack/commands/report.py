@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
-from dualtrack.client.display import align_markdown_tables
+from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 
 HELP = describe(
@@ -154,8 +154,16 @@ def comparison_view(report: dict[str, Any]) -> dict[str, Any]:
                          "total_usd"), "validation_loss": (track.get("loss") or {}).get("validation"),
                      "first_compile_s": (track.get("compile") or {}).get("first_compile_s"),
                      "cache_by_attempt": (track.get("compile") or {}).get("cache_by_attempt")}
+    stage = (report.get("compile") or {}).get("stage")
+    if stage:
+        runs[stage["run"]] = {"status": stage.get("status"), "backend": stage.get("backend"),
+                              "stand_in": stage.get("stand_in"),
+                              "total_usd": (stage.get("cost") or {}).get("total_usd"),
+                              "first_compile_s": stage.get("compile_s"),
+                              "cache_by_attempt": stage.get("cache_by_attempt")}
     return {"trial_id": report.get("trial_id"), "generated_at": report.get("generated_at"),
             "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
+            "hit_rate": (report.get("compile") or {}).get("hit_rate"),
             "steady_cost_ratio": comparison.get("steady_cost_ratio"), "cost_ratio": comparison.get("cost_ratio"),
             "checks": {c["check"]: c["status"] for c in report.get("acceptance") or []}, "runs": runs}
 
@@ -173,7 +181,8 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
             ("steady cost ratio trn2/gpu [95%]", _interval(left["steady_cost_ratio"]),
              _interval(right["steady_cost_ratio"])),
             ("whole-trial cost ratio", left["cost_ratio"], right["cost_ratio"])]
-    for run in sorted(set(left["runs"]) | set(right["runs"]), key=("gpu", "trn2", "gpu-fallback").index):
+    rows.append(("compile cache hit rate", left["hit_rate"], right["hit_rate"]))
+    for run in sorted(set(left["runs"]) | set(right["runs"]), key=RUN_ORDER.index):
         one, two = left["runs"].get(run, {}), right["runs"].get(run, {})
         for label, key in (("status", "status"), ("steps", "steps"), ("backend", "backend"),
                            ("total USD", "total_usd"), ("validation loss", "validation_loss"),

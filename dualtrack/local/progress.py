@@ -7,7 +7,9 @@ import threading
 import time
 from typing import IO, Any
 
-RUNS = ("gpu-fallback", "trn2", "gpu")  # longest suffix first
+from lambdas.domain.vocabulary import COMPILE_RUN
+
+RUNS = ("trn2-compile", "gpu-fallback", "trn2", "gpu")  # longest suffix first
 
 
 def run_of(job_name: str) -> str:
@@ -59,6 +61,8 @@ class Progress:
     def job(self, job_name: str, record: dict[str, Any]) -> None:
         run, kind = run_of(job_name), record.get("event")
         attempt = record.get("attempt")
+        if kind in ("step", "eval") and run == COMPILE_RUN:
+            return  # the warm-up compile stage's few steps only build graphs: its "compiled" line says how it went
         if kind == "step":
             step, total = record.get("step"), record.get("max_steps") or self.max_steps
             if not isinstance(step, int) or (step % self.step_every and step != total):
@@ -81,6 +85,11 @@ class Progress:
             self._print(run, "compiling the training step "
                              + ("(the cache holds earlier graphs: seconds if this one is among them)"
                                 if isinstance(cached, int) and cached > 0 else "(first time, about a minute)"))
+        elif kind == "compiled":
+            secs = record.get("compile_s")
+            self._print(run, f"warm-up compile stage: {record.get('steps')} steps compiled"
+                             + (f" in {secs:.1f} s" if isinstance(secs, int | float) else "")
+                             + f", cache {record.get('cache')}; the entry is published for the training job")
         elif kind == "compile":
             secs = record.get("first_step_s", record.get("seconds"))
             self._print(run, "first step with graph compilation"
@@ -115,6 +124,16 @@ class Progress:
                 f"{' (stand-in)' if track.get('stand_in') else ''}, {track.get('steps_completed', '?')} steps, "
                 f"{track.get('attempts', '?')} attempt(s), compile cache {compile_.get('cache', '-')}"
                 f"{_seconds(compile_.get('total_s'))}, cost {cost} USD at the declared instance's rate")
+        stage = (report.get("compile") or {}).get("stage")
+        if stage:
+            lines.append(f"  {stage['run']:<12} {stage.get('status', '?'):<9} warm-up compile stage, "
+                         f"{_seconds(stage.get('compile_s')).strip(' ()') or 'no compile time'}, cache "
+                         f"{', '.join(stage.get('cache_by_attempt') or []) or '-'}, cost "
+                         f"{(stage.get('cost') or {}).get('total_usd')} USD (compile)")
+        rate = (report.get("compile") or {}).get("hit_rate")
+        if rate is not None:
+            lines.append(f"  compile cache hit rate {rate:.0%} ({report['compile']['hits']} of "
+                         f"{report['compile']['lookups']} lookups)")
         comparison = report.get("comparison") or {}
         if comparison:
             lines.append(f"  {comparison.get('headline') or 'verdict: ' + str(comparison.get('verdict'))}")
@@ -160,13 +179,17 @@ class TerminalProgress(Progress):
 
     def _task(self, run: str) -> Any:
         if run not in self.tasks:
-            self.tasks[run] = self.bars.add_task(run, total=self.max_steps or None, note="")
+            # The warm-up compile stage has no training steps to count: a spinner with a note.
+            total = None if run == COMPILE_RUN else self.max_steps or None
+            self.tasks[run] = self.bars.add_task(run, total=total, note="")
         return self.tasks[run]
 
     def job(self, job_name: str, record: dict[str, Any]) -> None:
         run, kind = run_of(job_name), record.get("event")
         if kind == "compiling":
             self.bars.update(self._task(run), note="compiling…")
+        elif kind == "step" and run == COMPILE_RUN:
+            return
         elif kind == "step" and isinstance(record.get("step"), int):
             loss = record.get("loss")
             self.bars.update(self._task(run), completed=record["step"],

@@ -31,7 +31,7 @@ from dualtrack.local.session_policies import SessionPolicies, enforce_session_po
 from lambdas.domain import telemetry
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
 from lambdas.domain.trial import TrialSpec
-from lambdas.domain.vocabulary import EXECUTION_TERMINAL
+from lambdas.domain.vocabulary import COMPILE_RUN, EXECUTION_TERMINAL
 
 CAPACITY_QUEUES = {"gpu": "GpuCapacity", "trn2": "Trn2Capacity"}  # track → its job queues' logical id part
 QUEUE_TIME_SCALE = 200.0  # a queue's 600 s RUNNABLE time limit takes 3 s in a rehearsal
@@ -221,7 +221,10 @@ class Rehearsal:
         extra = {"DUALTRACK_METRICS": os.environ.get("DUALTRACK_METRICS", "on"),
                  "DUALTRACK_BACKEND": local_backend(track)}
         fail = self.options.fail_trn2 or os.environ.get("DUALTRACK_FORCE_FAIL_TRN2")
-        if fail and env.get("DUALTRACK_RUN") == "trn2":
+        # A forced compile failure breaks whichever Trainium2 job compiles first: the warm-up compile stage when the
+        # cache is cold, else the training job; a step or save failure is the training job's.
+        run = env.get("DUALTRACK_RUN")
+        if fail and (run == "trn2" or (fail == "compile" and run == COMPILE_RUN)):
             extra["DUALTRACK_FORCE_FAIL"] = fail
         return extra
 

@@ -16,16 +16,18 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from lambdas.domain.ledger import LedgerEntry, checkpoint_entry, summary_entry
 from lambdas.domain.run_summary import MAX_BYTES, MAX_SECONDS, RunSummary
+from lambdas.domain.vocabulary import RUNS
 
 MAX_STEP = 10**9
+_RUN = "|".join(re.escape(run) for run in sorted(RUNS, key=len, reverse=True))  # every run, by its exact name
 CHECKPOINT_MANIFEST = re.compile(
-    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/checkpoints/"
+    rf"^trials/(?P<trial>[^/]+)/(?P<run>{_RUN})/checkpoints/"
     r"step-(?P<step>\d+)/manifest\.json$"
 )
 # Any object a run's job writes (shards, manifests, summaries, logs): counted against the trial's write limits.
-RUN_OBJECT = re.compile(r"^trials/(?P<trial>[^/]+)/(?P<run>gpu-fallback|gpu|trn2)/.")
+RUN_OBJECT = re.compile(rf"^trials/(?P<trial>[^/]+)/(?P<run>{_RUN})/.")
 ATTEMPT_SUMMARY = re.compile(
-    r"^trials/(?P<trial>[^/]+)/(?P<run>gpu|trn2|gpu-fallback)/attempt-(?P<attempt>\d+)/"
+    rf"^trials/(?P<trial>[^/]+)/(?P<run>{_RUN})/attempt-(?P<attempt>\d+)/"
     r"summary\.json$"
 )
 

@@ -30,7 +30,7 @@ from lambdas.domain.ledger import LedgerEntry, TransitionFact
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
 from lambdas.domain.trial import TrialSpec
-from lambdas.domain.vocabulary import BATCH_TERMINAL
+from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN
 
 REPORT_VERSION = 1
 RATE_NOTE = "priced at the declared instance's rate"
@@ -507,27 +507,37 @@ def _baseline(spec: TrialSpec, tracks: Mapping[str, Mapping[str, Any]], baseline
             _check(name, comparison.reproduced, f"{baseline.format} at {uri}: {comparison.detail}"))
 
 
+def _fallback_note(fallback: Mapping[str, Any] | None) -> str:
+    if not fallback:
+        return "no GPU fallback ran"
+    if fallback["resume"]["resumed_from_step"] is None:
+        return (f"the GPU fallback {fallback['status']}, starting from step 0 (Trainium2 left no checkpoint to "
+                "resume)")
+    return (f"the GPU fallback {fallback['status']}, resuming Trainium2's checkpoint at step "
+            f"{fallback['resume']['resumed_from_step']}")
+
+
 def _verdict(
-    checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], steady: Interval | None
+    checks: Sequence[Mapping[str, Any]], tracks: Mapping[str, Mapping[str, Any]], steady: Interval | None,
+    stage: Mapping[str, Any] | None = None,
 ) -> tuple[str, list[str]]:
     """Cheaper or not only when the steady-state cost interval excludes parity: overlapping intervals are noise,
     and noise never turns one definite answer into the other."""
     reasons = [f"{c['check']}: {c['status']} ({c['detail']})" for c in checks if c["status"] != "pass"]
+    if stage is not None and stage.get("outcome") in OUTCOME_TEXT and "trn2" not in tracks:
+        return "inconclusive", [f"the warm-up compile stage had {stage['detail']}", *reasons]
+    if stage is not None and stage["status"] != "succeeded" and "trn2" not in tracks:
+        # The compile chain is the dividing line for Trainium2: the graphs did not compile, so nothing trained there.
+        message = stage.get("error") or stage.get("status_reason") or "no message"
+        return "stay_on_gpu", [f"the trn2 graphs did not compile in the warm-up compile stage ({message}); "
+                               f"{_fallback_note(tracks.get('gpu-fallback'))}", *reasons]
     if "trn2" not in tracks or "gpu" not in tracks:
         return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
     if tracks["trn2"].get("outcome") in OUTCOME_TEXT:
         # The Trainium2 job never ran: that says nothing about Trainium2 for this workload.
         return "inconclusive", [f"the trn2 run had {tracks['trn2']['detail']}", *reasons]
     if tracks["trn2"]["status"] != "succeeded":
-        fallback = tracks.get("gpu-fallback")
-        if not fallback:
-            note = "no GPU fallback ran"
-        elif fallback["resume"]["resumed_from_step"] is None:
-            note = (f"the GPU fallback {fallback['status']}, starting from step 0 (Trainium2 left no checkpoint to "
-                    "resume)")
-        else:
-            note = (f"the GPU fallback {fallback['status']}, resuming Trainium2's checkpoint at step "
-                    f"{fallback['resume']['resumed_from_step']}")
+        note = _fallback_note(tracks.get("gpu-fallback"))
         return "stay_on_gpu", [
             f"the trn2 run ended {tracks['trn2']['status'] or 'without a summary'}; {note}",
             *reasons,
@@ -696,6 +706,55 @@ def attempt_timeline(entries: Iterable[LedgerEntry]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["at"], r["run"], r["attempt"]))
 
 
+def compile_stage(spec: TrialSpec, summaries: Sequence[RunSummary], cost: RunCost | None,
+                  outcome: Mapping[str, Any] | None,
+                  cache_entries: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
+    """The warm-up compile stage (run ``trn2-compile``), when it ran: how it ended, the compiler's message when it
+    failed, its compile seconds and cache outcome per attempt, its cost (all of it compile) and how that cost is
+    booked. None when the trial's key was warm (or it has no Trainium2 track)."""
+    if not summaries and cost is None and outcome is None:
+        return None
+    last = summaries[-1] if summaries else None
+    compiles = [s.compile for s in summaries]
+    failed = next((c for c in reversed(compiles) if c.status == "failed"), None)
+    status = last.status if last else "unknown"
+    ended = dict(outcome or {"outcome": "unknown", "status_reason": None, "detail": None})
+    if ended["outcome"] in OUTCOME_TEXT and status == "unknown":
+        status = ended["outcome"]
+    error = (failed.error if failed else None) or (last.error if last and last.status == "failed" else None)
+    trn2 = spec.tracks.trn2
+    view: dict[str, Any] = {
+        "run": COMPILE_RUN,
+        "status": status,
+        **ended,
+        "backend": last.backend if last else None,
+        "stand_in": bool(last and last.stand_in),
+        "instance_type": trn2.instance_type if trn2 else None,
+        "nodes": trn2.nodes if trn2 else None,
+        "attempts": len(summaries) or (cost.attempts if cost else 0),
+        "steps": last.steps_this_attempt if last else 0,
+        "compile_s": round(sum(c.seconds for c in compiles), 3),
+        "seconds_by_attempt": [c.seconds for c in compiles],
+        "cache_by_attempt": [c.cache for c in compiles],
+        "cache_key": compiles[-1].cache_key if compiles else None,
+        "error": error,
+        "cost": _cost_view(cost, 0, 0),
+    }
+    view["booking"] = compile_booking(spec.trial_id, view, cache_entries)
+    return view
+
+
+def compile_hit_rate(tracks: Mapping[str, Mapping[str, Any]], stage: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The trial's compile-cache hit rate: of every attempt on the Trainium2 side that looked the key up (the
+    warm-up compile stage's and the training run's), how many found it compiled."""
+    outcomes = [*((stage or {}).get("cache_by_attempt") or []),
+                *((tracks.get("trn2") or {}).get("compile", {}).get("cache_by_attempt") or [])]
+    looked = [o for o in outcomes if o in ("hit", "miss")]
+    hits = sum(1 for o in looked if o == "hit")
+    return {"lookups": len(looked), "hits": hits, "hit_rate": hits / len(looked) if looked else None,
+            "basis": "attempts of the warm-up compile stage and the trn2 run that looked the cache key up"}
+
+
 def build_trial_report(
     spec: TrialSpec,
     summaries: Mapping[str, Sequence[RunSummary]],
@@ -727,13 +786,18 @@ def build_trial_report(
             track["startup"] = startup[run]
         if track["outcome"] in OUTCOME_TEXT and track["status"] in ("", "unknown"):
             track["status"] = track["outcome"]
+    stage = compile_stage(spec, summaries.get(COMPILE_RUN, []), costs.get(COMPILE_RUN), outcomes.get(COMPILE_RUN),
+                          cache_entries)
+    if stage is not None and COMPILE_RUN in startup:
+        stage["startup"] = startup[COMPILE_RUN]
     checks, delta = _acceptance(spec, tracks)
     checks += _declared(spec, tracks)
     totals = {run: Decimal(t["cost"]["total_usd"]) for run, t in tracks.items()}
-    trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0))
+    stage_total = Decimal(stage["cost"]["total_usd"]) if stage else Decimal(0)
+    trn2_total = totals.get("trn2", Decimal(0)) + totals.get("gpu-fallback", Decimal(0)) + stage_total
     ratio = float(trn2_total / totals["gpu"]) if totals.get("gpu") else None
     steady = _steady_cost_ratio(summaries, costs, spec) if "gpu" in tracks and "trn2" in tracks else None
-    verdict, reasons = _verdict(checks, tracks, steady)
+    verdict, reasons = _verdict(checks, tracks, steady, stage)
     baseline_view, baseline_check = _baseline(spec, tracks, baseline)
     if baseline_check is not None:
         checks.append(baseline_check)
@@ -749,8 +813,9 @@ def build_trial_report(
     stopped = LimitCrossed.model_validate(stopped_by) if stopped_by else None
     if stopped is not None:
         reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
+    priced = [*tracks.values(), *([stage] if stage else [])]
     components = {
-        name: str(sum((Decimal(t["cost"][name]) for t in tracks.values()), Decimal(0)))
+        name: str(sum((Decimal(t["cost"][name]) for t in priced), Decimal(0)))
         for name in (*COMPONENTS, "total_usd")
     }
     return {
@@ -774,8 +839,9 @@ def build_trial_report(
         "tracks": tracks,
         "record_table": _record_table(tracks),
         "acceptance": checks,
+        "compile": {"stage": stage, **compile_hit_rate(tracks, stage)},
         "cost": {
-            "by_run": {run: t["cost"] for run, t in tracks.items()},
+            "by_run": {run: t["cost"] for run, t in [*tracks.items(), *([(COMPILE_RUN, stage)] if stage else [])]},
             "trial": components,
             "note": f"five components per the cost formula; {RATE_NOTE}",
         },
@@ -785,7 +851,7 @@ def build_trial_report(
             "loss_tolerance": spec.evaluation.loss_tolerance,
             "within_tolerance": None if delta is None else abs(delta) <= spec.evaluation.loss_tolerance,
             "cost_ratio": None if ratio is None else round(ratio, 6),
-            "cost_ratio_basis": "(trn2 + gpu-fallback) total_usd / gpu total_usd",
+            "cost_ratio_basis": "(trn2 + gpu-fallback + trn2-compile) total_usd / gpu total_usd",
             "steady_cost_ratio": None if steady is None else steady.as_json(),
             "steady_cost_ratio_basis": "trn2 / gpu cost per effective step at steady state: each track's median "
                                        "step time x its price per second (all nodes), with a bootstrap interval",

@@ -40,6 +40,28 @@ def _baseline_line(baseline: Mapping[str, Any] | None) -> str:
     return f"{verdict}: {baseline['format']} at {baseline['uri']}; {baseline['detail']}"
 
 
+def _compile_lines(report: Mapping[str, Any]) -> list[str]:
+    """The warm-up compile stage (when it ran) and the trial's cache hit rate."""
+    view = report.get("compile") or {}
+    stage = view.get("stage")
+    rate = view.get("hit_rate")
+    out = ["## Compile", "",
+           f"Cache hit rate: {'-' if rate is None else f'{rate:.0%}'} ({view.get('hits', 0)} of "
+           f"{view.get('lookups', 0)} lookups; {view.get('basis', '')})", ""]
+    if not stage:
+        return [*out, "Warm-up compile stage: not run (the cache key was warm, or the trial has no trn2 track).", ""]
+    booking = stage.get("booking") or {}
+    out += [f"Warm-up compile stage (`{stage['run']}`, {stage.get('instance_type')} x {stage.get('nodes')}"
+            f"{', stand-in ' + str(stage['backend']) if stage.get('stand_in') else ''}): **{stage['status']}**, "
+            f"{_cell(stage['compile_s'])} s compiling over {stage['attempts']} attempt(s), cache "
+            f"{', '.join(stage['cache_by_attempt']) or '-'}, cost {stage['cost']['total_usd']} USD (all compile)"
+            + (f", booked as {'shared infrastructure' if booking.get('shared') else 'this trial'} "
+               f"({booking['basis']})" if booking.get("basis") else "") + ".", ""]
+    if stage.get("error") or stage.get("detail"):
+        out += [f"> Compiler: {_cell(stage.get('error') or stage.get('detail'))}", ""]
+    return out
+
+
 def render_markdown(report: Mapping[str, Any]) -> str:
     tracks: Mapping[str, Any] = report["tracks"]
     runs = list(tracks)
@@ -104,6 +126,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         if booking.get("basis"):
             out += [f"Compile cost of {run}: {'shared infrastructure' if booking.get('shared') else 'this trial'}"
                     f" ({booking['basis']})", ""]
+    out += _compile_lines(report)
     out += [
         "## Resume evidence",
         "",
@@ -291,8 +314,21 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
             attempts.append({"run": run, "attempt": i + 1, "cache": cache,
                              "compile_s": _cell(seconds[i]) if i < len(seconds) else "-",
                              "startup_s": _cell(startup.get(i + 1))})
+    compile_view = report.get("compile") or {}
+    stage = compile_view.get("stage")
+    if stage:
+        startup = {a["attempt"]: a["seconds"] for a in (stage.get("startup") or {}).get("by_attempt", [])}
+        seconds = stage.get("seconds_by_attempt") or []
+        attempts[:0] = [{"run": stage["run"], "attempt": i + 1, "cache": cache,
+                         "compile_s": _cell(seconds[i]) if i < len(seconds) else "-",
+                         "startup_s": _cell(startup.get(i + 1))}
+                        for i, cache in enumerate(stage.get("cache_by_attempt") or [])]
     hit_rates = [(run, "-" if tracks[run]["compile"].get("hit_rate") is None
                   else f"{tracks[run]['compile']['hit_rate']:.0%}") for run in runs]
+    trial_rate = compile_view.get("hit_rate")
+    hit_rates.insert(0, ("trial", "-" if trial_rate is None else
+                         f"{trial_rate:.0%} ({compile_view.get('hits', 0)} of {compile_view.get('lookups', 0)} "
+                         "lookups)"))
     versions = []
     for run in runs:
         env = dict(tracks[run].get("environment") or {})
@@ -320,7 +356,9 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
         "estimates": estimates, "uncertainty": uncertainty, "record_rows": record_rows, "attempts": attempts,
         "hit_rates": hit_rates, "versions": versions,
         "bookings": [(run, tracks[run]["compile"]["booking"]) for run in runs
-                     if (tracks[run]["compile"].get("booking") or {}).get("basis")],
+                     if (tracks[run]["compile"].get("booking") or {}).get("basis")]
+        + ([(stage["run"], stage["booking"])] if stage and (stage.get("booking") or {}).get("basis") else []),
+        "stage": stage,
         "recovery": recovery, "samples": samples,
         "sample_runs": sample_runs, "baseline_line": _baseline_line(report.get("baseline")),
         "loss": loss_chart(tracks), "cost_chart": Markup(_cost_chart(tracks)),

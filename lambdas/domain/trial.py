@@ -192,6 +192,11 @@ class GpuTrack(_TrackBase):
     pass
 
 
+# Options that point the Neuron compiler's persistent cache somewhere else (NEURON_CC_FLAGS="--cache_dir=..."): the
+# cache a trial uses is the plane's (its entry under the key), never one the trial names.
+CACHE_LOCATION_OPTIONS = frozenset({"cache_dir", "cache_url", "compile_cache_url"})
+
+
 class Trn2Track(_TrackBase):
     neuron_sdk: Annotated[str, Field(pattern=r"^\d+\.\d+(\.\d+)?$")]
     compiler_flags: Annotated[list[Annotated[str, Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.=,:+/-]*$")]],
@@ -220,6 +225,10 @@ class Trn2Track(_TrackBase):
                 raise ValueError(f"compiler_flags[{index}] {flag!r}: write it as --optlevel={flag[2]} (one form per "
                                  "option, so equal settings share a cache entry)")
             name = flag.split("=", 1)[0]
+            if name.lstrip("-").replace("-", "_") in CACHE_LOCATION_OPTIONS:
+                raise ValueError(f"compiler_flags[{index}] {flag!r} moves the compile cache out of the plane's cache "
+                                 "bucket, where no key, completion marker or quarantine covers it: remove it (the "
+                                 "workflow sets NEURON_COMPILE_CACHE_URL to the trial's entry in the cache bucket)")
             if name in seen:
                 raise ValueError(f"compiler_flags[{index}] {flag!r} repeats {seen[name]!r}; the compiler keeps only "
                                  "the last: give each option once")

@@ -214,7 +214,8 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str,
                         {
                             "path": "limits.max_usd",
                             "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours x {attempts} "
-                            f"attempt(s) per run, fallback included) exceeds "
+                            f"attempt(s) per run, fallback"
+                            f"{' and warm-up compile stage' if COMPILE_RUN in worst else ''} included) exceeds "
                             f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes",
                         }
                     ],

@@ -1,10 +1,12 @@
 """End to end: the local rehearsal runs the synthesized workflow, the real handlers and the real trainer.
 
-Three rehearsals of a small variant of examples/trial-rehearsal.json share one state directory:
-1. fresh: both tracks succeed; the faulted Trainium2 track retries, resumes and pays rerun cost; cache miss;
-2. the same trial again: the compile cache is warm (hit) and compiles for less time;
+Five rehearsals of a small variant of examples/trial-rehearsal.json share one state directory:
+1. fresh: the cache is cold, so the warm-up compile stage compiles first and the training job hits; both tracks
+   succeed; the faulted Trainium2 track retries, resumes and pays rerun cost;
+2. the same trial again: the cache is warm, no compile stage runs, and the training job hits;
 3. the Trainium2 track broken on purpose: the workflow runs the GPU fallback from its checkpoints;
-4. the Trainium2 queue without capacity: its time limit cancels the waiting job and the fallback runs.
+4. the Trainium2 queue without capacity: its time limit cancels the waiting job and the fallback runs;
+5. another graph (a new key) whose compile fails: the compile stage fails fast to the GPU fallback.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ COMPONENTS = ("effective_training_usd", "compile_usd", "failed_reruns_usd", "che
               "queue_environment_usd")
 
 
-def small_trial(fault_mode: str | None = None) -> TrialSpec:
+def small_trial(fault_mode: str | None = None, sequence_length: int = 32) -> TrialSpec:
     doc = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
-    doc.update(name="e2e-rehearsal", max_steps=12, checkpoint_interval_steps=4, sequence_length=32)
+    doc.update(name="e2e-rehearsal", max_steps=12, checkpoint_interval_steps=4, sequence_length=sequence_length)
     doc["evaluation"].update(interval_steps=4, max_new_tokens=4, prompts=doc["evaluation"]["prompts"][:1])
     doc["fault_injection"].update(at_step=6, **({"mode": fault_mode} if fault_mode else {}))
     for key in ("train_uri", "validation_uri"):
@@ -38,9 +40,10 @@ def small_trial(fault_mode: str | None = None) -> TrialSpec:
     return parse_trial(doc, allow_local_paths=True)
 
 
-def rehearse(out: Path, fault_mode: str | None = None, **options: Any) -> tuple[RehearsalResult, str]:
+def rehearse(out: Path, fault_mode: str | None = None, sequence_length: int = 32,
+             **options: Any) -> tuple[RehearsalResult, str]:
     stream = io.StringIO()
-    spec = small_trial(fault_mode)
+    spec = small_trial(fault_mode, sequence_length)
     result = Rehearsal(spec, RehearsalOptions(out=out, timeout_s=1200, state_dir=out / "plane-state", **options),
                        progress=Progress(stream, max_steps=spec.max_steps)).run()
     return result, stream.getvalue()
@@ -53,9 +56,10 @@ def rehearsals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Rehe
     runs["second"] = rehearse(out)
     runs["fallback"] = rehearse(out, fault_mode="permanent")  # trn2 fails for good after its step-4 checkpoint
     runs["no_capacity"] = rehearse(out, no_capacity="trn2")
+    runs["compile_fails"] = rehearse(out, sequence_length=24, fail_trn2="compile")  # a new graph: a cold key
     # Every run kept its own reports; `latest` names the last.
     dirs = [result.out for result, _ in runs.values()]
-    assert len(set(dirs)) == 4 and all((d / "report.json").is_file() for d in dirs)
+    assert len(set(dirs)) == 5 and all((d / "report.json").is_file() for d in dirs)
     assert (out / "latest").resolve() == dirs[-1].resolve()
     return runs
 
@@ -85,7 +89,8 @@ def test_both_tracks_succeed_and_write_every_output(rehearsals: dict[str, tuple[
     assert (result.out / "plane.log").is_file()
     # Every job wrote with its own run's credentials (the writer role, tagged by the credentials function), and
     # nothing it did was outside them.
-    assert {run for trial, run in result.write_sessions if trial == result.trial_id} == {"gpu", "trn2"}
+    assert {run for trial, run in result.write_sessions if trial == result.trial_id} == {"gpu", "trn2",
+                                                                                       "trn2-compile"}
     assert result.access_denied == []
 
 
@@ -111,14 +116,49 @@ def test_cost_components_sum_to_the_total(rehearsals: dict[str, tuple[RehearsalR
             assert sum(_usd(cost[c]) for c in COMPONENTS) == _usd(cost["total_usd"]), (name, run)
 
 
-def test_second_run_hits_the_compile_cache(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
-    first = _report(rehearsals["first"][0])["tracks"]["trn2"]["compile"]
-    second = _report(rehearsals["second"][0])["tracks"]["trn2"]["compile"]
-    # First rehearsal: attempt 1 compiles cold; its retry already finds the graphs attempt 1 cached.
-    assert first["cache_by_attempt"] == ["miss", "hit"]
-    # Second rehearsal: warm from the start, from the cache the first one left in the registry.
-    assert second["cache_by_attempt"][0] == "hit"
-    assert second["first_compile_s"] < first["first_compile_s"]
+def test_a_cold_key_runs_the_warm_up_compile_stage_and_training_starts_warm(
+        rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    result, printed = rehearsals["first"]
+    report = _report(result)
+    stage, trn2 = report["compile"]["stage"], report["tracks"]["trn2"]["compile"]
+    assert stage["status"] == "succeeded" and stage["cache_by_attempt"] == ["miss"], stage
+    assert "-> SubmitTrn2CompileJob" in printed and "warm-up compile stage: 3 steps compiled" in printed
+    # The training job (and its retry) found every graph the stage compiled.
+    assert trn2["cache_by_attempt"] == ["hit", "hit"]
+    assert trn2["first_compile_s"] < stage["compile_s"]
+    # The stage's cost is compile, in the trial's total, and the report says how it is booked.
+    assert _usd(report["cost"]["by_run"]["trn2-compile"]["compile_usd"]) > 0
+    assert _usd(report["cost"]["by_run"]["trn2-compile"]["effective_training_usd"]) == 0
+    assert sum(_usd(c["total_usd"]) for c in report["cost"]["by_run"].values()) == _usd(
+        report["cost"]["trial"]["total_usd"])
+    assert stage["booking"]["shared"] is False
+    assert (report["compile"]["hits"], report["compile"]["lookups"]) == (2, 3)
+
+
+def test_a_warm_key_skips_the_stage(
+        rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    result, printed = rehearsals["second"]
+    report = _report(result)
+    assert report["compile"]["stage"] is None and "SubmitTrn2CompileJob" not in printed
+    compile_view = report["tracks"]["trn2"]["compile"]
+    # Warm from the start, from the cache the first rehearsal left in the registry.
+    assert compile_view["cache_by_attempt"][0] == "hit"
+    assert compile_view["first_compile_s"] < _report(rehearsals["first"][0])["compile"]["stage"]["compile_s"]
+
+
+def test_a_failed_warm_up_compile_falls_back_to_the_gpu_at_once(
+        rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:
+    result, printed = rehearsals["compile_fails"]
+    assert result.succeeded, printed[-3000:]
+    report = _report(result)
+    stage = report["compile"]["stage"]
+    assert stage["status"] == "failed" and "DUALTRACK_FORCE_FAIL=compile" in stage["error"]
+    assert "trn2" not in report["tracks"] and "SubmitTrn2Job" not in printed  # training never started on trn2
+    fallback = report["tracks"]["gpu-fallback"]
+    assert fallback["status"] == "succeeded" and fallback["resume"]["resumed_from_step"] is None
+    assert report["comparison"]["verdict"] == "stay_on_gpu"
+    assert "did not compile in the warm-up compile stage" in report["comparison"]["headline"]
+    assert "DUALTRACK_FORCE_FAIL=compile" in (result.out / "report.md").read_text()
 
 
 def test_broken_trn2_track_falls_back_to_gpu(rehearsals: dict[str, tuple[RehearsalResult, str]]) -> None:

@@ -467,3 +467,21 @@ def test_stage_settings_that_would_fail_after_deploy_are_refused_at_synth() -> N
     with pytest.raises(ConfigInvalid, match=r"governance\.default_quotas\.max_usd_per_trial"):
         stage_config({"dualtrack:stages": {"s": {**base, "governance": {
             "default_quotas": {"max_usd_per_trial": "Infinity"}}}}}, "s")
+
+
+def test_every_compile_queue_places_its_training_definition_on_the_same_hosts(compute_of: dict[str, Any],
+                                                                            control_of: dict[str, Any]) -> None:
+    """The warm-up compile stage submits the training job's definition to the compile queue, so the queue must hold
+    exactly the training queue's compute environments: a job sized for one type, sent to a queue whose environments
+    run another, is never placed ("the job can't be placed in your compute environment",
+    https://docs.aws.amazon.com/batch/latest/userguide/memory-management.html). Its timeout is the stage's compile
+    timeout, which SubmitJob's Timeout may set at 60 s or more
+    (https://docs.aws.amazon.com/batch/latest/APIReference/API_JobTimeout.html)."""
+    queues = {q["JobQueueName"]: q for q in props(compute_of, "AWS::Batch::JobQueue")}
+    environment = _api_environment(control_of)
+    targets = json.loads(environment["JOB_TARGETS"])
+    assert targets["trn2"] and "compile_queue" not in json.dumps(targets.get("gpu") or {})
+    for target in targets["trn2"].values():
+        compile_queue = queues[target["compile_queue"]]
+        assert compile_queue["ComputeEnvironmentOrder"] == queues[target["queue"]]["ComputeEnvironmentOrder"]
+    assert 60 <= int(environment["COMPILE_TIMEOUT_S"]) <= int(environment["ATTEMPT_TIMEOUT_S"])

@@ -114,6 +114,9 @@ def harness(request: pytest.FixtureRequest, assembly: Assembly) -> Iterator[Harn
 
 
 def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
+    """The Trainium2 branch ends in a Pass that builds its list of two outcomes with ``States.Array`` and selects it
+    with ``OutputPath`` (Step Functions' intrinsic functions page: "States.Array ... takes zero or more arguments
+    ... and returns a JSON array"; Pass states support ``OutputPath``, "Processing input and output")."""
     done = harness.wait(harness.start(workflow_input()))
     assert done["status"] == "SUCCEEDED", done
     output = json.loads(done["output"])

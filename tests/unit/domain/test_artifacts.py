@@ -53,3 +53,17 @@ def test_forged_malformed_and_absurd_objects_are_refused_with_the_reason(key: st
     with pytest.raises(ArtifactRejected) as raised:
         artifact_fact(key, document, f"s3://artifacts/{key}")
     assert raised.value.key == key and reason in raised.value.reason
+
+
+def test_every_run_writes_facts_and_counts_against_the_write_limits() -> None:
+    """The warm-up compile stage's summaries are facts like any run's (its cache miss reaches the registry, which
+    then serves the key as warm), and its objects count against the trial's write limits."""
+    from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, RUN_OBJECT
+    from lambdas.domain.vocabulary import RUNS
+
+    for run in RUNS:
+        assert ATTEMPT_SUMMARY.match(f"trials/t-1/{run}/attempt-2/summary.json").group("run") == run  # type: ignore[union-attr]
+        assert RUN_OBJECT.match(f"trials/t-1/{run}/logs/x").group("run") == run  # type: ignore[union-attr]
+        manifest = CHECKPOINT_MANIFEST.match(f"trials/t-1/{run}/checkpoints/step-4/manifest.json")
+        assert manifest is not None and manifest.group("run") == run
+    assert RUN_OBJECT.match("trials/t-1/trn2-compiler/x") is None  # a run's name, exactly

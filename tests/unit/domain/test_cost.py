@@ -106,3 +106,15 @@ def test_sum_costs_adds_components() -> None:
     a = compute_run_cost(_run([AttemptUsage(attempt=1, billed_seconds=Decimal(10))]), TABLE)
     total = sum_costs([a, a])
     assert total.total_usd == 2 * a.total_usd
+
+
+def test_the_warm_up_compile_stage_is_all_compile_cost() -> None:
+    """Its environment, data load, steps and unattributed time, on every attempt, exist only to compile."""
+    first = AttemptUsage(attempt=1, billed_seconds=Decimal(1000), end_step=3, phases=Phases(
+        environment_s=60, data_load_s=5, compile_s=800))
+    retry = AttemptUsage(attempt=2, billed_seconds=Decimal(500), end_step=3, succeeded=True,
+                         phases=Phases(environment_s=50, compile_s=400))
+    usage = _run([first, retry]).model_copy(update={"run": "trn2-compile", "track": "trn2"})
+    cost = compute_run_cost(usage, TABLE)
+    assert cost.seconds["compile"] == Decimal(1500)
+    assert cost.compile_usd == cost.instance_usd and cost.failed_reruns_usd == cost.queue_environment_usd == 0

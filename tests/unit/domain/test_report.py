@@ -404,3 +404,59 @@ def test_a_fallback_that_started_from_scratch_never_reads_resumed_from_step_none
     assert report["comparison"]["verdict"] == "stay_on_gpu"
     assert "None" not in report["comparison"]["headline"]
     assert "starting from step 0 (Trainium2 left no checkpoint to resume)" in report["comparison"]["headline"]
+
+
+def _compile_stage_summary(**over: Any) -> RunSummary:
+    return run_summary("trn2-compile", **{"global_step": 3, "steps_this_attempt": 3, "backend": "compiled",
+                                          "phases": {"environment_s": 4.0, "compile_s": 300.0},
+                                          "compile": {"seconds": 300.0, "cache": "miss", "cache_key": "cd" * 32},
+                                          **over})
+
+
+def test_the_warm_up_compile_stage_is_reported_apart_and_priced_into_the_trial() -> None:
+    """The stage's cost is all compile and counts in the trial's totals and the Trainium2 side of the cost ratio;
+    the training run that followed it hit the cache, so the trial's hit rate is one of two lookups."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    warm = {"compile": {"seconds": 2.0, "cache": "hit", "cache_key": "cd" * 32}}
+    stage_cost = run_cost("2.00", run="trn2-compile", effective_training_usd="0", compile_usd="2.00")
+    report = build_trial_report(
+        spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [summary("trn2", 1.21, 1.26, **warm)],
+               "trn2-compile": [_compile_stage_summary()]},
+        {"gpu": cost("10.00"), "trn2": cost("8.00"), "trn2-compile": stage_cost})
+    stage = report["compile"]["stage"]
+    assert (stage["status"], stage["compile_s"], stage["cache_by_attempt"]) == ("succeeded", 300.0, ["miss"])
+    assert "trn2-compile" not in report["tracks"]  # not a track: no acceptance check reads it
+    assert report["cost"]["by_run"]["trn2-compile"]["compile_usd"] == "2.00"
+    assert report["cost"]["trial"]["total_usd"] == "20.00"
+    assert report["comparison"]["cost_ratio"] == 1.0  # (8 + 2) / 10
+    assert (report["compile"]["hits"], report["compile"]["lookups"], report["compile"]["hit_rate"]) == (1, 2, 0.5)
+    markdown, html = render_markdown(report), render_html(report)
+    assert "Warm-up compile stage (`trn2-compile`" in markdown and "Cache hit rate: 50% (1 of 2 lookups" in markdown
+    assert "Warm-up compile stage (<code>trn2-compile</code>" in html and "50% (1 of 2 lookups)" in html
+
+
+def test_a_failed_warm_up_compile_keeps_the_gpu_and_quotes_the_compiler() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    error = "RuntimeError: neuronx-cc terminated: Estimated peak HBM usage exceeds 96 GB"
+    failed = _compile_stage_summary(status="failed", error=error, steps_this_attempt=0, global_step=0,
+                                    compile={"seconds": 40.0, "cache": "none", "status": "failed", "error": error})
+    fallback = summary("gpu-fallback", 1.2, 1.25)
+    report = build_trial_report(
+        spec, {"gpu": [summary("gpu", 1.2, 1.25)], "gpu-fallback": [fallback], "trn2-compile": [failed]},
+        {"gpu": cost("10"), "gpu-fallback": cost("10"),
+         "trn2-compile": run_cost("0.50", run="trn2-compile", effective_training_usd="0", compile_usd="0.50")})
+    assert report["comparison"]["verdict"] == "stay_on_gpu"
+    assert "did not compile in the warm-up compile stage" in report["comparison"]["headline"]
+    assert "exceeds 96 GB" in report["comparison"]["headline"]
+    assert "starting from step 0" in report["comparison"]["headline"]
+    assert report["compile"]["stage"]["error"] == error
+    assert "> Compiler: RuntimeError: neuronx-cc terminated" in render_markdown(report)
+    assert 'class="warn">Compiler: <code>RuntimeError' in render_html(report)
+
+
+def test_a_warm_key_runs_no_compile_stage_and_says_so() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [summary("trn2", 1.21, 1.26)]},
+                                {"gpu": cost("10"), "trn2": cost("8")})
+    assert report["compile"]["stage"] is None
+    assert "Warm-up compile stage: not run" in render_markdown(report)

@@ -319,6 +319,8 @@ def test_no_data_buckets_leaves_only_the_artifacts_bucket(example_trial: dict[st
     (["--model-type", "transformer"], "join it to its option: --model-type=transformer"),
     (["-O2"], "write it as --optlevel=2"),
     (["--model-type=transformer", "--model-type=generic"], "the compiler keeps only the last"),
+    (["--cache_dir=s3://somebody-elses-bucket/neuron"], "moves the compile cache out of the plane's cache bucket"),
+    (["--cache-dir=/tmp/neuron"], "remove it"),
 ])
 def test_compiler_flags_have_one_form_per_option(example_trial: dict[str, Any], flags: list[str],
                                                  message: str) -> None:

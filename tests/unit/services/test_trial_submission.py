@@ -345,7 +345,7 @@ def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_
 
 def _with_compile_queue() -> dict[str, Any]:
     targets = job_targets()
-    for instance_type, target in targets["trn2"].items():
+    for target in targets["trn2"].values():
         target["compile_queue"] = target["queue"] + "-compile"
     return targets
 
@@ -356,7 +356,8 @@ def test_a_stage_with_a_compile_queue_plans_the_warm_up_compile_stage(spec: Tria
     plain = _submit(parse_trial({**spec.model_dump(mode="json"), "name": "plain"}), ports)
     done = _submit(spec, ports, targets=_with_compile_queue(), compile_timeout_s=1800)
     payload = ports["workflow"].executions[ports["trials"].get(spec.trial_id)["execution_arn"]]["input"]
-    assert payload["jobs"]["compile"] == {**payload["jobs"]["trn2"], "queue": "dualtrack-test-trn2-trn2-48xlarge-compile"}
+    assert payload["jobs"]["compile"] == {**payload["jobs"]["trn2"],
+                                          "queue": "dualtrack-test-trn2-trn2-48xlarge-compile"}
     assert payload["run_dirs"]["trn2-compile"].endswith(f"trials/{spec.trial_id}/trn2-compile")
     assert payload["compile_timeout_s"] == 1800
     worst, before = done.body["worst_case_usd"], plain.body["worst_case_usd"]
