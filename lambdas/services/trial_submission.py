@@ -57,6 +57,7 @@ class Submitted:
     body: dict[str, Any]
     created: bool
 
+
 # The execution input's ``jobs`` names each target by what the workflow submits: a track, ``fallback`` (the GPU
 # fallback) or ``compile`` (the warm-up compile stage); this is the run each one is.
 RUN_OF_TARGET = {"fallback": FALLBACK_RUN, COMPILE_TARGET: COMPILE_RUN}
