@@ -755,6 +755,18 @@ def compile_hit_rate(tracks: Mapping[str, Mapping[str, Any]], stage: Mapping[str
             "basis": "attempts of the warm-up compile stage and the trn2 run that looked the cache key up"}
 
 
+def cache_entry_views(cache_entries: Mapping[str, Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    """The registry's record of each cache entry the trial's attempts used: lookups that hit, compiles, and failed
+    compiles with the last compiler message (a failure is quarantined, so a later attempt compiles again)."""
+    out = []
+    for key, entry in sorted((cache_entries or {}).items()):
+        out.append({"cache_key": key, "status": entry.get("status", "new"), "hits": int(entry.get("hits") or 0),
+                    "misses": int(entry.get("misses") or 0), "failures": int(entry.get("failures") or 0),
+                    "failure_reason": entry.get("failure_reason") if entry.get("failures") else None,
+                    "trials_served": len(entry.get("hit_trials") or [])})
+    return out
+
+
 def build_trial_report(
     spec: TrialSpec,
     summaries: Mapping[str, Sequence[RunSummary]],
@@ -839,7 +851,7 @@ def build_trial_report(
         "tracks": tracks,
         "record_table": _record_table(tracks),
         "acceptance": checks,
-        "compile": {"stage": stage, **compile_hit_rate(tracks, stage)},
+        "compile": {"stage": stage, **compile_hit_rate(tracks, stage), "entries": cache_entry_views(cache_entries)},
         "cost": {
             "by_run": {run: t["cost"] for run, t in [*tracks.items(), *([(COMPILE_RUN, stage)] if stage else [])]},
             "trial": components,

@@ -48,6 +48,12 @@ def _compile_lines(report: Mapping[str, Any]) -> list[str]:
     out = ["## Compile", "",
            f"Cache hit rate: {'-' if rate is None else f'{rate:.0%}'} ({view.get('hits', 0)} of "
            f"{view.get('lookups', 0)} lookups; {view.get('basis', '')})", ""]
+    entries = view.get("entries") or []
+    if entries:
+        out += ["| cache entry | status | hits | compiles | failed compiles | last failure |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| `{e['cache_key'][:16]}` | {e['status']} | {e['hits']} | {e['misses']} | {e['failures']} | "
+                f"{_cell(e['failure_reason'])} |" for e in entries] + [""]
     if not stage:
         return [*out, "Warm-up compile stage: not run (the cache key was warm, or the trial has no trn2 track).", ""]
     booking = stage.get("booking") or {}
@@ -358,7 +364,7 @@ def _context(report: Mapping[str, Any]) -> dict[str, Any]:
         "bookings": [(run, tracks[run]["compile"]["booking"]) for run in runs
                      if (tracks[run]["compile"].get("booking") or {}).get("basis")]
         + ([(stage["run"], stage["booking"])] if stage and (stage.get("booking") or {}).get("basis") else []),
-        "stage": stage,
+        "stage": stage, "cache_entries": compile_view.get("entries") or [],
         "recovery": recovery, "samples": samples,
         "sample_runs": sample_runs, "baseline_line": _baseline_line(report.get("baseline")),
         "loss": loss_chart(tracks), "cost_chart": Markup(_cost_chart(tracks)),

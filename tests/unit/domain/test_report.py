@@ -460,3 +460,18 @@ def test_a_warm_key_runs_no_compile_stage_and_says_so() -> None:
                                 {"gpu": cost("10"), "trn2": cost("8")})
     assert report["compile"]["stage"] is None
     assert "Warm-up compile stage: not run" in render_markdown(report)
+
+
+def test_the_report_shows_each_cache_entrys_failed_compiles_from_the_registry() -> None:
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    key = "ef" * 32
+    trn2 = summary("trn2", 1.21, 1.26, compile={"seconds": 30.0, "cache": "miss", "cache_key": key})
+    entries = {key: {"cache_key": key, "status": "ready", "hits": 1, "misses": 1, "failures": 2,
+                     "failure_reason": "neuronx-cc: Internal compiler error", "hit_trials": [spec.trial_id]}}
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2]},
+                                {"gpu": cost("10"), "trn2": cost("8")}, cache_entries=entries)
+    (entry,) = report["compile"]["entries"]
+    assert (entry["failures"], entry["misses"], entry["hits"]) == (2, 1, 1)
+    assert entry["failure_reason"] == "neuronx-cc: Internal compiler error"
+    assert f"| `{key[:16]}` | ready | 1 | 1 | 2 | neuronx-cc: Internal compiler error |" in render_markdown(report)
+    assert "Internal compiler error" in render_html(report)
