@@ -58,3 +58,23 @@ def test_each_team_sees_its_spend_trend_budget_burn_and_compile_booking() -> Non
     text = render_cost_markdown(report)
     assert "| team-nlp | 190 | gpu 50, trn2 140 | -5% | 690 / 1000 (69%) | 5% | 5 / 30 |" in text
     assert "| team-vision | 60 | trn2 60 | n/a (nothing before) | 60 (no budget) | 0% | 0 / 0 |" in text
+
+
+def test_a_warm_up_compile_stage_is_booked_like_any_compile() -> None:
+    """The stage's whole cost is compile; once another trial's training job hits the entry it published, the team
+    report moves it to shared infrastructure, and it shows as its own line of the team's spend."""
+    entries = [
+        cost("nlp-1#trn2-compile", "2026-11-18T09:00:00Z", "12", compile_usd="12"),
+        summary("nlp-1#trn2-compile", "miss", "k9"),
+        cost("nlp-1#trn2", "2026-11-18T10:00:00Z", "40", compile_usd="1"),
+        summary("nlp-1#trn2", "hit", "k9"),  # its own training job: still the trial's own compile
+    ]
+    own = cost_report(entries, TRIALS, start=START, end=END, period="2026-W47", previous_start=BEFORE,
+                      budgets={})
+    nlp = own["teams"]["team-nlp"]
+    assert nlp["by_track"]["trn2-compile"]["compile_usd"] == "12"
+    assert (nlp["compile_booked_usd"], nlp["compile_shared_usd"]) == ("13", "0")
+    reused = cost_report([*entries, cost("vision-1#trn2", "2026-11-20T10:00:00Z", "30"),
+                          summary("vision-1#trn2", "hit", "k9")],
+                         TRIALS, start=START, end=END, period="2026-W47", previous_start=BEFORE, budgets={})
+    assert reused["teams"]["team-nlp"]["compile_shared_usd"] == "12"
