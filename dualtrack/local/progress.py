@@ -8,8 +8,9 @@ import time
 from typing import IO, Any
 
 from lambdas.domain.vocabulary import COMPILE_RUN
+from lambdas.domain.vocabulary import RUNS as RUN_NAMES
 
-RUNS = ("trn2-compile", "gpu-fallback", "trn2", "gpu")  # longest suffix first
+RUNS = tuple(sorted(RUN_NAMES, key=len, reverse=True))  # longest suffix first: "-trn2-compile" before "-trn2"
 
 
 def run_of(job_name: str) -> str:

@@ -7,6 +7,7 @@ trainer's contract with the job definitions' retry strategies (``infra.construct
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal, get_args
 
 BatchStatus = Literal["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
@@ -44,7 +45,7 @@ def track_of(run: str) -> Literal["gpu", "trn2"]:
     return "trn2" if run in ("trn2", COMPILE_RUN) else "gpu"
 
 
-def runs_of(tracks: set[str] | frozenset[str] | list[str] | tuple[str, ...]) -> set[str]:
+def runs_of(tracks: Iterable[str]) -> set[str]:
     """The runs a trial with these tracks may start: each track's own, the warm-up compile stage with a Trainium2
     track, and the GPU fallback with both."""
     names = set(tracks)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.domain.vocabulary import COMPILE_RUN, RUNS
+from lambdas.domain.vocabulary import COMPILE_RUN, RunName
 from lambdas.runtime.composition import settlement
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import count_run_outcomes, logger, record_trial_cost
@@ -20,7 +20,7 @@ from lambdas.services.trial_costs import close_trial_costs
 class BranchOutput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    run: Literal[RUNS]  # type: ignore[valid-type]
+    run: RunName
     status: str = "SUCCEEDED"
     job_id: str | None = None
     fallback: bool = False

@@ -125,7 +125,7 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     if "trn2" in tracks:
         run_dirs[COMPILE_RUN] = artifacts.uri(f"{base}/{COMPILE_RUN}")
     if "trn2" in tracks and "gpu" in tracks:
-        run_dirs["gpu-fallback"] = artifacts.uri(f"{base}/gpu-fallback")
+        run_dirs[FALLBACK_RUN] = artifacts.uri(f"{base}/{FALLBACK_RUN}")
     timeout = int(attempt_timeout_s)
     if spec.limits and spec.limits.max_hours:
         timeout = min(timeout, int(spec.limits.max_hours * 3600))
