@@ -210,6 +210,15 @@ class StageConfig(_Model):
                              "timeout")
         if self.availability_zones is not None and self.region is None:
             raise ValueError("availability_zones needs region: zone names belong to one region")
+        if self.trn2 is not None and self.trn2.availability_zone is None:
+            types = ",".join(self.trn2.instance_types)
+            raise ValueError(
+                f"trn2.availability_zone is not set: {types} is offered in few zones of a region, and a zone "
+                "without it leaves every Trainium2 job RUNNABLE until the queue cancels it. Set region, "
+                "availability_zones and trn2.availability_zone to a zone that `aws ec2 describe-instance-type-"
+                f"offerings --region {self.region or '<region>'} --location-type availability-zone --filters "
+                f"Name=instance-type,Values={types} --query 'InstanceTypeOfferings[].Location'` lists for "
+                "your account (zone names differ between accounts)")
         for name in self.tracks():
             zone = self.family(name).availability_zone
             if zone is None:

@@ -121,12 +121,19 @@ class AcceleratorCapacity(Construct):
                     terminate_on_update=False,
                     update_timeout=update_timeout,
                 )
+                # Batch re-reads a template named by $Default/$Latest (or by no version) only during an
+                # infrastructure update: pin the template's latest version number, so a change to the template
+                # (reservation, Capacity Block, volume size) is itself a change of the environment that Batch
+                # rolls onto its hosts (API LaunchTemplateSpecification; "Perform infrastructure updates").
+                cfn_environment = environment.node.default_child
+                assert isinstance(cfn_environment, batch.CfnComputeEnvironment)
+                cfn_environment.add_property_override("ComputeResources.LaunchTemplate.Version",
+                                                      template.latest_version_number)
                 if info.efa_interfaces:
                     # Batch: "Either compute environment Security Groups or Network Interfaces in Launch template
                     # are exclusively allowed" — the group is on every EFA interface instead (aws-cdk #21577).
-                    cfn = environment.node.default_child
-                    assert isinstance(cfn, batch.CfnComputeEnvironment)
-                    cfn.add_property_deletion_override("ComputeResources.SecurityGroupIds")
+                    # The nodes of a multi-node job then run in the VPC's default group (network.py).
+                    cfn_environment.add_property_deletion_override("ComputeResources.SecurityGroupIds")
                 ordered.append(batch.OrderedComputeEnvironment(compute_environment=environment,
                                                                order=len(ordered) + 1))
             queue_name = batch_name(stage, track, instance_type)
@@ -163,6 +170,7 @@ class AcceleratorCapacity(Construct):
         template = ec2.LaunchTemplate(
             self, construct_id,
             require_imdsv2=True,
+            user_data=efa_user_data(info.efa_interfaces) if info.efa_interfaces else None,
             block_devices=[ec2.BlockDevice(
                 device_name="/dev/xvda",
                 volume=ec2.BlockDeviceVolume.ebs(family.root_volume_gib, encrypted=True,
@@ -188,6 +196,36 @@ class AcceleratorCapacity(Construct):
                 cfn.add_property_override("LaunchTemplateData.InstanceMarketOptions",
                                           {"MarketType": "capacity-block"})
         return template
+
+
+# Batch runs EFA jobs only where "The AMI has the EFA driver loaded" (AWS Batch, "Elastic Fabric Adapter"). The
+# ECS-optimized AL2023 AMIs (standard, GPU, Neuron) do not run the EFA installer; the AL2023 kernel carries the efa
+# and ib_uverbs modules, which create the /dev/infiniband/uverbs<N> devices the job definitions map. The hosts
+# load them at boot and check one device per EFA interface; a host where a device is missing says so on its
+# console and in /var/log/dualtrack-efa.log (a job mapping the device then fails to start, and the workflow falls
+# back). Batch takes launch template user data only as a MIME multi-part archive (AWS Batch, "Launch template
+# support").
+EFA_SETUP = """\
+set -u
+log() {{ echo "dualtrack-efa: $*" | tee -a /var/log/dualtrack-efa.log > /dev/console; }}
+modprobe efa || log "modprobe efa failed: this AMI's kernel has no EFA driver"
+modprobe ib_uverbs || log "modprobe ib_uverbs failed"
+missing=0
+for index in $(seq 0 {last}); do
+  [ -e /dev/infiniband/uverbs$index ] || {{ log "/dev/infiniband/uverbs$index is missing"; missing=1; }}
+done
+[ "$missing" = 0 ] && log "EFA driver loaded: {count} uverbs device(s)"
+exit "$missing"
+"""
+
+
+def efa_user_data(interfaces: int) -> ec2.MultipartUserData:
+    """The host set-up for an EFA instance type: load the EFA driver and check every interface's device."""
+    script = ec2.UserData.for_linux()
+    script.add_commands(EFA_SETUP.format(last=interfaces - 1, count=interfaces))
+    archive = ec2.MultipartUserData()
+    archive.add_user_data_part(script, ec2.MultipartBody.SHELL_SCRIPT, True)
+    return archive
 
 
 def _camel(instance_type: str) -> str:

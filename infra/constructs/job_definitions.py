@@ -244,6 +244,7 @@ class TrainerJobDefinitions(Construct):
                     retry_attempts=retry_attempts,
                     retry_strategies=retry_strategies(),
                     timeout=attempt_timeout,
+                    skip_deregister_on_update=True,  # as the single-node definitions: queued jobs keep theirs
                 )
             self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_names,
                                                     queue.compile_queue_name)

@@ -1,4 +1,17 @@
-"""A private network for training jobs: no internet route, only the VPC endpoints the jobs and ECS agent use."""
+"""A private network for training jobs: no internet route, only the VPC endpoints the jobs and ECS agent use.
+
+Two groups carry the jobs' traffic, and both must work:
+- ``JobsSg`` is on the hosts' own interfaces (the compute environment's group, or each EFA interface's in the launch
+  template): single-node jobs, the EFA traffic between hosts, and the ECS agent's calls.
+- A multi-node parallel job's containers run in ``awsvpc`` mode on an interface of their own. Batch gives it "the
+  security groups specified in your compute environment; if you don't specify a security group, the default security
+  group for the VPC is used" (AWS Batch, "Compute environment considerations for multi-node parallel jobs"). An EFA
+  compute environment cannot name groups (they go on the launch template's interfaces, aws-cdk #21577), so its
+  nodes' rendezvous and their calls to the endpoints run in the VPC's default group. That group keeps AWS's own
+  rules (all traffic between its members, all outbound): CDK's ``restrictDefaultSecurityGroup`` would strip them and
+  leave the nodes unable to reach each other, the endpoints or S3. The subnets have no route out of the VPC, so
+  "all outbound" reaches only the VPC's endpoints and hosts.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +29,8 @@ INTERFACE_ENDPOINTS: dict[str, ec2.InterfaceVpcEndpointAwsService] = {
     "Logs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+    # The trainer asks the plane's job-credentials function for its run's write credentials (lambda:InvokeFunction).
+    "Lambda": ec2.InterfaceVpcEndpointAwsService.LAMBDA_,
     "Ecs": ec2.InterfaceVpcEndpointAwsService.ECS,
     "EcsAgent": ec2.InterfaceVpcEndpointAwsService.ECS_AGENT,
     "EcsTelemetry": ec2.InterfaceVpcEndpointAwsService.ECS_TELEMETRY,
@@ -33,6 +48,8 @@ class TrainingNetwork(Construct):
             ip_addresses=ec2.IpAddresses.cidr(cidr),
             **zones,  # type: ignore[arg-type]
             nat_gateways=0,
+            # The default group is the multi-node jobs' group on EFA capacity (see the module docstring).
+            restrict_default_security_group=False,
             subnet_configuration=[
                 ec2.SubnetConfiguration(name="jobs", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=20),
             ],

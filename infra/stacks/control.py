@@ -46,6 +46,17 @@ class ControlStack(cdk.Stack):
         ))
         self.topic = sns.Topic(self, "Reports", master_key=key, enforce_ssl=True,
                                display_name="dualtrack trial and cost reports")
+        # A topic's policy replaces SNS's default one, and enforce_ssl gives it a policy holding only the TLS Deny:
+        # without this statement not one alarm could publish (CloudWatch "Using Amazon CloudWatch alarms", "SNS
+        # topic policy"). The functions publish with their own IAM grants (same account).
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchAlarmsPublish",
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")], actions=["sns:Publish"],
+            resources=[self.topic.topic_arn],
+            conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+                        "ArnLike": {"aws:SourceArn": f"arn:{cdk.Aws.PARTITION}:cloudwatch:{cdk.Aws.REGION}:"
+                                                     f"{cdk.Aws.ACCOUNT_ID}:alarm:*"}},
+        ))
         if config.alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
 

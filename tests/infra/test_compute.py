@@ -47,9 +47,11 @@ def test_compute_environments_use_configured_instances_and_ssm_amis(compute: dic
         assert parameter["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
         assert parameter["Default"] == f"/aws/service/ecs/optimized-ami/amazon-linux-2023/{path}/recommended/image_id"
         assert "LaunchTemplate" in resources_
-        # dev pins no zone: hosts may spread, so there is no cluster placement group (it lives in one zone).
-        assert "PlacementGroup" not in resources_
-    assert props(compute, "AWS::EC2::PlacementGroup") == []
+    # dev pins no GPU zone: those hosts may spread, so they have no cluster placement group (it lives in one zone).
+    # Trainium2 is offered in few zones, so every stage pins its trn2 hosts to one, in a placement group.
+    assert "PlacementGroup" not in gpu[0]["ComputeResources"]
+    assert "PlacementGroup" in trn2[0]["ComputeResources"]
+    assert len(props(compute, "AWS::EC2::PlacementGroup")) == 1
 
 
 def test_launch_templates_have_efa_per_network_card_and_encrypted_roots(compute: dict[str, Any]) -> None:
