@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dualtrack.commands.triage",
     "dualtrack.commands.estimate",
     "dualtrack.commands.prices",
+    "dualtrack.commands.stage",
     *(f"dualtrack.commands.{n}" for n in ("submit", "approve", "status", "watch", "report", "cancel", "cache")),
     "dualtrack.commands.local",
     "dualtrack.commands.openapi",
