@@ -1,11 +1,19 @@
-"""``python -m trainer run|launch``: flags first, then the environment variables AWS Batch passes."""
+"""``python -m trainer run|launch``: flags first, then the environment variables AWS Batch passes.
+
+``run`` trains one rank in this process and exits with the trainer's exit code. ``launch`` starts this node's ranks
+(``trainer.launch``) and exits with the code that reaches AWS Batch as the job's: one process on one node is exec'd
+(the rank's own exit code and signals); several go through torchrun's elastic launch inside this process, which
+forwards SIGTERM to the ranks and exits 143 after it, or maps the failed ranks' exit codes onto the job's (a planned
+fault's 75 or 76 survives the peers' collateral failures; ``trainer.launch.job_exit_code``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sys
+import threading
 
 from lambdas.domain.job_access import TOKEN_ENV
 from trainer import FAILURE_EXIT_CODE
@@ -81,11 +89,59 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     except LaunchError as exc:
         print(f"trainer: {exc}", file=sys.stderr)
         return FAILURE_EXIT_CODE
-    # Replace this process, so Batch's SIGTERM (and the exit code) reach the ranks' launcher directly.
-    sys.stdout.flush()
-    sys.stderr.flush()
     env = {**os.environ, **{k: v for k, v in settings.items() if v}, **plan.env, "DUALTRACK_BACKEND": backend}
     for name, value in settings.items():
         if not value:
             env.pop(name, None)  # "none" or unset here means unset for the ranks too
-    os.execvpe(plan.argv[0], plan.argv, env)  # PATH lookup: neuron_parallel_compile
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if plan.torchrun_args is None:
+        # One rank (or neuron_parallel_compile): replace this process, so Batch's SIGTERM and the exit code are its.
+        os.execvpe(plan.argv[0], plan.argv, env)  # PATH lookup: neuron_parallel_compile
+    # The elastic agent starts the ranks with this process's environment.
+    for name in set(os.environ) - set(env):
+        del os.environ[name]
+    os.environ.update(env)
+    return _elastic_launch(plan.torchrun_args)
+
+
+# The signals torchrun's elastic agent turns into SignalException while its ranks run (its default
+# ``signals_to_handle``); after the launch this process only reports the ranks' code, so they are ignored then.
+_AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+def _elastic_launch(torchrun_args: list[str]) -> int:
+    """What ``python -m torch.distributed.run <torchrun_args>`` does, in this process, returning the job's exit code
+    instead of torchrun's (which is 1 for any failed rank).
+
+    ``elastic_launch`` raises ``ChildFailedError`` when a rank fails; its ``failures`` hold every failed rank's exit
+    code, the first observed one by ``get_first_failure``, and ``job_exit_code`` picks the job's. A SIGTERM or SIGINT
+    to this process while the ranks run makes the agent send the same signal to every rank, wait for them (up to
+    ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, 30 s by default, then SIGKILL) and raise ``SignalException``; the job then
+    exits 128 + the signal, 143 for Batch's SIGTERM."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    from trainer.launch import job_exit_code, signal_exit_code
+
+    config, entrypoint, entry_args = config_from_args(parse_args(torchrun_args))
+    try:
+        try:
+            elastic_launch(config, entrypoint)(*entry_args)
+        finally:
+            if threading.current_thread() is threading.main_thread():  # where the agent installed its handlers
+                for name in _AGENT_SIGNALS:
+                    signal.signal(getattr(signal, name), signal.SIG_IGN)  # the ranks are gone: report their code
+    except ChildFailedError as exc:
+        first, failure = exc.get_first_failure()
+        codes = [failure.exitcode, *(f.exitcode for rank, f in exc.failures.items() if rank != first)]
+        code = job_exit_code(codes)
+        print(exc.format_msg(), file=sys.stderr)
+        print(f"trainer: ranks exited {codes} (first failure first): the job exits {code}", file=sys.stderr)
+        return code
+    except SignalException as exc:
+        print(f"trainer: got {exc.sigval.name}: the ranks were sent it and have exited", file=sys.stderr)
+        return signal_exit_code(int(exc.sigval))
+    return 0

@@ -11,12 +11,25 @@ one node they still form one process group across the nodes (``torchrun``, one p
 ``DUALTRACK_RENDEZVOUS_PORT`` sets the main node's rendezvous port (default 29500), e.g. for several jobs whose
 nodes share one machine. ``DUALTRACK_STANDIN_PROCESSES_PER_NODE`` (default 1) gives the CPU stand-ins that many
 processes per node, so several ranks per node can be rehearsed on a machine without devices.
+
+How the exit code travels. AWS Batch reads the job's exit code from the container's main process, and the job
+definitions' retry strategy decides on it (``FAULT_EXIT_CODE`` 75 is retried, anything else ends the job). A
+single process on a single node is the rank itself: ``launch`` execs it, so its code (and Batch's SIGTERM) is the
+rank's own. Several processes (or several nodes) go through torchrun's elastic launch, run inside the ``launch``
+process (``LaunchPlan.torchrun_args``) rather than exec'd: torchrun's own exit code is 1 whenever any rank fails,
+which would turn a planned, resumable fault into a failure Batch never retries. In process, the launcher reads every
+failed rank's exit code and exits with :func:`job_exit_code` of them; a SIGTERM (or SIGINT) to the launcher is
+forwarded by the elastic agent to every rank, which checkpoints if it can and exits, and the launcher then exits with
+:func:`signal_exit_code` (143 for SIGTERM). The Neuron compile stage (``neuron_parallel_compile``, an external
+driver that starts torchrun itself) is still exec'd; its outputs are compile artifacts, not a resumable run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from trainer import FAILURE_EXIT_CODE, FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE
 
 RENDEZVOUS_PORT = 29500
 RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"
@@ -30,15 +43,23 @@ NEURON_ROOT_COMM_PORT = 62182
 # --nproc_per_node=2 <train script>"; the outputs of that run are not valid results, only its graphs are kept.
 NEURON_PARALLEL_COMPILE = "neuron_parallel_compile"
 
+# ``python -m torch.distributed.run`` (torchrun): the elastic launcher's module.
+TORCHRUN_MODULE = "torch.distributed.run"
+
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """``argv`` is the command that starts this node's ranks. When ``torchrun_args`` is set, ``argv`` is
+    ``python -m torch.distributed.run <torchrun_args>`` and the launcher runs that elastic launch in its own process
+    (so it can read the ranks' exit codes); otherwise it execs ``argv``."""
+
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     nodes: int = 1
     node_rank: int = 0
     processes_per_node: int = 1
     main_address: str = "127.0.0.1"
+    torchrun_args: list[str] | None = None
 
 
 class LaunchError(ValueError):
@@ -101,9 +122,9 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
     if nodes == 1 and per_node == 1:
         return LaunchPlan(argv=[*wrap, *worker], nodes=nodes, node_rank=index, main_address=main)
     port = rendezvous_port(env)
-    argv = [*wrap, python, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node_rank={index}",
-            f"--nproc_per_node={per_node}", f"--master_addr={main}", f"--master_port={port}",
-            "-m", "trainer", "run", *worker_args]
+    torchrun = [f"--nnodes={nodes}", f"--node_rank={index}", f"--nproc_per_node={per_node}", f"--master_addr={main}",
+                f"--master_port={port}", "-m", "trainer", "run", *worker_args]
+    argv = [*wrap, python, "-m", TORCHRUN_MODULE, *torchrun]
     extra: dict[str, str] = {}
     if backend == "neuron":
         extra["NEURON_RT_ROOT_COMM_ID"] = f"{main}:{NEURON_ROOT_COMM_PORT}"
@@ -112,4 +133,30 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
     elif backend == "cuda" and nodes > 1:
         extra.update({"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME", "^lo,docker")})
     return LaunchPlan(argv=argv, env=extra, nodes=nodes, node_rank=index, processes_per_node=per_node,
-                      main_address=main)
+                      main_address=main, torchrun_args=None if wrap else torchrun)
+
+
+def signal_exit_code(signum: int) -> int:
+    """The exit code a process killed by (or stopping for) signal ``signum`` reports: 128 + N, as a shell and the
+    container runtime do (SIGTERM: 143, ``SIGTERM_EXIT_CODE``)."""
+    return 128 + signum
+
+
+def job_exit_code(exit_codes: Sequence[int]) -> int:
+    """The job's exit code from its failed ranks' exit codes, the first observed failure first.
+
+    A negative code (the rank was killed by signal N, as ``subprocess`` reports it) counts as 128 + N. The codes are
+    ranked, not just the first one taken, because a rank's failure is rarely alone: as soon as one rank exits
+    non-zero the elastic agent sends SIGTERM to the ranks still running and records their exit codes too (143, or
+    -15 for a rank past its own SIGTERM handling), and a peer may fail its next collective (1) before it sees the
+    signal. Whichever rank the agent saw first, a planned fault must reach Batch as itself, since the retry strategy
+    decides on it: ``PERMANENT_FAULT_EXIT_CODE`` (76) if any rank exited with it, else ``FAULT_EXIT_CODE`` (75) if
+    any did, else the first failure's code. A 143 gets no precedence of its own: within one launch it is the agent's
+    collateral stop of the surviving ranks (a SIGTERM to the launcher itself is reported by the launcher as 143
+    without coming here), so ranking it above the first failure would report a crash as an interruption.
+    Nothing non-zero at all (the launcher still reports a failure) is ``FAILURE_EXIT_CODE``."""
+    codes = [signal_exit_code(-code) if code < 0 else code for code in exit_codes]
+    for planned in (PERMANENT_FAULT_EXIT_CODE, FAULT_EXIT_CODE):
+        if planned in codes:
+            return planned
+    return next((code for code in codes if code != 0), FAILURE_EXIT_CODE)

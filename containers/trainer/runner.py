@@ -373,18 +373,21 @@ class Trainer:
                 self._step(step, overlapping=checkpointer.in_flight)
                 evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
                 due = checkpointer.due(step)
-                if evaluate or due or flag.requested:
+                # SIGTERM reaches the ranks a moment apart: they agree after each step whether any got it, so all
+                # stop at the same step (one rank checkpointing while another starts the next step would hang both).
+                stop = not self.dist.all_true(not flag.requested)
+                if evaluate or due or stop:
                     self._drain()  # the step's own record first, and no device work left behind the pause
                 if evaluate:
                     self._evaluate(step)
                 if due:
                     # The last step's checkpoint and one a stop is waiting for are committed before going on.
-                    blocking = step == spec.max_steps or flag.requested
+                    blocking = step == spec.max_steps or stop
                     self._saving(partial(self._save, step, blocking=blocking, fail=self.force == "save"))
                 if fault.fires(step):
                     self._saving(checkpointer.wait)  # a planned fault fires after the step's checkpoint is durable
                 fault.check(step)
-                if flag.requested:
+                if stop:
                     self._stop(step, due)
             self._saving(checkpointer.wait)
         finally:
