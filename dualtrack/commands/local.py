@@ -26,7 +26,12 @@ overwritten): report.json, report.md, report.html, ledger.json, execution-histor
 with `dualtrack report OUT/latest --compare OUT/<an earlier run>`.
 Ctrl-C stops the workflow and the jobs and leaves what was written readable.
 
-exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why), 2 invalid trial, 130 interrupted
+The jobs live in the stage's synthesized VPC: a job may call an AWS service only through an endpoint its subnets
+reach (or a route to the internet), and the nodes of a multi-node job meet only if their security groups allow it.
+What the network refuses is printed (`network: ...`) and fails the rehearsal, as it would fail the job on AWS.
+
+exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why) or the network refused a job
+something, 2 invalid trial, 130 interrupted
 
 examples:
   dualtrack local run examples/trial-rehearsal.json
@@ -81,6 +86,8 @@ def run_local(args: argparse.Namespace) -> int:
             print(json.dumps({"trial_id": result.trial_id, "status": result.status, "succeeded": result.succeeded,
                               "out": str(result.out), "wall_s": round(result.wall_s, 1),
                               "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
+                              "network_denied": [{"job": j, "service": svc, "reason": why}
+                                                 for j, svc, why in result.network_denied],
                               "files": [str(p) for p in result.files]}, indent=2))
             return 0 if result.succeeded else 1
         rehearsal = Rehearsal(spec, options)

@@ -39,6 +39,8 @@ from typing import Any
 import psutil
 
 from dualtrack.local.moto_shims import attempt_duration_s, job_status
+from dualtrack.local.network import JobNetwork
+from lambdas.domain.vocabulary import FAILURE_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[2]
 ESSENTIAL_EXITED = "Essential container in task exited"
@@ -367,6 +369,9 @@ class LocalBatch:
     time_scale: float = 1.0
     # The same for jobStateTimeLimitActions alone, when set (a rehearsal waits seconds, not 10 minutes).
     queue_time_scale: float | None = None
+    # The app's network (dualtrack.local.network): which services a job's container reaches, and whether the nodes
+    # of a multi-node job reach each other. None: every job reaches everything (no VPC to model).
+    network: JobNetwork | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     # Job id -> the running attempt's processes, one per node (the main node first).
     _procs: dict[str, list[subprocess.Popen[str]]] = field(default_factory=dict)
@@ -582,6 +587,8 @@ class LocalBatch:
     def _environment(self, job: Any, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any],
                      node_env: Mapping[str, str], attempt: int, rendezvous_port: int | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in NODE_VARIABLES}  # Batch sets them, or none
+        if self.network is not None:  # the job's endpoints are its network's, not this process's
+            env = {k: v for k, v in env.items() if not k.startswith("AWS_ENDPOINT_URL")}
         if rendezvous_port is not None:
             # Every node of every job is this machine, so each multi-node attempt rendezvouses on a port of its own
             # (on AWS each job's main node has its own address); the job's own settings may still pin one.
@@ -594,6 +601,9 @@ class LocalBatch:
         if self.job_env is not None:
             env.update(self.job_env(env))
         env.update(node_env)
+        if self.network is not None:
+            env.update(self.network.environment(job.job_queue.name, job_name=job.job_name,
+                                                multi_node=job.job_definition.type == "multinode"))
         env.update({
             "AWS_BATCH_JOB_ID": job.job_id,
             "AWS_BATCH_JOB_ATTEMPT": str(attempt),
@@ -638,6 +648,9 @@ class LocalBatch:
         except ValueError as exc:
             return AttemptResult(None, str(exc), started, datetime.now(), status_reason=str(exc))
         multinode = job.job_definition.type == "multinode"
+        blocked = self.network.rendezvous_problem(job.job_queue.name) if self.network and multinode else None
+        if blocked:
+            return self._unreachable_nodes(job, attempt, started, blocked)
         ordered = sorted(nodes, key=lambda n: n.index != main)  # the main node first
         port = _free_port() if multinode else None  # the same on every node of the attempt
         launches: list[tuple[_Node, list[str], dict[str, str]]] = []
@@ -720,6 +733,16 @@ class LocalBatch:
                                  timed_out=True)
         reason = "" if code == 0 else (f"terminated: {job.job_stopped_reason}" if job.stop else f"exit {code}")
         return AttemptResult(exit_code, reason, started, datetime.now())
+
+    def _unreachable_nodes(self, job: Any, attempt: int, started: datetime, problem: str) -> AttemptResult:
+        """The nodes cannot reach each other: on AWS every node starts and the rendezvous waits for peers that never
+        connect until it times out, and the main node's launcher exits 1. Here the same end comes without starting
+        processes that cannot meet, after the network's scaled connect timeout."""
+        assert self.network is not None
+        self.network.refuse(job.job_name, "rendezvous", problem)
+        self._note(job, "network", {"message": f"the nodes cannot reach each other: {problem}", "attempt": attempt})
+        time.sleep(self.network.connect_timeout_s / self.network.time_scale)
+        return AttemptResult(FAILURE_EXIT_CODE, f"exit {FAILURE_EXIT_CODE}", started, datetime.now())
 
     def _watch(self, job: Any, procs: Mapping[int, subprocess.Popen[str]], main: int, deadline: float | None,
                timed_out: threading.Event, attempt: int, reported: set[int]) -> None:

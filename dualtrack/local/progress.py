@@ -138,6 +138,10 @@ class Progress:
         comparison = report.get("comparison") or {}
         if comparison:
             lines.append(f"  {comparison.get('headline') or 'verdict: ' + str(comparison.get('verdict'))}")
+        denied = getattr(result, "network_denied", None) or []
+        if denied:
+            lines.append(f"  REHEARSAL FAILED: the network refused {len(denied)} request(s), as AWS would:")
+            lines += [f"    {job} -> {service}: {reason}" for job, service, reason in denied]
         lines.append(f"  reports: {', '.join(str(p) for p in result.files) or 'none written'}")
         out = getattr(result, "out", None)
         plane_log = out / "plane.log" if out is not None else None

@@ -95,10 +95,15 @@ class RehearsalResult:
     # refused (role, action, resource): a job reaches its own run's prefix only.
     write_sessions: list[tuple[str, str]] = field(default_factory=list)
     access_denied: list[tuple[str, str, str]] = field(default_factory=list)
+    # What the app's network refused a job (job, service or "rendezvous", why): an AWS service its subnets and
+    # groups do not reach, or nodes of a multi-node job that cannot reach each other (dualtrack.local.network).
+    network_denied: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
-        return self.status == "SUCCEEDED"
+        """The workflow succeeded and the network refused no job anything: on AWS such a job fails the same way
+        (a workflow may still succeed around a failed run, reporting it inconclusive)."""
+        return self.status == "SUCCEEDED" and not self.network_denied
 
 
 class Rehearsal:
@@ -117,6 +122,7 @@ class Rehearsal:
         from dualtrack.local.batch_runner import LocalBatch, asset_image_configs
         from dualtrack.local.event_router import EventRouter
         from dualtrack.local.moto_shims import InProcessLambdas, moto_shims
+        from dualtrack.local.network import JobNetwork, VpcModel
         from dualtrack.local.server import local_aws
         from dualtrack.local.synth import synthesize
         from dualtrack.local.template import ACCOUNT, deploy_locally
@@ -134,7 +140,11 @@ class Rehearsal:
         status, execution_arn = "FAILED", None
         with _library_output_to(self.out / PLANE_LOG), local_aws() as aws, _fresh_handler_state():
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
-            deployment = deploy_locally(assembly, region=aws.region)
+            templates = assembly.templates()
+            deployment = deploy_locally(assembly, region=aws.region, templates=templates)
+            # The jobs reach what the synthesized VPC lets them reach, nothing more.
+            network = JobNetwork(VpcModel(templates, region=aws.region), local_endpoint=aws.endpoint_url,
+                                 on_denied=lambda d: self.progress.warn(f"network: {d.job} -> {d.service}: {d.reason}"))
             self.env = self._handler_environment(deployment)
             with overlay(self.env):
                 self._enable_bucket_events()
@@ -148,7 +158,7 @@ class Rehearsal:
                                    no_capacity=no_capacity,
                                    state_time_limit_actions=dict(deployment.job_state_time_limit_actions),
                                    instance_types=deployment.queue_instance_types,
-                                   queue_time_scale=QUEUE_TIME_SCALE)
+                                   queue_time_scale=QUEUE_TIME_SCALE, network=network)
                 router = EventRouter(invoke=self._invoke_arn,
                                      on_failure=lambda d, e: self.progress.warn(f"{d.rule}: handler failed: {e}"))
                 # A job's credentials are its own trial's: moto checks no policy, so the rehearsal holds the tagged
@@ -157,8 +167,8 @@ class Rehearsal:
                 for role, statements in deployment.role_policies.items():
                     policies.attach(role, statements)
                 self.session_policies = policies
-                with batch.install(), moto_shims(lambdas=lambdas, batch=batch), router.install(), \
-                        enforce_session_policies(policies):
+                with network.install(), batch.install(), moto_shims(lambdas=lambdas, batch=batch), \
+                        router.install(), enforce_session_policies(policies):
                     try:
                         execution_arn = self._submit(deployment)
                         status = self._follow(execution_arn)
@@ -177,7 +187,8 @@ class Rehearsal:
                                  wall_s=time.monotonic() - started, files=files,
                                  write_sessions=sorted((s.tags.get(TRIAL_TAG, ""), s.tags.get(RUN_TAG, ""))
                                                        for s in sessions),
-                                 access_denied=list(self.session_policies.denied) if self.session_policies else [])
+                                 access_denied=list(self.session_policies.denied) if self.session_policies else [],
+                                 network_denied=[(d.job, d.service, d.reason) for d in network.denials])
         report_path = self.out / "report.json"
         if report_path.exists():
             result.report = json.loads(report_path.read_text())

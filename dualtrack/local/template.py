@@ -262,9 +262,11 @@ def _empty_zip() -> bytes:
     return buffer.getvalue()
 
 
-def deploy_locally(assembly: Assembly, *, region: str = "us-east-1") -> LocalDeployment:
-    """Create the app's resources on the active moto backend and return where they are."""
-    resolver = TemplateResolver(assembly.templates(), region=region)
+def deploy_locally(assembly: Assembly, *, region: str = "us-east-1",
+                   templates: dict[str, dict[str, Any]] | None = None) -> LocalDeployment:
+    """Create the app's resources on the active moto backend and return where they are (from ``templates`` when
+    given: the assembly's, already read)."""
+    resolver = TemplateResolver(templates if templates is not None else assembly.templates(), region=region)
     machines = resolver.resources("AWS::StepFunctions::StateMachine")
     if len(machines) != 1:
         raise ValueError(f"expected one state machine in the app, found {len(machines)}")
