@@ -14,7 +14,7 @@ help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/latest/)"
 	@echo "make check      ruff + import layers + mypy + hadolint + the full test suite (what CI runs)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
-	@echo "make check-xla  the Neuron backend's XLA code path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
+	@echo "make check-xla  the retired PyTorch/XLA Trainium2 path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
 	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
 	@echo "make synth      npx aws-cdk@2 synth (offline) into cdk.out/"
 

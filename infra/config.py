@@ -60,7 +60,7 @@ class ComputeFamily(_Model):
     image_uri: str | None = Field(
         default=None, description="pinned trainer image (ECR URI with digest); omit to build containers/<track>/"
     )
-    image_versions: dict[Literal["neuron_sdk", "neuronx_cc", "torch_neuronx", "neuron_runtime"], str] = Field(
+    image_versions: dict[Literal["neuron_sdk", "torch", "neuronx_cc", "torch_neuronx", "neuron_runtime"], str] = Field(
         default_factory=dict, description="the versions the trainer image pins (with image_uri: yours to state; "
         "for the image built from containers/neuron, neuron_sdk is read from its base image tag). The "
         "compile-cache key takes them, and a trial declaring another neuron_sdk is refused at submission")

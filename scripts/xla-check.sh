@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Neuron backend's XLA code path (device, mark_step, optimizer step, persistent compile cache, save/load)
-# on XLA:CPU. torch-neuronx is built on torch-xla, so this exercises the code the Trn2 track runs; only
-# neuronx-cc and the Neuron runtime are absent. The side venv is large (~7 GB: the torch-xla wheel pulls a
+# The retired PyTorch/XLA path (the xla backend, containers/trainer/legacy_xla.py: device, mark_step, optimizer
+# step, persistent compile cache, save/load) on XLA:CPU, for stages whose Trainium2 image pins a Neuron SDK up to
+# 2.31 (torch-neuronx 2.x is built on torch-xla); only neuronx-cc and the Neuron runtime are absent. The side venv is large (~7 GB: the torch-xla wheel pulls a
 # CUDA-enabled torch) and takes a few minutes to create the first time; later runs reuse it.
 # Creating it needs about 12 GiB free at the peak (about 4 GiB of wheels are held while a 7 GiB venv fills); on a machine with less
 # free disk the tier says so and skips, as the GPU tier does without a GPU, instead of failing half-installed.

@@ -1,6 +1,18 @@
-"""Device backends behind one seam: ``cuda`` (NVIDIA, bf16), ``neuron`` (torch-xla / torch-neuronx on Trainium2),
-and the stand-ins ``cpu`` and ``compiled`` (``torch.compile`` with a persistent Inductor cache, standing in for
-graph compilation where no Neuron device exists). CUDA and XLA imports happen only when those backends are built.
+"""Device backends behind one seam. Both tracks run the same training code, the same PyTorch and the same
+parallelism (DDP for LoRA, FSDP2 for full-parameter runs, the same collectives); a track differs only in the three
+settings of :data:`TRACK_DEVICES`: the device, the process-group backend and the compile backend.
+
+- ``cuda``: NVIDIA GPUs, ``nccl``, eager (bf16 autocast).
+- ``neuron``: TorchNeuron on Trainium2, ``neuron`` process group, ``torch.compile(backend="neuron",
+  fullgraph=True)`` or eager, as the trial's ``tracks.trn2.execution`` says.
+- ``cpu`` (the GPU track's stand-in) and ``compiled`` (the Trainium2 track's stand-in: the same ``cpu`` + ``gloo``
+  as AWS's TorchNeuron distributed tutorial, with Inductor's ``torch.compile`` and its persistent cache standing
+  in for the Neuron compiler, so compile time and cache hits are real measurements locally).
+- ``xla``: the retired PyTorch/XLA path (torch-xla / torch-neuronx 2.x), for stages whose image pins a Neuron SDK
+  up to 2.31 (:mod:`trainer.legacy_xla`: "Neuron no longer supports PyTorch/XLA for training starting with Neuron
+  2.30").
+
+CUDA, TorchNeuron and XLA imports happen only when those backends are built.
 """
 
 from __future__ import annotations
@@ -10,12 +22,33 @@ import importlib.util
 import os
 import resource
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-BACKENDS = ("cpu", "compiled", "cuda", "neuron")
+BACKENDS = ("cpu", "compiled", "cuda", "neuron", "xla")
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    """What a track's runs differ in, and nothing else."""
+
+    device: str  # torch device type
+    process_group: str  # torch.distributed backend of the training collectives
+    compile_backend: str  # torch.compile backend when the step is compiled
+
+
+# The whole difference between the tracks (and their stand-ins), in one table.
+CUDA = DeviceSettings(device="cuda", process_group="nccl", compile_backend="inductor")
+NEURON = DeviceSettings(device="neuron", process_group="neuron", compile_backend="neuron")
+CPU = DeviceSettings(device="cpu", process_group="gloo", compile_backend="inductor")
+TRACK_DEVICES: dict[str, DeviceSettings] = {"cuda": CUDA, "neuron": NEURON, "cpu": CPU, "compiled": CPU}
+# TorchNeuron's environment ("TorchNeuron environment variables"): the compiled graphs' (NEFF) cache directory, and
+# whether a graph that fails to compile may fall back to eager execution (1, the default: it may not).
+NEFF_CACHE_VARIABLE = "TORCH_NEURONX_NEFF_CACHE_DIR"
+FALLBACK_VARIABLE = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 
 
 class BackendUnavailable(RuntimeError):
@@ -27,6 +60,7 @@ def neuron_device_present() -> bool:
 
 
 def default_backend(track: str) -> str:
+    """The track's device when this machine has it, else its stand-in."""
     if track == "gpu":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return "neuron" if neuron_device_present() else "compiled"
@@ -41,21 +75,20 @@ def count_files(directory: Path | None) -> int:
 class Backend:
     name = "cpu"
     stand_in = True
-    # Full-parameter runs with several processes shard the optimizer state ZeRO-1 style (trainer.optim) over the
-    # data-parallel processes. Not on Neuron: its owners' broadcasts would have to join the lazy graph.
+    # Full-parameter runs the wrappers do not shard (a tensor-parallel layout) shard the optimizer state ZeRO-1 style
+    # (trainer.optim) over the data-parallel processes. Not on XLA: its owners' broadcasts would join the lazy graph.
     shards_optimizer = True
     # What the process group, the loop and the summary ask of a backend (instead of checking its name):
-    process_group = "gloo"  # the torch.distributed backend of the training collectives
+    process_group = CPU.process_group  # the torch.distributed backend of the training collectives
     collectives_in_graph = False  # collectives join the device's lazy graph (torch-xla): issued there, untimed
     times_with_device_events = False  # collectives run on a device stream: time them with device events
     sync_sample_every = 1  # steps between gradient-sync-wait samples (a sample synchronizes the device)
     compiles = False  # the step runs as compiled graphs: compile time and a compile-cache outcome are measured
     generates_on_device = True  # greedy generation runs on the device (else on a CPU copy of the weights)
-    # Runs torch's data-parallel wrappers on the GPU track: DDP (LoRA), and FSDP2 (full-parameter: parameters,
-    # gradients and optimizer state sharded over the processes). The trn2 track's stand-ins keep the explicit
-    # all-reduce and shard the optimizer only (ZeRO-1), as Trainium2 runs would. A tensor-parallel layout
-    # (trainer.tensor_parallel) uses the explicit all-reduce over its data-parallel groups on every backend.
-    torch_data_parallel = False
+    # Runs torch's data-parallel wrappers: DDP (LoRA), and FSDP2 (full-parameter: parameters, gradients and optimizer
+    # state sharded over the processes), on both tracks. A tensor-parallel layout (trainer.tensor_parallel) uses the
+    # explicit all-reduce over its data-parallel groups; so does the retired XLA path.
+    torch_data_parallel = True
 
     def __init__(self, precision: str):
         # The CPU stand-ins train in fp32: bf16 autocast on CPU is slow and changes nothing this run measures.
@@ -69,8 +102,13 @@ class Backend:
         self.cache_dir = directory
 
     def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Move the model to the device; returns what the training step calls (maybe a compiled wrapper)."""
+        """Move the model to the device (before the data-parallel wrappers)."""
         return model.to(self.device)
+
+    def compiled(self, module: torch.nn.Module) -> torch.nn.Module:
+        """What the training step calls: ``module`` (the model, or its DDP wrapper), compiled when this backend's
+        execution compiles; after the wrappers, as torch's compiled DDP and FSDP2 expect."""
+        return module
 
     # ---- the step ------------------------------------------------------------------------------------------
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -114,14 +152,18 @@ class Backend:
 
 class CpuBackend(Backend):
     name = "cpu"
-    torch_data_parallel = True
 
 
 class CompiledBackend(Backend):
-    """Eager CPU model under ``torch.compile``: compile time and cache hits are real measurements locally."""
+    """The Trainium2 track's stand-in: the CPU model under ``torch.compile`` (Inductor) when the trial's execution is
+    ``compiled``, eager when it is ``eager``; compile time and cache hits are real measurements locally."""
 
     name = "compiled"
     compiles = True
+
+    def __init__(self, precision: str, execution: str = "compiled"):
+        super().__init__(precision)
+        self.execution = execution
 
     def configure_cache(self, directory: Path | None) -> None:
         super().configure_cache(directory)
@@ -132,9 +174,10 @@ class CompiledBackend(Backend):
             os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
             os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
 
-    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        model = model.to(self.device)
-        return torch.compile(model, dynamic=False)  # type: ignore[return-value]
+    def compiled(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.execution == "eager":
+            return module
+        return torch.compile(module, backend=CPU.compile_backend, dynamic=False)  # type: ignore[return-value]
 
     def compile_counters(self) -> tuple[int, int] | None:
         from torch._dynamo.utils import counters
@@ -147,8 +190,7 @@ class CompiledBackend(Backend):
 class CudaBackend(Backend):
     name = "cuda"
     stand_in = False
-    torch_data_parallel = True
-    process_group = "nccl"
+    process_group = CUDA.process_group
     times_with_device_events = True
     sync_sample_every = 10
 
@@ -197,100 +239,97 @@ class CudaBackend(Backend):
                 "cuda_driver": _nvidia_driver()}
 
 
-class NeuronBackend(Backend):
-    """torch-xla device (torch-neuronx on Trainium2; XLA:CPU under ``PJRT_DEVICE=CPU`` in the XLA check)."""
+class TorchNeuronBackend(Backend):
+    """TorchNeuron on Trainium2: PyTorch's own ``neuron`` device, the ``neuron`` process group, and either eager
+    execution or ``torch.compile(backend="neuron", fullgraph=True)`` ("What is TorchNeuron?", "How to use
+    torch.distributed on Neuron", "torch.compile backend reference"). Everything else is the code the GPU track runs:
+    DDP for LoRA, FSDP2 for full-parameter runs, c10d collectives timed like NCCL's. ``torch_neuronx`` is imported
+    only here (it registers the device and the process group); it comes with the Neuron image."""
 
     name = "neuron"
-    shards_optimizer = False
-    process_group = "xla"
-    collectives_in_graph = True
+    stand_in = False
+    torch_data_parallel = True
+    shards_optimizer = False  # FSDP2 shards the optimizer state (the source document's ZeRO-1 point) here too
+    process_group = NEURON.process_group
     compiles = True
-    # Generation grows the sequence every token: on a graph-compiling device that is one graph per length.
+    sync_sample_every = 10
+    # A compiled graph per sequence length: generation would compile one per token; it runs on a CPU copy.
     generates_on_device = False
+    loss_read_lag = 1
 
-    def __init__(self, precision: str, compiler_flags: list[str] | None = None):
+    def __init__(self, precision: str, compiler_flags: list[str] | None = None, execution: str = "compiled"):
         try:
-            import torch_xla.core.xla_model as xm
+            import torch_neuronx  # noqa: F401  registers the "neuron" device and process group
         except ImportError as exc:
-            raise BackendUnavailable("backend neuron needs torch-xla (torch-neuronx on Trainium2): run in the "
-                                     "Neuron image, or `make check-xla` for XLA:CPU") from exc
-        self.on_neuron = neuron_device_present()
-        self.stand_in = not self.on_neuron
+            raise BackendUnavailable("backend neuron needs TorchNeuron (torch-neuronx, in the Neuron training image); "
+                                     "use --backend compiled for the CPU stand-in") from exc
         super().__init__(precision)
-        if self.on_neuron and compiler_flags:
-            os.environ["NEURON_CC_FLAGS"] = " ".join([os.environ.get("NEURON_CC_FLAGS", ""), *compiler_flags]).strip()
-        import torch_xla
-
-        self._xm, self._torch_xla = xm, torch_xla
-        self.device = None  # type: ignore[assignment]  # created after the cache is configured
+        self.execution = execution
+        self.device = torch.device(NEURON.device, int(os.environ.get("LOCAL_RANK", "0")))
+        os.environ.update(neuron_compile_environment(compiler_flags or []))
 
     def configure_cache(self, directory: Path | None) -> None:
         super().configure_cache(directory)
-        if directory is not None and not self.on_neuron:
-            # On Trainium2 torch-neuronx reads NEURON_COMPILE_CACHE_URL itself; XLA:CPU takes a local cache dir.
+        if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
-            _initialize_xla_cache(directory)
-        make_device = getattr(self._torch_xla, "device", None)
-        self.device = make_device() if make_device is not None else self._xm.xla_device()
+            # TorchNeuron keeps compiled graphs (NEFFs) in a local or shared directory, not at an s3:// URL: the
+            # plane's entry is mirrored into it and published back (trainer.cache), as for the stand-in.
+            os.environ[NEFF_CACHE_VARIABLE] = str(directory)
 
-    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.device is None:
-            self.configure_cache(None)
-        return model.to(self.device)
+    def compiled(self, module: torch.nn.Module) -> torch.nn.Module:
+        if self.execution == "compiled":
+            return torch.compile(module, backend=NEURON.compile_backend, fullgraph=True)  # type: ignore[return-value]
+        return module
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.precision == "bf16" and self.on_neuron:
-            return torch.autocast("xla", dtype=torch.bfloat16)
+        if self.precision == "bf16":
+            return torch.autocast(NEURON.device, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def step_end(self) -> None:
-        # Cut the lazy graph here and run it (torch_xla.sync in current releases, xm.mark_step in older ones).
-        sync = getattr(self._torch_xla, "sync", None)
-        sync() if sync is not None else self._xm.mark_step()
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(self.device)
 
     def synchronize(self) -> None:
-        self._xm.wait_device_ops()
+        torch.accelerator.synchronize()
 
-    # step_end dispatched the step's graph asynchronously; its loss is a materialised device buffer, read once the
-    # next step's graph is queued (the torch-xla advice: no per-step .item() on the hot path).
-    loss_read_lag = 1
+    def collective_device(self) -> torch.device:
+        return self.device
 
     def memory_peak_mib(self) -> float:
-        if self.on_neuron:
+        module = getattr(torch, "neuron", None)
+        peak = getattr(module, "max_memory_allocated", None)
+        if peak is not None:
             try:
-                info = self._xm.get_memory_info(self.device)
-                return float(info.get("peak_bytes_used", info.get("bytes_used", 0))) / 2**20
-            except Exception:  # memory info is best-effort across SDK releases
+                return float(peak()) / 2**20
+            except Exception:  # memory statistics are best-effort across releases
                 pass
         return super().memory_peak_mib()
 
     def versions(self) -> dict[str, str | None]:
-        from importlib import metadata
-
-        out: dict[str, str | None] = {}
-        for field, dist in (("torch_xla", "torch-xla"), ("torch_neuronx", "torch-neuronx"),
-                            ("neuronx_cc", "neuronx-cc"), ("neuron_runtime", "libneuronxla")):
-            try:
-                out[field] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                out[field] = None
-        return out
+        return _package_versions(("torch_neuronx", "torch-neuronx"), ("neuronx_cc", "neuronx-cc"),
+                                 ("neuron_runtime", "libneuronxla"))
 
 
-_XLA_CACHE_DIR: list[Path] = []
+def neuron_compile_environment(compiler_flags: list[str]) -> dict[str, str]:
+    """What a Trainium2 rank's compiler is told: the trial's flags, and a compile that fails stays failed
+    (``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``, TorchNeuron's default, pinned so an image or a user setting
+    cannot turn a failed compile into a silent eager run: "TorchNeuron environment variables")."""
+    env = {FALLBACK_VARIABLE: "1"}
+    if compiler_flags:
+        env["NEURON_CC_FLAGS"] = " ".join([os.environ.get("NEURON_CC_FLAGS", ""), *compiler_flags]).strip()
+    return env
 
 
-def _initialize_xla_cache(directory: Path) -> None:
-    """The XLA persistent cache can be initialised once per process; a second run in it must use the same dir."""
-    if _XLA_CACHE_DIR:
-        if _XLA_CACHE_DIR[0] != directory:
-            raise BackendUnavailable(f"this process already uses XLA compile cache {_XLA_CACHE_DIR[0]}; "
-                                     f"start a new process for cache {directory}")
-        return
-    import torch_xla.runtime as xr
+def _package_versions(*fields: tuple[str, str]) -> dict[str, str | None]:
+    from importlib import metadata
 
-    xr.initialize_cache(str(directory), readonly=False)
-    _XLA_CACHE_DIR.append(directory)
+    out: dict[str, str | None] = {}
+    for field, dist in fields:
+        try:
+            out[field] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[field] = None
+    return out
 
 
 def _nvidia_driver() -> str | None:
@@ -304,15 +343,22 @@ def _nvidia_driver() -> str | None:
         return None
 
 
-def make_backend(name: str, precision: str, compiler_flags: list[str] | None = None) -> Backend:
+def make_backend(name: str, precision: str, compiler_flags: list[str] | None = None,
+                 execution: str = "compiled") -> Backend:
+    """The backend ``name``; ``execution`` (the trial's ``tracks.trn2.execution``) decides whether the Trainium2
+    backends compile the step (TorchNeuron's neuron backend, the stand-in's Inductor) or run it eagerly."""
     if name == "cpu":
         return CpuBackend(precision)
     if name == "compiled":
-        return CompiledBackend(precision)
+        return CompiledBackend(precision, execution=execution)
     if name == "cuda":
         return CudaBackend(precision)
     if name == "neuron":
-        return NeuronBackend(precision, compiler_flags)
+        return TorchNeuronBackend(precision, compiler_flags, execution=execution)
+    if name == "xla":
+        from trainer.legacy_xla import XlaBackend
+
+        return XlaBackend(precision, compiler_flags)
     raise BackendUnavailable(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
 

@@ -139,7 +139,9 @@ class Distributed:
 
         if not dist.is_initialized():
             if backend.process_group == "xla":
-                import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" process group
+                from trainer.legacy_xla import register_process_group
+
+                register_process_group()
             dist.init_process_group(backend.process_group, timeout=_collective_timeout())
         stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.collectives_in_graph,
                                 use_events=backend.times_with_device_events)
@@ -191,10 +193,9 @@ class Distributed:
         return self.backend is not None and self.backend.collectives_in_graph
 
     def _xla_sum(self, tensors: torch.Tensor | list[torch.Tensor]) -> Any:
-        import torch_xla.core.xla_model as xm
+        from trainer.legacy_xla import all_reduce_sum
 
-        groups = self.groups.data_lists if self.groups is not None else None
-        return xm.all_reduce(xm.REDUCE_SUM, tensors, groups=groups)
+        return all_reduce_sum(tensors, self.groups.data_lists if self.groups is not None else None)
 
     def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """Sum the gradients over the data-parallel processes (one bucket per dtype), timing it and, on sampled

@@ -2,8 +2,9 @@
 
 AWS Batch multi-node parallel jobs set ``AWS_BATCH_JOB_NODE_INDEX``, ``AWS_BATCH_JOB_NUM_NODES`` and, on the
 child nodes only, ``AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS``; the main node uses its own address. GPU runs
-go through ``torchrun``; Trainium2 runs through ``torchrun`` too (the Neuron launcher path), one process per
-logical NeuronCore, with the Neuron runtime's root communicator on the main node. The CPU stand-ins (``cpu``,
+go through ``torchrun``; Trainium2 runs through ``torchrun`` too, one process per logical NeuronCore (64 on a
+trn2.48xlarge at LNC 2, "How to use torch.distributed on Neuron"), with the Neuron runtime's root communicator on the
+main node and, across nodes, libfabric on EFA (:data:`NEURON_EFA`). The CPU stand-ins (``cpu``,
 ``compiled``) run one process on a single node, which simulates every data-parallel rank by itself; on more than
 one node they still form one process group across the nodes (``torchrun``, one process per node, gloo), process
 ``r`` of ``N`` simulating the data-parallel ranks ``r, r + N, ...`` (``trainer.data.simulated_ranks``).
@@ -21,7 +22,8 @@ which would turn a planned, resumable fault into a failure Batch never retries. 
 failed rank's exit code and exits with :func:`job_exit_code` of them; a SIGTERM (or SIGINT) to the launcher is
 forwarded by the elastic agent to every rank, which checkpoints if it can and exits, and the launcher then exits with
 :func:`signal_exit_code` (143 for SIGTERM). The Neuron compile stage (``neuron_parallel_compile``, an external
-driver that starts torchrun itself) is still exec'd; its outputs are compile artifacts, not a resumable run.
+driver that starts torchrun itself, used by the retired PyTorch/XLA path only) is still exec'd; its outputs are
+compile artifacts, not a resumable run. On TorchNeuron the compile stage runs the ranks like training, compile-only.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ RENDEZVOUS_PORT = 29500
 RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"
 STANDIN_PROCESSES_VARIABLE = "DUALTRACK_STANDIN_PROCESSES_PER_NODE"
 NEURON_ROOT_COMM_PORT = 62182
+NEURON_BACKENDS = ("neuron", "xla")  # TorchNeuron, and the retired PyTorch/XLA path
+# libfabric on EFA between Trainium2 nodes (the Neuron multi-node training setup): the EFA provider, RDMA on the
+# device, and fork safety for the data loader's workers.
+NEURON_EFA = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
 # The Neuron SDK's ahead-of-time compile driver (on the image's PATH): it runs the command once with graph extraction
@@ -107,9 +113,10 @@ def standin_processes(env: Mapping[str, str], devices_per_node: int) -> int:
 def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
                 local_address: str = "127.0.0.1", expected_nodes: int | None = None,
                 python: str = "python", compile_only: bool = False) -> LaunchPlan:
-    """The command that starts this node's workers (``python -m trainer run ...`` once per device). On Neuron, a
-    compile-only run (the warm-up compile stage) goes through ``neuron_parallel_compile``: it runs the workers once
-    to extract the training step's graphs, then compiles them in parallel into the persistent cache."""
+    """The command that starts this node's workers (``python -m trainer run ...`` once per device). On the retired
+    PyTorch/XLA path, a compile-only run (the warm-up compile stage) goes through ``neuron_parallel_compile``: it runs
+    the workers once to extract the training step's graphs, then compiles them in parallel into the persistent
+    cache. TorchNeuron compiles each graph on its first call, so its compile stage runs the ranks as training does."""
     index, nodes, main = batch_node(env, local_address)
     if expected_nodes is not None and nodes != expected_nodes:
         raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
@@ -118,7 +125,7 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
     stand_in = backend in ("cpu", "compiled")
     # The CPU stand-ins run one process per node unless told otherwise, joined across the nodes (gloo).
     per_node = standin_processes(env, devices_per_node) if stand_in else devices_per_node
-    wrap = [NEURON_PARALLEL_COMPILE] if compile_only and backend == "neuron" else []
+    wrap = [NEURON_PARALLEL_COMPILE] if compile_only and backend == "xla" else []
     if nodes == 1 and per_node == 1:
         return LaunchPlan(argv=[*wrap, *worker], nodes=nodes, node_rank=index, main_address=main)
     port = rendezvous_port(env)
@@ -126,10 +133,10 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
                 f"--master_port={port}", "-m", "trainer", "run", *worker_args]
     argv = [*wrap, python, "-m", TORCHRUN_MODULE, *torchrun]
     extra: dict[str, str] = {}
-    if backend == "neuron":
+    if backend in NEURON_BACKENDS:
         extra["NEURON_RT_ROOT_COMM_ID"] = f"{main}:{NEURON_ROOT_COMM_PORT}"
         if nodes > 1:
-            extra.update({"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"})
+            extra.update(NEURON_EFA)
     elif backend == "cuda" and nodes > 1:
         extra.update({"FI_PROVIDER": "efa", "NCCL_SOCKET_IFNAME": env.get("NCCL_SOCKET_IFNAME", "^lo,docker")})
     return LaunchPlan(argv=argv, env=extra, nodes=nodes, node_rank=index, processes_per_node=per_node,

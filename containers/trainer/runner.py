@@ -91,7 +91,7 @@ def neuron_environment(spec: TrialSpec, track: str, backend_name: str) -> dict[s
     """What the Neuron runtime must be told of the spec before it starts: the logical NeuronCore size the layout
     (and so the launcher's process count) was planned with."""
     trn2 = spec.tracks.trn2
-    if backend_name != "neuron" or track != "trn2" or trn2 is None:
+    if backend_name not in ("neuron", "xla") or track != "trn2" or trn2 is None:
         return {}
     return {"NEURON_LOGICAL_NC_CONFIG": str(trn2.logical_nc_config)}
 
@@ -147,7 +147,8 @@ class Trainer:
         trn2 = spec.tracks.trn2
         flags = list(trn2.compiler_flags) if (trn2 is not None and cfg.track == "trn2") else []
         os.environ.update(neuron_environment(spec, cfg.track, backend_name))
-        self.backend: Backend = make_backend(backend_name, spec.precision, flags)
+        execution = trn2.execution if (trn2 is not None and cfg.track == "trn2") else "compiled"
+        self.backend: Backend = make_backend(backend_name, spec.precision, flags, execution=execution)
         self.dist = Distributed.from_env(self.backend)
         trial_id, run_name = cfg.trial_id or spec.trial_id, cfg.run or cfg.track
         self.publisher: Any = (CloudWatchPublisher(trial_id, run_name, cfg.attempt)
@@ -245,14 +246,16 @@ class Trainer:
 
         t = time.perf_counter()
         record.cache = CompileCache.open(cfg.compile_cache_url, compiles=backend.compiles,
-                                         on_neuron=getattr(backend, "on_neuron", False))
+                                         on_neuron=getattr(backend, "reads_cache_url", False))
         backend.configure_cache(record.cache.directory)
         self.cache_setup_s = time.perf_counter() - t
-        self.step_model = backend.prepare(self.model)
+        self.model = backend.prepare(self.model)
+        self.step_model = self.model
         full_parameter = spec.method in ("full", "continued_pretraining")
-        # The GPU track with several processes, each running at least one micro-batch: FSDP2 for full-parameter
-        # runs, DDP for the others. Otherwise (and on the trn2 track) the gradients are all-reduced explicitly.
-        wrapped = (cfg.track == "gpu" and backend.torch_data_parallel and self.split is None
+        # Both tracks, several processes, each running at least one micro-batch: FSDP2 for full-parameter runs, DDP
+        # for the others. Otherwise (a tensor-parallel layout, the retired XLA path) the gradients are all-reduced
+        # explicitly.
+        wrapped = (backend.torch_data_parallel and self.split is None
                    and 1 < self.dist.world_size <= layout.data_parallel)
         self.fully_sharded = wrapped and full_parameter
         self.data_parallel = wrapped and not full_parameter
@@ -268,6 +271,7 @@ class Trainer:
         if self.data_parallel:
             self.step_model = ddp.wrap(self.model, backend.device, self.dist.stats)
             self.dist.gradients_reduced_by_model = True
+        self.step_model = backend.compiled(self.step_model)
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
         self.named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in self.named]

@@ -32,11 +32,16 @@ from infra.constructs.batch_compute import QueueTarget
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import job_access, telemetry
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
-from lambdas.domain.vocabulary import FAULT_EXIT_CODE
+from lambdas.domain.vocabulary import FAULT_EXIT_CODE, trn2_backend
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
-BACKENDS: dict[Track, str] = {"gpu": "cuda", "trn2": "neuron"}
+
+
+def trainer_backend(track: Track, versions: dict[str, str]) -> str:
+    """The backend the track's image runs: CUDA, or on Trainium2 the stack its Neuron SDK carries (TorchNeuron; the
+    retired PyTorch/XLA up to SDK 2.31)."""
+    return "cuda" if track == "gpu" else trn2_backend(versions.get("neuron_sdk"))
 # The image build context is the repository root, but the images copy only lambdas/ and containers/: send just
 # those (an allow-list), so unrelated files never change the image hash or slow the upload.
 CONTEXT_EXCLUDES = ["*", "!lambdas", "!containers", "**/__pycache__", "**/*.pyc", "**/.mypy_cache",
@@ -171,7 +176,7 @@ class TrainerJobDefinitions(Construct):
                                        description=f"dualtrack {track} trainer: image pull and logs")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, encryption_key=log_key)
         image = trainer_image(self, track, family)
-        environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": BACKENDS[track],
+        environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": trainer_backend(track, self.image_versions),
                        job_access.FUNCTION_ENV: credentials_function, "PYTHONUNBUFFERED": "1"}
 
         def container(construct_id: str, instance_type: str, *, efa: bool,

@@ -17,13 +17,13 @@ from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
 
-KEY_VERSION = 2  # 2: the model's architecture is part of the key
+KEY_VERSION = 3  # 2: the model's architecture is part of the key; 3: TorchNeuron (torch, execution, fullgraph)
 # An entry is published with this marker after all its artefacts (complete or absent: no marker, not served); a
 # failed compile leaves only a record under QUARANTINE/ (see containers/trainer/cache.py).
 ENTRY_MARKER = "_dualtrack_complete.json"
 QUARANTINE = "_failed"
 # Versions an image pins; when the run's environment record is not known yet, the SDK release stands for them.
-ENVIRONMENT_FIELDS = ("neuronx_cc", "torch_neuronx", "neuron_runtime")
+ENVIRONMENT_FIELDS = ("torch", "neuronx_cc", "torch_neuronx", "neuron_runtime")
 
 
 class CacheKey(BaseModel):
@@ -69,6 +69,9 @@ def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
         "compiler_flags": list(track.compiler_flags),
         "logical_nc_config": track.logical_nc_config,
         "instance_family": track.instance_type.split(".")[0],
+        # TorchNeuron compiles a compiled step as one graph (fullgraph) per input shape; eager runs compile per op.
+        "execution": track.execution,
+        "fullgraph": track.execution == "compiled",
     }
 
 
@@ -100,6 +103,7 @@ COMPONENT_CLASSES: dict[str, str] = {
     "torch_neuronx": "compiler environment", "neuron_runtime": "compiler environment",
     "compiler_flags": "compiler environment", "logical_nc_config": "compiler environment",
     "instance_family": "compiler environment", "key_version": "compiler environment",
+    "torch": "compiler environment", "execution": "training flow", "fullgraph": "training flow",
 }
 
 

@@ -30,7 +30,7 @@ from lambdas.domain.ledger import LedgerEntry, TransitionFact
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
 from lambdas.domain.trial import TrialSpec
-from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN
+from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN, XLA_LABEL
 
 REPORT_VERSION = 1
 RATE_NOTE = "priced at the declared instance's rate"
@@ -69,6 +69,26 @@ def _cost_view(cost: RunCost | None, steps: int, tokens: int) -> dict[str, Any]:
     return view
 
 
+def stack_label(backend: str | None, torch_neuronx: str | None = None) -> str | None:
+    """What a run trained on, in words: the retired PyTorch/XLA path is named as such."""
+    if backend == "xla":
+        return XLA_LABEL
+    if backend == "neuron":
+        return f"TorchNeuron{' ' + torch_neuronx if torch_neuronx else ''}"
+    return {"cuda": "CUDA", "cpu": "CPU stand-in", "compiled": "CPU stand-in (torch.compile)"}.get(str(backend))
+
+
+def torch_mismatch(tracks: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A fidelity caveat when the tracks ran different PyTorch minor versions: a difference in the verdict could then
+    be the framework's, not the hardware's."""
+    versions = {run: str(t.get("torch")) for run, t in tracks.items() if t.get("torch")}
+    minors = {".".join(v.split("+")[0].split(".")[:2]) for v in versions.values()}
+    if len(minors) <= 1:
+        return None
+    listed = ", ".join(f"{run} {version}" for run, version in sorted(versions.items()))
+    return f"the tracks ran different PyTorch versions ({listed}): part of any difference may be the framework's"
+
+
 def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec: TrialSpec) -> dict[str, Any]:
     last = summaries[-1] if summaries else None
     first = summaries[0] if summaries else None
@@ -95,6 +115,10 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             else f"measured on the track's own hardware, {RATE_NOTE}"
         ),
         "instance_type": spec.track("trn2" if run == "trn2" else "gpu").instance_type,
+        # The training stack the run actually ran: its PyTorch, and on Trainium2 TorchNeuron or the retired XLA path.
+        "torch": last.environment.torch if last else None,
+        "stack": stack_label(backend, last.environment.torch_neuronx if last else None),
+        "execution": (spec.tracks.trn2.execution if run == "trn2" and spec.tracks.trn2 else "eager"),
         "steps_completed": steps,
         "attempts": len(summaries) or (cost.attempts if cost else 0),
         "tokens": tokens,
@@ -871,6 +895,9 @@ def build_trial_report(
             "headline": headline(verdict, reasons, steady, tracks),
             "facts": _facts(tracks, checks, steady, ratio),
             "reasons": reasons,
+            "caveats": [c for c in (torch_mismatch(tracks),
+                                    *(f"{run} ran {XLA_LABEL}: a verdict on it answers a question nobody can act on "
+                                      "today" for run, t in tracks.items() if t.get("backend") == "xla")) if c],
         },
         "stand_in": any(t["stand_in"] for t in tracks.values()),
         "stopped_by": stopped.model_dump(mode="json") if stopped else None,

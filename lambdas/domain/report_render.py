@@ -91,7 +91,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     comparison = report["comparison"]
     if comparison.get("headline"):
         out += [f"**{comparison['headline']}**", ""] + [f"- {f}" for f in comparison.get("facts") or []] + [""]
+    out += [f"> Fidelity caveat: {c}" for c in comparison.get("caveats") or []] + (
+        [""] if comparison.get("caveats") else [])
     out += [f"Verdict code: `{comparison['verdict']}`", ""] + [f"- {r}" for r in comparison["reasons"]] + [""]
+    stacks = [f"{run}: {tracks[run].get('stack') or tracks[run].get('backend')}, PyTorch "
+              f"{tracks[run].get('torch') or 'unknown'}, {tracks[run].get('execution', 'eager')}" for run in runs]
+    out += ["Training stacks: " + "; ".join(stacks), ""]
     out += [f"GPU baseline: {_baseline_line(report.get('baseline'))}", ""]
     unreadable = report.get("unreadable_summaries") or []
     if unreadable:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from lambdas.domain.vocabulary import RunName
 
 SUMMARY_SCHEMA_VERSION: Literal[1] = 1
-Backend = Literal["cpu", "compiled", "cuda", "neuron"]
+Backend = Literal["cpu", "compiled", "cuda", "neuron", "xla"]
 Status = Literal["succeeded", "failed", "faulted", "interrupted"]
 CacheOutcome = Literal["hit", "miss", "none"]
 STAND_IN_BACKENDS: tuple[str, ...] = ("cpu", "compiled")

@@ -202,6 +202,11 @@ class Trn2Track(_TrackBase):
     compiler_flags: Annotated[list[Annotated[str, Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_.=,:+/-]*$")]],
                               Field(max_length=64)] = Field(default_factory=list)
     logical_nc_config: Literal[1, 2] = 2
+    execution: Literal["eager", "compiled"] = Field(
+        default="compiled", description="how the Trainium2 track runs the training step on TorchNeuron: `compiled` "
+        "(the default, the path for performance: torch.compile with the neuron backend, fullgraph, one graph per "
+        "shape, cached by the plane) or `eager` (op by op, for validating correctness). The CPU stand-in follows it "
+        "with Inductor. Part of the compile-cache key")
 
     _lnc_not_bool = field_validator("logical_nc_config", mode="before")(lambda cls, v: _no_bool(v))
 

@@ -63,3 +63,18 @@ FAILURE_EXIT_CODE = 1
 FAULT_EXIT_CODE = 75
 PERMANENT_FAULT_EXIT_CODE = 76
 SIGTERM_EXIT_CODE = 143
+
+
+# The Trainium2 training stack an image's Neuron SDK release carries: TorchNeuron (the ``neuron`` backend), or up to
+# 2.31 the retired PyTorch/XLA path (the ``xla`` backend; "Neuron no longer supports PyTorch/XLA for training
+# starting with Neuron 2.30"), which reports carry with this label.
+LAST_XLA_SDK = (2, 31)
+XLA_LABEL = "PyTorch/XLA (end of support for training)"
+
+
+def trn2_backend(neuron_sdk: str | None) -> Literal["neuron", "xla"]:
+    """The trainer backend a Trainium2 image with this Neuron SDK release runs (TorchNeuron when unknown)."""
+    if not neuron_sdk:
+        return "neuron"
+    release = tuple(int(part) for part in neuron_sdk.split(".")[:2])
+    return "xla" if release <= LAST_XLA_SDK else "neuron"

@@ -32,11 +32,12 @@ def losses(summary: dict[str, Any]) -> dict[int, float]:
 
 
 def launched(spec: str, run_dir: Path, processes: int, attempt: int, track: str = "gpu",
-             resume_from: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """One attempt as its own processes: ``processes`` > 1 under torchrun, on the CPU backend."""
+             resume_from: Path | None = None, backend: str = "cpu") -> subprocess.CompletedProcess[str]:
+    """One attempt as its own processes: ``processes`` > 1 under torchrun, on a CPU backend (``cpu`` by default; the
+    Trainium2 stand-in ``compiled`` compiles the step with Inductor)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_JOB_")}
     env.update({"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")]), "DUALTRACK_SPEC_URI": spec,
-                "DUALTRACK_TRACK": track, "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": "cpu",
+                "DUALTRACK_TRACK": track, "DUALTRACK_RUN_DIR": str(run_dir), "DUALTRACK_BACKEND": backend,
                 "AWS_BATCH_JOB_ATTEMPT": str(attempt), "DUALTRACK_IMDS_ENDPOINT": "off", "OMP_NUM_THREADS": "1",
                 **({"DUALTRACK_RESUME_FROM": str(resume_from)} if resume_from else {})})
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]

@@ -44,14 +44,16 @@ def test_the_compile_stage_runs_on_the_trn2_track_only() -> None:
     assert cfg.run == "trn2-compile" and cfg.compile_only  # named by its run directory, like every run
 
 
-def test_on_neuron_the_compile_stage_goes_through_neuron_parallel_compile() -> None:
-    """PyTorch NeuronX neuron_parallel_compile CLI: ``neuron_parallel_compile <run commands>`` runs a short trial
-    run to extract the graphs, then compiles them in parallel into the persistent cache
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/torch-neuronx/api-reference-guide/
-    training/pytorch-neuron-parallel-compile.html)."""
-    plan = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env={}, compile_only=True)
+def test_the_retired_xla_path_compiles_through_neuron_parallel_compile_and_torchneuron_in_its_ranks() -> None:
+    """PyTorch NeuronX neuron_parallel_compile CLI (PyTorch/XLA only): ``neuron_parallel_compile <run commands>`` runs
+    a short trial run to extract the graphs, then compiles them in parallel into the persistent cache. "How
+    torch.compile works on Neuron": TorchNeuron compiles a graph on its first call with a given input signature, so
+    its compile stage runs the ranks like training, compile-only."""
+    plan = launch_plan(backend="xla", devices_per_node=64, worker_args=ARGS, env={}, compile_only=True)
     assert plan.argv[0] == NEURON_PARALLEL_COMPILE
     assert plan.argv[1:4] == ["python", "-m", "torch.distributed.run"] and "--nproc_per_node=64" in plan.argv
+    torchneuron = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env={}, compile_only=True)
+    assert NEURON_PARALLEL_COMPILE not in torchneuron.argv and torchneuron.torchrun_args is not None
     training = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env={})
     assert training.argv[0] == "python"
     # The stand-in has no such driver: it compiles with torch.compile in the ranks themselves.

@@ -70,8 +70,8 @@ def test_several_processes_run_torchruns_launch_in_process_and_one_process_is_ex
     assert config.rdzv_endpoint == "10.0.0.5:29500"
     assert entrypoint == sys.executable and args == ["-u", "-m", "trainer", "run", *ARGS]
     assert launch_plan(backend="cpu", devices_per_node=4, worker_args=ARGS, env={}).torchrun_args is None
-    # The Neuron compile stage's driver starts torchrun itself: exec'd as before.
-    compile_only = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env={}, compile_only=True)
+    # The retired XLA path's compile driver starts torchrun itself: exec'd as before.
+    compile_only = launch_plan(backend="xla", devices_per_node=64, worker_args=ARGS, env={}, compile_only=True)
     assert compile_only.torchrun_args is None and compile_only.argv[0] == "neuron_parallel_compile"
     training = launch_plan(backend="neuron", devices_per_node=64, worker_args=ARGS, env={})
     assert training.torchrun_args is not None and "--nproc_per_node=64" in training.torchrun_args

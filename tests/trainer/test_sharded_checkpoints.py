@@ -1,7 +1,7 @@
-"""Full-parameter training sharded over the processes, checkpointed with ``torch.distributed.checkpoint``: the GPU
-track fully sharded (FSDP2: weights, gradients and optimizer state), the trn2 track's optimizer state sharded
-ZeRO-1 style. Saved by 4 processes, resumed by 2, across layouts too (a trn2 checkpoint resumed by the GPU fallback),
-and always the same losses as one process."""
+"""Full-parameter training sharded over the processes, checkpointed with ``torch.distributed.checkpoint``: both tracks
+fully sharded (FSDP2: weights, gradients and optimizer state), the same code on either. Saved by 4 processes, resumed
+by 2, across tracks too (a trn2 stand-in checkpoint resumed by the GPU fallback), and always the same losses as one
+process."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def _assert_like_reference(before: dict[str, Any], after: dict[str, Any], refere
     assert after["final_samples"] == reference["final_samples"]
 
 
-@pytest.mark.parametrize(("track", "sharding"), [("gpu", "fsdp2"), ("trn2", "zero-1")])
+# Both tracks run the same parallelism: FSDP2 shards a full-parameter run's state on the Trainium2 stand-in too.
+@pytest.mark.parametrize(("track", "sharding"), [("gpu", "fsdp2"), ("trn2", "fsdp2")])
 def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, sharding: str, tmp_path: Path,
                                                               reference: dict[str, Any]) -> None:
     faulted = _faulted_spec(tmp_path, reference, track)
@@ -93,14 +94,16 @@ def test_sharded_state_saved_by_four_processes_resumes_on_two(track: str, shardi
     _assert_like_reference(before, after, reference)
 
 
-def test_the_gpu_fallback_resumes_a_zero1_trn2_checkpoint_fully_sharded(tmp_path: Path,
-                                                                        reference: dict[str, Any]) -> None:
-    """The trn2 run (4 processes, ZeRO-1) stops after its step-4 checkpoint; the GPU fallback (2 processes, FSDP2)
-    resumes from it: one layout's shards are read into another's, and the losses stay the reference's."""
+def test_the_gpu_fallback_resumes_a_trn2_fsdp2_checkpoint_at_another_world_size(tmp_path: Path,
+                                                                                reference: dict[str, Any]) -> None:
+    """The trn2 stand-in run (4 processes, FSDP2, compiled) stops after its step-4 checkpoint; the GPU fallback (2
+    processes, FSDP2, eager) resumes from it: the shards are resharded to the new world size, and the losses stay the
+    reference's."""
     faulted = _faulted_spec(tmp_path, reference, "trn2")
     trn2_dir = tmp_path / "trn2"
-    first = launched(faulted, trn2_dir, 4, 1, "trn2")
-    assert first.returncode != 0 and summary_of(trn2_dir, 1)["optimizer"]["sharding"] == "zero-1"
+    first = launched(faulted, trn2_dir, 4, 1, "trn2", backend="compiled")
+    assert first.returncode != 0 and summary_of(trn2_dir, 1)["optimizer"]["sharding"] == "fsdp2"
+    assert summary_of(trn2_dir, 1)["backend"] == "compiled"
     fallback_dir = tmp_path / "gpu-fallback"
     second = launched(faulted, fallback_dir, 2, 1, "gpu", resume_from=trn2_dir)
     assert second.returncode == 0, second.stderr[-3000:]

@@ -1,6 +1,6 @@
-"""The neuron backend's XLA path for real on XLA:CPU (``make check-xla``: torch-xla side venv, PJRT_DEVICE=CPU):
-device, mark_step, xm.optimizer_step, the persistent compile cache and checkpoint save/load through XLA tensors.
-Skips cleanly where torch-xla is not installed (the main venv)."""
+"""The retired PyTorch/XLA path (the ``xla`` backend, ``trainer.legacy_xla``) for real on XLA:CPU (``make check-xla``:
+torch-xla side venv, PJRT_DEVICE=CPU): device, mark_step, xm.optimizer_step, the persistent compile cache and
+checkpoint save/load through XLA tensors. Skips cleanly where torch-xla is not installed (the main venv)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ def _pjrt_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PJRT_DEVICE", os.environ.get("PJRT_DEVICE", "CPU"))
 
 
-def test_short_run_through_the_neuron_backend(write_spec, tmp_path: Path, cache: str) -> None:
+def test_short_run_through_the_xla_backend(write_spec, tmp_path: Path, cache: str) -> None:
     spec = write_spec(max_steps=4, checkpoint_interval_steps=2, fault_injection=None,
                       evaluation={"interval_steps": 2, "prompts": ["What is 2 plus 3?"], "max_new_tokens": 3})
-    code, summary = attempt(spec, str(tmp_path / "trn2"), track="trn2", backend="neuron",
+    code, summary = attempt(spec, str(tmp_path / "trn2"), track="trn2", backend="xla",
                             cache_url=cache)
-    assert code == 0 and summary["backend"] == "neuron" and summary["stand_in"]
+    assert code == 0 and summary["backend"] == "xla" and summary["stand_in"]
     assert summary["environment"]["torch_xla"]
     assert summary["compile"]["cache"] == "miss" and summary["compile"]["cache_files_after"] > 0
     per_step = list(losses(summary).values())
@@ -42,12 +42,12 @@ def test_short_run_through_the_neuron_backend(write_spec, tmp_path: Path, cache:
     assert per_step == pytest.approx(list(losses(eager).values()), rel=1e-4)  # XLA trains like eager
 
 
-def test_fault_and_resume_through_the_neuron_backend(write_spec, tmp_path: Path, cache: str) -> None:
+def test_fault_and_resume_through_the_xla_backend(write_spec, tmp_path: Path, cache: str) -> None:
     spec = write_spec()
     run_dir = str(tmp_path / "trn2")
-    code, first = attempt(spec, run_dir, track="trn2", backend="neuron", cache_url=cache, number=1)
+    code, first = attempt(spec, run_dir, track="trn2", backend="xla", cache_url=cache, number=1)
     assert code == FAULT_EXIT_CODE and first["global_step"] == 10
-    code, second = attempt(spec, run_dir, track="trn2", backend="neuron", cache_url=cache, number=2)
+    code, second = attempt(spec, run_dir, track="trn2", backend="xla", cache_url=cache, number=2)
     assert code == 0 and second["resumed_from_step"] == 8 and second["global_step"] == 12
     # The resumed attempt starts from a warm cache; its first step (optimizer state loaded from the checkpoint)
     # may still trace graphs the faulted attempt never ran, so hit or miss depends on those graphs.
