@@ -88,6 +88,10 @@ class ComputeFamily(_Model):
     def _consistent(self) -> ComputeFamily:
         if (self.ami_id is None) == (self.ami_ssm_parameter is None):
             raise ValueError("set exactly one of ami_id (pinned) or ami_ssm_parameter")
+        if self.image_uri and "neuron_sdk" not in self.image_versions \
+                and any(t.startswith("trn") for t in self.instance_types):
+            raise ValueError("image_versions.neuron_sdk is needed with a Trainium2 image_uri: it decides the trainer "
+                             "stack (TorchNeuron, or PyTorch/XLA up to SDK 2.31) and the compile-cache key")
         if self.capacity_block and self.capacity_reservation_id is None:
             raise ValueError("capacity_block needs capacity_reservation_id (the block's cr-... id)")
         if self.capacity_reservation_id is not None:

@@ -258,6 +258,8 @@ class TorchNeuronBackend(Backend):
     loss_read_lag = 1
 
     def __init__(self, precision: str, compiler_flags: list[str] | None = None, execution: str = "compiled"):
+        # Before the import: TorchNeuron may read its settings when it initialises.
+        os.environ.update(neuron_compile_environment(compiler_flags or []))
         try:
             import torch_neuronx  # noqa: F401  registers the "neuron" device and process group
         except ImportError as exc:
@@ -265,8 +267,12 @@ class TorchNeuronBackend(Backend):
                                      "use --backend compiled for the CPU stand-in") from exc
         super().__init__(precision)
         self.execution = execution
-        self.device = torch.device(NEURON.device, int(os.environ.get("LOCAL_RANK", "0")))
-        os.environ.update(neuron_compile_environment(compiler_flags or []))
+        try:
+            self.device = torch.device(NEURON.device, int(os.environ.get("LOCAL_RANK", "0")))
+        except RuntimeError as exc:  # torch-neuronx 2.x (PyTorch/XLA) registers no "neuron" device
+            raise BackendUnavailable("this image's torch-neuronx registers no `neuron` device: it is the retired "
+                                     "PyTorch/XLA stack; run --backend xla (set trn2.image_versions.neuron_sdk to "
+                                     "the image's SDK release)") from exc
 
     def configure_cache(self, directory: Path | None) -> None:
         super().configure_cache(directory)

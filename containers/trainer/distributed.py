@@ -297,6 +297,22 @@ class Distributed:
         dist.all_reduce(value, op=dist.ReduceOp.MIN, group=self.control_group)
         return bool(value.item())
 
+    def vote_any(self, flag: bool) -> Callable[[], bool]:
+        """Start agreeing whether ``flag`` holds on any process, without waiting (an asynchronous all-reduce on the
+        control group); the returned function waits for the answer, the same on every process."""
+        if self.world_size <= 1:
+            return lambda: flag
+        import torch.distributed as dist
+
+        value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+        work = dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self.control_group, async_op=True)
+
+        def answer() -> bool:
+            work.wait()
+            return bool(value.item())
+
+        return answer
+
     def communication(self) -> dict[str, Any] | None:
         """The summary's ``communication`` block, or None for a single process (the schema's zeros apply)."""
         return None if self.stats is None else self.stats.record(self.world_size)

@@ -370,6 +370,7 @@ class Trainer:
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _loop(self, fault: FaultPlan) -> None:
         spec, checkpointer, flag = self.spec, self.checkpointer, self.flag
+        vote: Callable[[], bool] | None = None
         try:
             for step in range(self.record.start_step + 1, spec.max_steps + 1):
                 if checkpointer.in_flight:
@@ -377,9 +378,14 @@ class Trainer:
                 self._step(step, overlapping=checkpointer.in_flight)
                 evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
                 due = checkpointer.due(step)
-                # SIGTERM reaches the ranks a moment apart: they agree after each step whether any got it, so all
-                # stop at the same step (one rank checkpointing while another starts the next step would hang both).
-                stop = not self.dist.all_true(not flag.requested)
+                # SIGTERM reaches the ranks a moment apart: they agree whether any got it, so all stop at the same
+                # step (one rank checkpointing while another starts the next step would hang both). Several processes
+                # vote asynchronously and read the previous step's answer, so no step waits for the vote.
+                if self.dist.world_size <= 1:
+                    stop = flag.requested
+                else:
+                    stop = vote() if vote is not None else False
+                    vote = self.dist.vote_any(flag.requested)
                 if evaluate or due or stop:
                     self._drain()  # the step's own record first, and no device work left behind the pause
                 if evaluate:
@@ -395,6 +401,9 @@ class Trainer:
                     self._stop(step, due)
             self._saving(checkpointer.wait)
         finally:
+            if vote is not None:  # no collective left in flight on the control group
+                with contextlib.suppress(Exception):
+                    vote()
             # A planned fault or an interruption still records every step it ran; if the device itself failed, the
             # original error is the one to report.
             with contextlib.suppress(Exception):

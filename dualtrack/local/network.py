@@ -24,7 +24,9 @@ its own members, all outbound) unless CDK's ``Custom::VpcRestrictDefaultSG`` rev
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
+import logging
 import re
 import socket
 import threading
@@ -45,6 +47,10 @@ SIGNING_TO_ENDPOINT = {"ecr": "ecr.api", "states": "states"}
 HTTPS = 443
 # torchrun's default rendezvous port (containers/trainer/launch.py uses it on AWS).
 RENDEZVOUS_PORT = 29500
+# What the nodes of a job open to each other besides it: the Neuron runtime's root communicator, and the ephemeral
+# ports gloo, NCCL and libfabric connect on (the EFA rule: "all inbound and outbound traffic to and from the security
+# group itself", AWS Batch "Elastic Fabric Adapter").
+NODE_PORTS = (RENDEZVOUS_PORT, 62182, 1024, 32768, 65535)
 ANY = ipaddress.IPv4Network("0.0.0.0/0")
 
 
@@ -174,7 +180,10 @@ class VpcModel:
         for rid, props in by_type.get("AWS::EC2::SecurityGroup", []):
             group = self.groups.setdefault(rid, Group(rid))
             group.ingress += [self._rule(stack, r, "Source") for r in props.get("SecurityGroupIngress") or []]
-            group.egress += [self._rule(stack, r, "Destination") for r in props.get("SecurityGroupEgress") or []]
+            if "SecurityGroupEgress" in props:
+                group.egress += [self._rule(stack, r, "Destination") for r in props["SecurityGroupEgress"] or []]
+            else:  # CloudFormation keeps EC2's default outbound rule when the template states none
+                group.egress.append(Rule("-1", 0, 65535, cidr=ANY))
         for kind, side, peer in (("AWS::EC2::SecurityGroupIngress", "ingress", "Source"),
                                  ("AWS::EC2::SecurityGroupEgress", "egress", "Destination")):
             for _, props in by_type.get(kind, []):
@@ -220,7 +229,7 @@ class VpcModel:
         prefix = raw.get(f"{peer}PrefixListId")
         protocol = str(raw.get("IpProtocol", "-1"))
         return Rule(protocol, int(raw.get("FromPort", 0)), int(raw.get("ToPort", 65535)),
-                    cidr=ipaddress.IPv4Network(str(self._id(stack, cidr))) if cidr is not None else None,
+                    cidr=ipaddress.IPv4Network(str(self._id(stack, cidr)), strict=False) if cidr is not None else None,
                     group=str(self._id(stack, group)) if group is not None else None,
                     prefix_list=str(self._id(stack, prefix)) if prefix is not None else None)
 
@@ -243,11 +252,14 @@ class VpcModel:
             "its subnets have no route to the internet (no internet or NAT gateway)")
         for endpoint in self.endpoints:
             if endpoint.kind == "Interface":
-                if not endpoint.subnets & set(environment.subnets):
-                    problem: str | None = f"the {endpoint.name} endpoint is not in the job's subnets"
+                # Private DNS answers with the endpoint's interfaces, reachable from any subnet of its VPC.
+                vpcs = {self.subnet_vpc.get(s) for s in endpoint.subnets}
+                if not vpcs & {self.subnet_vpc.get(s) for s in environment.subnets}:
+                    problem: str | None = f"the {endpoint.name} endpoint is not in the job's VPC"
                 else:
-                    targets = [self.subnet_cidr[s] for s in endpoint.subnets if s in self.subnet_cidr]
-                    problem = (self._egress(groups, targets[0] if targets else ANY, set(endpoint.groups))
+                    targets = [self.subnet_cidr[s] for s in endpoint.subnets if s in self.subnet_cidr] or [ANY]
+                    problem = (next((p for p in (self._egress(groups, t, set(endpoint.groups)) for t in targets)
+                                     if p), None)
                                or self._ingress(endpoint, groups, networks))
             else:
                 problem = (None if endpoint.route_tables & tables else
@@ -275,23 +287,26 @@ class VpcModel:
                     return None
         return f"the {endpoint.name} endpoint's groups ({', '.join(endpoint.groups)}) admit no HTTPS from the job"
 
-    def rendezvous_problem(self, queue: str, port: int = RENDEZVOUS_PORT) -> str | None:
-        """None when the nodes of a multi-node job on ``queue`` can reach each other on ``port``; else which rule
-        is missing, and where the nodes' groups come from."""
+    def rendezvous_problem(self, queue: str, ports: Iterable[int] = NODE_PORTS) -> str | None:
+        """None when the nodes of a multi-node job on ``queue`` can reach each other on every TCP port they use
+        (the rendezvous, the Neuron root communicator, the collectives' ephemeral ports); else which rule is
+        missing, and where the nodes' groups come from."""
         environment = self._environment(queue)
         if environment is None:
             return f"job queue {queue} is not in the templates"
         groups = environment.task_groups
         networks = [self.subnet_cidr[s] for s in environment.subnets if s in self.subnet_cidr]
-        inbound = any(rule.admits("tcp", port, groups=groups, networks=networks)
-                      for g in groups for rule in self.groups.get(g, Group(g)).ingress)
-        outbound = any(rule.admits("tcp", port, groups=groups, networks=networks)
-                       for g in groups for rule in self.groups.get(g, Group(g)).egress)
-        if inbound and outbound:
-            return None
-        missing = " and ".join(side for side, ok in (("inbound", inbound), ("outbound", outbound)) if not ok)
-        return (f"the nodes' interfaces get {environment.task_groups_reason}: {self._names(groups)}, which has no "
-                f"{missing} rule for TCP {port} between the job's nodes")
+        for port in ports:
+            inbound = any(rule.admits("tcp", port, groups=groups, networks=networks)
+                          for g in groups for rule in self.groups.get(g, Group(g)).ingress)
+            outbound = any(rule.admits("tcp", port, groups=groups, networks=networks)
+                           for g in groups for rule in self.groups.get(g, Group(g)).egress)
+            if inbound and outbound:
+                continue
+            missing = " and ".join(side for side, ok in (("inbound", inbound), ("outbound", outbound)) if not ok)
+            return (f"the nodes' interfaces get {environment.task_groups_reason}: {self._names(groups)}, which has "
+                    f"no {missing} rule for TCP {port} between the job's nodes (they need all TCP between them)")
+        return None
 
     def _names(self, groups: Iterable[str]) -> str:
         return ", ".join(f"{g} ({self.groups[g].note})" if g in self.groups and self.groups[g].note else g
@@ -318,6 +333,8 @@ class JobNetwork:
     denials: list[Denial] = field(default_factory=list)
     _hole: _BlackHole | None = None
     _reach: dict[tuple[str, bool], dict[str, str | None]] = field(default_factory=dict)
+    # The jobs' threads and the black hole's threads read and record concurrently.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @contextlib.contextmanager
     def install(self) -> Iterator[JobNetwork]:
@@ -331,9 +348,10 @@ class JobNetwork:
 
     def reach(self, queue: str, multi_node: bool) -> dict[str, str | None]:
         key = (queue, multi_node)
-        if key not in self._reach:
-            self._reach[key] = self.model.reach(queue, multi_node=multi_node)
-        return self._reach[key]
+        with self._lock:
+            if key not in self._reach:
+                self._reach[key] = self.model.reach(queue, multi_node=multi_node)
+            return self._reach[key]
 
     def environment(self, queue: str, *, multi_node: bool, job_name: str) -> dict[str, str]:
         """The endpoint variables of a job's container: the services its network reaches are the local AWS, every
@@ -356,22 +374,26 @@ class JobNetwork:
 
     def refuse(self, job: str, service: str, reason: str) -> None:
         """Record what the network refused a job (once per job and service) and tell ``on_denied``."""
-        if any(d.job == job and d.service == service for d in self.denials):
-            return
-        denial = Denial(job, service, reason)
-        self.denials.append(denial)
+        with self._lock:
+            if any(d.job == job and d.service == service for d in self.denials):
+                return
+            denial = Denial(job, service, reason)
+            self.denials.append(denial)
         if self.on_denied is not None:
             self.on_denied(denial)
 
     def _denied(self, caller: str, signing_name: str) -> None:
         endpoint = SIGNING_TO_ENDPOINT.get(signing_name, signing_name)
-        why = next((reach[endpoint] for reach in self._reach.values() if reach.get(endpoint)), None)
+        with self._lock:
+            reaches = list(self._reach.values())
+        why = next((reach[endpoint] for reach in reaches if reach.get(endpoint)), None)
         fix = ("fix that rule" if why else f"add an interface VPC endpoint for com.amazonaws.{self.model.region}."
                f"{endpoint} (infra/constructs/network.py)")
         reason = why or f"the job's subnets have no {endpoint} endpoint and no route to the internet"
         self.refuse(caller or "unknown job", endpoint, f"{reason}: on AWS the call times out; {fix}")
 
 
+@functools.cache
 def _service_id(service: str) -> str:
     """botocore's name for a service's endpoint variable: its service id, spaces as underscores, upper case."""
     import botocore.session
@@ -411,7 +433,12 @@ class _BlackHole:
         while not self._stop.is_set():
             try:
                 connection, _ = self._sock.accept()
-            except (TimeoutError, OSError):
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                time.sleep(0.05)  # out of descriptors, say: try again without spinning
                 continue
             threading.Thread(target=self._drop, args=(connection,), daemon=True).start()
 
@@ -428,8 +455,10 @@ class _BlackHole:
             text = head.decode("latin-1")
             scope = re.search(r"Credential=[^/]+/\d{8}/[^/]+/([^/]+)/aws4_request", text)
             caller = re.search(r"(?im)^user-agent:.*\bapp/(\S+)", text)
-            with contextlib.suppress(Exception):
+            try:
                 self.on_call(caller.group(1) if caller else "", scope.group(1) if scope else "unknown")
+            except Exception:  # a refusal that cannot be recorded must still be seen
+                logging.getLogger(__name__).exception("recording a refused call failed")
             deadline = time.monotonic() + self.delay_s
             while time.monotonic() < deadline and not self._stop.is_set():
                 time.sleep(0.05)

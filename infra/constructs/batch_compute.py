@@ -210,6 +210,7 @@ set -u
 log() {{ echo "dualtrack-efa: $*" | tee -a /var/log/dualtrack-efa.log > /dev/console; }}
 modprobe efa || log "modprobe efa failed: this AMI's kernel has no EFA driver"
 modprobe ib_uverbs || log "modprobe ib_uverbs failed"
+udevadm settle --timeout=30 || true  # the device nodes appear once udev has handled the modules
 missing=0
 for index in $(seq 0 {last}); do
   [ -e /dev/infiniband/uverbs$index ] || {{ log "/dev/infiniband/uverbs$index is missing"; missing=1; }}

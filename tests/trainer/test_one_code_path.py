@@ -49,8 +49,9 @@ def test_the_trainium2_stand_in_follows_the_trials_execution_mode() -> None:
 
 
 def test_an_image_up_to_neuron_2_31_runs_the_retired_xla_path() -> None:
-    """"Neuron no longer supports PyTorch/XLA for training starting with Neuron 2.30"; the last PyTorch/XLA
-    training image is SDK 2.30 (its DLC is no longer published from 2.31)."""
+    """"Neuron no longer supports PyTorch/XLA for training starting with Neuron 2.30" and the PyTorch/XLA training
+    DLC is no longer published from 2.31: an image pinning 2.31 or older carries the retired stack (run, labelled,
+    on the xla backend); anything newer is TorchNeuron."""
     assert trn2_backend("2.26.0") == trn2_backend("2.31") == "xla"
     assert trn2_backend("2.33.0") == trn2_backend("2.34") == trn2_backend(None) == "neuron"
     assert XLA_LABEL == "PyTorch/XLA (end of support for training)"

@@ -151,3 +151,29 @@ def test_a_job_reaching_no_endpoint_is_dropped_and_named(tmp_path: Any) -> None:
     assert done.returncode == 1, done.stderr[-2000:]
     assert [(d.job, d.service) for d in network.denials] == [("trial-1-gpu", "lambda")]
     assert "add an interface VPC endpoint for com.amazonaws.us-east-1.lambda" in network.denials[0].reason
+
+
+def test_nodes_need_all_tcp_between_them_not_only_the_rendezvous_port() -> None:
+    """AWS Batch, "Elastic Fabric Adapter": the group "must allow all inbound and outbound traffic to and from the
+    security group itself"; the collectives connect on ephemeral ports and the Neuron root communicator on its own."""
+    templates = _template(efa=False)
+    resources = templates["Compute"]["Resources"]
+    resources["JobsSelf"]["Properties"].update(IpProtocol="tcp", FromPort=29500, ToPort=29500)
+    resources["JobsSelfOut"] = {"Type": "AWS::EC2::SecurityGroupEgress", "Properties": {
+        "GroupId": JOBS_SG, "DestinationSecurityGroupId": JOBS_SG, "IpProtocol": "tcp", "FromPort": 29500,
+        "ToPort": 29500}}
+    problem = VpcModel(templates, region=REGION).rendezvous_problem("q")
+    assert problem is not None and "TCP 62182" in problem
+
+
+def test_an_endpoint_in_another_subnet_of_the_vpc_is_reached_and_a_group_without_egress_keeps_the_default() -> None:
+    """Amazon VPC: an interface endpoint's private DNS name resolves to its interfaces, reachable from every subnet of
+    the VPC; "Security group rules": a new group has an outbound rule allowing all traffic unless it is removed
+    (CloudFormation removes it only when the template states SecurityGroupEgress)."""
+    templates = _template()
+    resources = templates["Compute"]["Resources"]
+    resources["Other"] = {"Type": "AWS::EC2::Subnet", "Properties": {"CidrBlock": "10.40.16.0/20",
+                                                                    "VpcId": {"Ref": "Vpc"}}}
+    resources["Endpointlambda"]["Properties"]["SubnetIds"] = [{"Ref": "Other"}]
+    del resources["JobsSg"]["Properties"]["SecurityGroupEgress"]
+    assert VpcModel(templates, region=REGION).reach("q", multi_node=False)["lambda"] is None
