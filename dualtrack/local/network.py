@@ -45,7 +45,8 @@ ENDPOINT_SERVICES: dict[str, tuple[str, ...]] = {
 # SigV4's signing name (the credential scope's service) -> the endpoint's name, where they differ.
 SIGNING_TO_ENDPOINT = {"ecr": "ecr.api", "states": "states"}
 HTTPS = 443
-# torchrun's default rendezvous port (containers/trainer/launch.py uses it on AWS).
+# torchrun's default rendezvous port and the Neuron root communicator's (containers/trainer/launch.py: RENDEZVOUS_PORT,
+# NEURON_ROOT_COMM_PORT; the trainer image is not importable from the local runtime, so they are restated here).
 RENDEZVOUS_PORT = 29500
 # What the nodes of a job open to each other besides it: the Neuron runtime's root communicator, and the ephemeral
 # ports gloo, NCCL and libfabric connect on (the EFA rule: "all inbound and outbound traffic to and from the security

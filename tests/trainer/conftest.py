@@ -30,15 +30,19 @@ def tiny_trial(data_dir: str, **overrides: Any) -> dict[str, Any]:
     return spec
 
 
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    out = tmp_path / "data"
-    out.mkdir()
+def write_tiny_data(out: Path) -> Path:
+    """96 training and 8 validation rows of the example data in ``out`` (created)."""
+    out.mkdir(parents=True)
     source = (ROOT / "examples" / "data" / "train.jsonl").read_text().splitlines()
     (out / "train.jsonl").write_text("\n".join(source[:96]) + "\n")
     validation = (ROOT / "examples" / "data" / "validation.jsonl").read_text().splitlines()
     (out / "validation.jsonl").write_text("\n".join(validation[:8]) + "\n")
     return out
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return write_tiny_data(tmp_path / "data")
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from moto import mock_aws
 
 from dualtrack.local.batch_runner import ImageConfig, LocalBatch
 from dualtrack.local.moto_shims import moto_shims
-from tests.trainer.conftest import ROOT, tiny_trial
+from tests.trainer.conftest import tiny_trial, write_tiny_data
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +43,7 @@ def _free_port() -> int:
 
 
 def _spec(tmp_path: Path, **overrides: Any) -> str:
-    data = tmp_path / "data"
-    data.mkdir()
-    train = (ROOT / "examples" / "data" / "train.jsonl").read_text().splitlines()
-    (data / "train.jsonl").write_text("\n".join(train[:96]) + "\n")
-    validation = (ROOT / "examples" / "data" / "validation.jsonl").read_text().splitlines()
-    (data / "validation.jsonl").write_text("\n".join(validation[:8]) + "\n")
+    data = write_tiny_data(tmp_path / "data")
     spec = tiny_trial(str(data), max_steps=4, checkpoint_interval_steps=2, fault_injection=FAULT,
                       evaluation={"interval_steps": 4, "prompts": [], "max_new_tokens": 1}, **overrides)
     path = tmp_path / "spec.json"
