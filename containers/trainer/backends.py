@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from trainer.launch import COMPILE_ONLY_VARIABLE
+
 BACKENDS = ("cpu", "compiled", "cuda", "neuron", "xla")
 
 
@@ -75,9 +77,6 @@ def count_files(directory: Path | None) -> int:
 class Backend:
     name = "cpu"
     stand_in = True
-    # Full-parameter runs the wrappers do not shard (a tensor-parallel layout) shard the optimizer state ZeRO-1 style
-    # (trainer.optim) over the data-parallel processes. Not on XLA: its owners' broadcasts would join the lazy graph.
-    shards_optimizer = True
     # What the process group, the loop and the summary ask of a backend (instead of checking its name):
     process_group = CPU.process_group  # the torch.distributed backend of the training collectives
     collectives_in_graph = False  # collectives join the device's lazy graph (torch-xla): issued there, untimed
@@ -85,9 +84,9 @@ class Backend:
     sync_sample_every = 1  # steps between gradient-sync-wait samples (a sample synchronizes the device)
     compiles = False  # the step runs as compiled graphs: compile time and a compile-cache outcome are measured
     generates_on_device = True  # greedy generation runs on the device (else on a CPU copy of the weights)
-    # Runs torch's data-parallel wrappers: DDP (LoRA), and FSDP2 (full-parameter: parameters, gradients and optimizer
-    # state sharded over the processes), on both tracks. A tensor-parallel layout (trainer.tensor_parallel) uses the
-    # explicit all-reduce over its data-parallel groups; so does the retired XLA path.
+    # Runs torch's parallel APIs on both tracks: DDP (LoRA), FSDP2 (full-parameter, and any layout whose
+    # tensor-parallel groups form several replicas) and DTensor tensor parallelism. Only the retired XLA path does
+    # not: it sums the gradients in its lazy graph and refuses tensor parallelism.
     torch_data_parallel = True
 
     def __init__(self, precision: str):
@@ -249,7 +248,6 @@ class TorchNeuronBackend(Backend):
     name = "neuron"
     stand_in = False
     torch_data_parallel = True
-    shards_optimizer = False  # FSDP2 shards the optimizer state (the source document's ZeRO-1 point) here too
     process_group = NEURON.process_group
     compiles = True
     sync_sample_every = 10
@@ -260,6 +258,10 @@ class TorchNeuronBackend(Backend):
     def __init__(self, precision: str, compiler_flags: list[str] | None = None, execution: str = "compiled"):
         # Before the import: TorchNeuron may read its settings when it initialises.
         os.environ.update(neuron_compile_environment(compiler_flags or []))
+        if execution != "compiled":
+            # Compile-only mode is torch.compile's ("How torch.compile works on Neuron"); an eager step compiles its
+            # operations as it runs them, so an eager compile stage runs its few steps for real.
+            os.environ[COMPILE_ONLY_VARIABLE] = "0"
         try:
             import torch_neuronx  # noqa: F401  registers the "neuron" device and process group
         except ImportError as exc:

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import random
 import re
 import tempfile
@@ -41,6 +42,10 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from trainer import storage
+
+# A final checkpoint after SIGTERM is attempted when the last save took less than this (Batch's stop timeout
+# before SIGKILL is 30 s by default; Spot gives two minutes' notice before that).
+SIGTERM_SAVE_BUDGET_S = float(os.environ.get("DUALTRACK_SIGTERM_SAVE_BUDGET_S", "20"))
 
 FORMAT = "dualtrack-checkpoint"
 FORMAT_VERSION = 2
@@ -291,6 +296,11 @@ class LoadedCheckpoint:
     state: dict[str, Any]
     restore_s: float
 
+    def as_state(self) -> dict[str, Any]:
+        """The shape ``trainer.state.TrainState.load_state_dict`` takes."""
+        return {"weights": self.weights, "optimizer": self.optimizer, "scheduler": self.scheduler, "rng": self.rng,
+                "trainer": self.state}
+
 
 TemplateFactory = Callable[[str, str, tuple[int, ...], torch.dtype], torch.Tensor]
 
@@ -378,15 +388,20 @@ class _Pending:
 
 
 class Checkpointer:
-    """Owns when a save is due, the saves (in the background where allowed; one in flight at a time) and their
-    commit: once every process's files are durable, process 0 writes the manifest.
+    """Owns the save policy (when a save is due, which saves block, the final save a SIGTERM leaves time for), the
+    saves (in the background where allowed; one in flight at a time) and their commit: once every process's files
+    are durable, process 0 writes the manifest. It saves and restores a ``trainer.state.TrainState``.
 
-    ``poll`` and ``wait`` are collective: every process calls them at the same points of the loop."""
+    ``step_end``, ``poll``, ``wait`` and ``on_stop`` are collective: every process calls them at the same points of
+    the loop."""
 
     def __init__(self, run_dir: str, *, interval: int, max_steps: int, dist: Any, sharding: str,
-                 asynchronous: bool, on_commit: Callable[[SavedCheckpoint], None] | None = None):
+                 asynchronous: bool, on_commit: Callable[[SavedCheckpoint], None] | None = None,
+                 on_exists: Callable[[int], None] | None = None, sigterm_budget_s: float = SIGTERM_SAVE_BUDGET_S,
+                 synchronize: Callable[[], None] | None = None):
         self.run_dir, self.interval, self.max_steps, self.dist = run_dir, interval, max_steps, dist
-        self.on_commit = on_commit
+        self.on_commit, self.on_exists, self.sigterm_budget_s = on_commit, on_exists, sigterm_budget_s
+        self.synchronize = synchronize  # the device's queued work done before the state is copied
         self.sharding = sharding
         self.asynchronous = asynchronous
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint") if asynchronous else None
@@ -404,6 +419,34 @@ class Checkpointer:
         """Whether the step's manifest already exists (process 0 looks; everyone gets the answer)."""
         found = storage.exists(manifest_uri(self.run_dir, step)) if self.dist.is_main else False
         return bool(self.dist.broadcast_object(found))
+
+    # ---- the policy -------------------------------------------------------------------------------------------
+    def step_end(self, state: Any, *, stop: bool, fault_next: bool, fail: bool = False) -> None:
+        """After a step: commit a save that has finished, save the step if due (blocking for the last step and
+        one a stop waits for), and make the step's save durable before a planned fault fires."""
+        if self.in_flight:
+            self.poll()
+        if self.due(state.step):
+            self.save_state(state, blocking=state.step == self.max_steps or stop, fail=fail)
+        if fault_next:
+            self.wait()
+
+    def on_stop(self, state: Any) -> bool:
+        """SIGTERM: finish the save in flight and, unless this step is saved already, save it if the last save took
+        no longer than the budget (Batch's stop timeout before SIGKILL is 30 s by default). Returns whether this
+        step's checkpoint is committed."""
+        self.wait()
+        last = self.saved[-1] if self.saved else None
+        if (last is None or last.step != state.step) and (last.save_s if last else 0.0) <= self.sigterm_budget_s:
+            self.save_state(state, blocking=True, fail=False)
+        return bool(self.saved and self.saved[-1].step == state.step)
+
+    def save_state(self, state: Any, *, blocking: bool, fail: bool) -> None:
+        """Snapshot ``state`` (``TrainState``: collective where the weights are sharded) and save it."""
+        if self.synchronize is not None:
+            self.synchronize()
+        if not self.save(state.snapshot(), blocking=blocking, fail_before_manifest=fail) and self.on_exists:
+            self.on_exists(state.step)
 
     def save(self, snapshot: Snapshot, *, blocking: bool, fail_before_manifest: bool = False) -> bool:
         """Start saving ``snapshot``; returns False when the step was already committed (nothing is written).
@@ -485,12 +528,15 @@ class Checkpointer:
             self._executor.shutdown(wait=True)
 
     # ---- resume ----------------------------------------------------------------------------------------------
-    def restore(self, run_dirs: list[str], *, spec_hash: str, names: list[str],
-                make: TemplateFactory | None = None) -> ResumeSearch:
-        """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads
-        the optimizer state of ``names`` (the parameters it owns now) from it."""
+    def restore(self, run_dirs: list[str], *, spec_hash: str, state: Any) -> ResumeSearch:
+        """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads its
+        share of it into ``state`` (``TrainState``)."""
         decision = find_newest(run_dirs, spec_hash=spec_hash) if self.dist.is_main else None
         found, skipped = self.dist.broadcast_object(decision)
         if found is None:
             return ResumeSearch(None, skipped)
-        return ResumeSearch(load(found, names=names, group=self.dist.checkpoint_group, make=make), skipped)
+        optimizer = state.optimizer
+        loaded = load(found, names=optimizer.loaded_names(), group=self.dist.checkpoint_group,
+                      make=optimizer.make_template)
+        state.load_state_dict(loaded.as_state())
+        return ResumeSearch(loaded, skipped)

@@ -8,9 +8,10 @@ loss all-reduces, and every ``DUALTRACK_SYNC_SAMPLE_EVERY`` steps (default 1; 10
 synchronizes the device) the skew between the ranks reaching the gradient all-reduce. A single process calls no
 collective and times nothing.
 
-With tensor parallelism (``trainer.tensor_parallel``) the processes form groups of ``tensor_parallel`` consecutive
-ranks, each group one replica of the model; gradients and the loss are then summed over the data-parallel group
-(the processes holding the same slice), not over every process."""
+The processes form a device mesh of ``("dp", "tp")``: groups of ``tensor_parallel`` consecutive ranks, each group
+one replica of the model (``trainer.tensor_parallel``), and the data-parallel dimension across the groups. The
+gradients are summed over ``"dp"`` by the model's own wrapper (DDP or FSDP2) inside the backward; the loss is
+summed over it here. Only the retired PyTorch/XLA path sums the gradients itself, inside its lazy graph."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from typing import Any
 import torch
 
 from trainer.backends import Backend
-from trainer.tensor_parallel import Collectives, Groups, make_groups
 
 SYNC_SAMPLE_EVERY_VARIABLE = "DUALTRACK_SYNC_SAMPLE_EVERY"
 
@@ -44,8 +44,11 @@ class CollectiveStats:
 
     ``communication_s`` is the wall time inside the step's all-reduces, the wait for slower ranks included. On CUDA
     the collectives run on the device's stream, so they are timed with CUDA events, resolved once complete; on the
-    CPU stand-ins (gloo) a collective returns when it is done, and the host clock times it. On Neuron the gradient
-    all-reduces are part of the step's lazy graph, so nothing is timed (``measured`` is False).
+    CPU stand-ins (gloo) a collective returns when it is done, and the host clock times it; on TorchNeuron the
+    collectives are ordinary c10d calls of the ``neuron`` process group, timed the same way. Only the retired
+    PyTorch/XLA path issues its all-reduces inside the step's lazy graph, so nothing is timed there (``measured`` is
+    False). Tensor parallelism's collectives run inside DTensor's forward and backward and are not timed on their
+    own: ``untimed`` names them.
 
     Sync wait: each rank notes its arrival at the gradient all-reduce relative to its own step start (so clocks on
     different hosts need no alignment); one all-reduce with MAX over ``[arrival, -arrival]`` gives the latest and
@@ -54,6 +57,7 @@ class CollectiveStats:
 
     sample_every: int = 1
     measured: bool = True
+    untimed: list[str] = field(default_factory=list)
     use_events: bool = False
     communication_s: float = 0.0
     steps: int = 0
@@ -100,7 +104,7 @@ class CollectiveStats:
                 "sync_wait_median_s": statistics.median(skews) if skews else None,
                 "sync_wait_max_s": max(skews) if skews else None,
                 "sync_wait_mean_s": statistics.fmean(skews) if skews else None,
-                "sync_samples": len(skews), "sync_sample_every": self.sample_every}
+                "sync_samples": len(skews), "sync_sample_every": self.sample_every, "untimed": list(self.untimed)}
 
 
 def _collective_timeout() -> Any:
@@ -125,10 +129,10 @@ class Distributed:
     # whatever the training backend, and separate groups keep the two threads' collectives apart.
     checkpoint_group: Any = None
     control_group: Any = None
-    # DDP or FSDP2 reduced the gradients inside the backward: nothing is left to all-reduce here.
-    gradients_reduced_by_model: bool = False
-    # Tensor-parallel groups (None: every process holds a whole replica).
-    groups: Groups | None = None
+    # The ("dp", "tp") device mesh and its CPU twin (``trainer.sharded.CpuTwin``), once a layout needs them.
+    mesh: Any = None
+    twin: Any = None
+    tensor_parallel: int = 1
 
     @classmethod
     def from_env(cls, backend: Backend) -> Distributed:
@@ -160,84 +164,54 @@ class Distributed:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def split_tensors(self, size: int) -> Collectives | None:
-        """Form tensor-parallel groups of ``size`` processes (collective); returns the group's collectives (None
-        when ``size`` is 1). Their time counts as communication."""
-        groups, comm = make_groups(self.world_size, self.rank, size, self.backend.process_group
-                                   if self.backend is not None else "gloo")
-        if comm is None:
-            return None
-        self.groups = groups
-        if not self.in_graph:
-            comm.stats = self.stats
-        return comm
+    def form_mesh(self, tensor_parallel: int) -> None:
+        """Form the ``("dp", "tp")`` device mesh and its CPU twin (collective: every process calls it)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from trainer.sharded import CpuTwin
+
+        device = self.backend.device.type if self.backend is not None else "cpu"
+        self.tensor_parallel = tensor_parallel
+        self.mesh = init_device_mesh(device, (self.world_size // tensor_parallel, tensor_parallel),
+                                     mesh_dim_names=("dp", "tp"))
+        self.twin = CpuTwin(self.mesh)
 
     @property
     def replicas(self) -> int:
         """Data-parallel processes: the model replicas the processes hold."""
-        return self.groups.replicas if self.groups is not None else self.world_size
+        return self.world_size // self.tensor_parallel
 
     @property
     def replica(self) -> int:
         """This process's replica (its data-parallel index)."""
-        return self.groups.replica if self.groups is not None else self.rank
+        return self.rank // self.tensor_parallel
 
     @property
     def data_group(self) -> Any:
-        """The processes to sum gradients and the loss over (None: every process)."""
-        return self.groups.data if self.groups is not None else None
+        """The processes to sum the loss over (None: every process)."""
+        return self.mesh["dp"].get_group() if self.tensor_parallel > 1 else None
 
     @property
     def in_graph(self) -> bool:
-        """The collectives are part of the device's lazy graph (torch-xla): issued there, untimed."""
+        """The collectives are part of the device's lazy graph (the retired PyTorch/XLA path): issued there,
+        untimed."""
         return self.backend is not None and self.backend.collectives_in_graph
 
-    def _xla_sum(self, tensors: torch.Tensor | list[torch.Tensor]) -> Any:
-        from trainer.legacy_xla import all_reduce_sum
-
-        return all_reduce_sum(tensors, self.groups.data_lists if self.groups is not None else None)
-
-    def reduce_gradients(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the gradients over the data-parallel processes (one bucket per dtype), timing it and, on sampled
-        steps, the skew of the processes' arrival. Under DDP or FSDP2 the backward has already reduced them (timed
-        by ``trainer.ddp``'s hook or ``trainer.fsdp.time_collectives``): only the arrival skew, at the end of the
-        backward, is sampled here. On torch-xla the sum joins the step's graph (in place, over a list)."""
+    def gradients_ready(self, params: list[torch.nn.Parameter]) -> None:
+        """The backward has ended (DDP or FSDP2 summed the gradients over ``"dp"`` inside it, timed by
+        ``trainer.ddp``'s hook or ``trainer.fsdp.time_collectives``): on sampled steps, the skew of the processes'
+        arrival here. On the retired PyTorch/XLA path the backend sums the gradients into the step's graph."""
         if self.replicas <= 1:
             return
         if self.in_graph:
-            grads = [p.grad for p in params if p.grad is not None]
-            if grads:
-                self._xla_sum(grads)
+            self.backend.sum_gradients(params)  # type: ignore[union-attr]
             return
-        import torch.distributed as dist
-
         stats = self.stats
-        sample = stats is not None and stats.sampling()
-        if sample and self.synchronize is not None:
-            self.synchronize()  # on a device, arrival means the backward has finished, not just been queued
-        arrived = time.perf_counter()
-        if self.gradients_reduced_by_model:
-            if stats is not None and sample:
-                stats.skews.append(self._skew(arrived - stats.step_started))
+        if stats is None or not stats.sampling():
             return
-        started = stats.start() if stats is not None else None
-        # One collective per dtype rather than one per tensor: a LoRA model has dozens of small gradients, and each
-        # all-reduce pays the ranks' round trip.
-        buckets: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = {}
-        for p in params:
-            if p.grad is not None:
-                buckets.setdefault((p.grad.dtype, p.grad.device), []).append(p.grad)
-        for grads in buckets.values():
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.data_group)
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
-        if stats is not None:
-            stats.stop(started)
-            if sample:
-                stats.skews.append(self._skew(arrived - stats.step_started))
+        if self.synchronize is not None:
+            self.synchronize()  # on a device, arrival means the backward has finished, not just been queued
+        stats.skews.append(self._skew(time.perf_counter() - stats.step_started))
 
     def _skew(self, arrival: float) -> float:
         """Latest minus earliest arrival at the gradient all-reduce over the ranks (one small MAX all-reduce)."""
@@ -255,7 +229,7 @@ class Distributed:
         if self.world_size <= 1 or self.replicas <= 1:
             return loss
         if self.in_graph:
-            return self._xla_sum(loss)  # type: ignore[no-any-return]
+            return self.backend.sum_in_graph(loss)  # type: ignore[union-attr,no-any-return]
         import torch.distributed as dist
 
         loss = loss.clone()

@@ -20,7 +20,6 @@ class XlaBackend(Backend):
     """torch-xla device (torch-neuronx 2.x on Trainium2; XLA:CPU under ``PJRT_DEVICE=CPU`` in the XLA check)."""
 
     name = "xla"
-    shards_optimizer = False
     torch_data_parallel = False  # the gradients are all-reduced inside the lazy graph
     process_group = "xla"
     collectives_in_graph = True
@@ -86,6 +85,17 @@ class XlaBackend(Backend):
                 pass
         return super().memory_peak_mib()
 
+    # ---- the explicit sums (torch's DDP and FSDP2 do not run on the XLA device) -------------------------------
+    def sum_in_graph(self, tensors: torch.Tensor | list[torch.Tensor]) -> Any:
+        """Sum over every process inside the step's lazy graph (in place, over a list). This path refuses tensor
+        parallelism, so every process is a data-parallel replica."""
+        return self._xm.all_reduce(self._xm.REDUCE_SUM, tensors)
+
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            self.sum_in_graph(grads)
+
     def versions(self) -> dict[str, str | None]:
         return _package_versions(("torch_xla", "torch-xla"), ("torch_neuronx", "torch-neuronx"),
                                  ("neuronx_cc", "neuronx-cc"), ("neuron_runtime", "libneuronxla"))
@@ -110,10 +120,3 @@ def _initialize_xla_cache(directory: Path) -> None:
 def register_process_group() -> None:
     """torch-xla's "xla" process group is registered by importing its backend module."""
     import torch_xla.distributed.xla_backend  # noqa: F401
-
-
-def all_reduce_sum(tensors: torch.Tensor | list[torch.Tensor], groups: list[list[int]] | None) -> Any:
-    """Sum over the replica ``groups`` inside the step's lazy graph (in place, over a list)."""
-    import torch_xla.core.xla_model as xm
-
-    return xm.all_reduce(xm.REDUCE_SUM, tensors, groups=groups)

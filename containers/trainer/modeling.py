@@ -91,15 +91,28 @@ def is_lora(model: torch.nn.Module) -> bool:
     return hasattr(model, "peft_config")
 
 
-def weights_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """What a checkpoint keeps of the model: the adapter for LoRA (peft's standard keys), else every weight."""
+def weights_state(model: torch.nn.Module, full: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """What a checkpoint keeps of the model: the adapter for LoRA (peft's standard keys), else every weight. ``full``:
+    the model's whole state dict where it was gathered from shards (``trainer.sharded.full_state``)."""
     if is_lora(model):
         from peft import get_peft_model_state_dict
 
-        state = get_peft_model_state_dict(model)
+        state = get_peft_model_state_dict(model, state_dict=full)
     else:
-        state = model.state_dict()
+        state = model.state_dict() if full is None else full
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}
+
+
+def model_keys(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Checkpoint weights under the model's own state-dict names: peft's adapter keys name no adapter (peft drops
+    ``.default`` when it saves), so they get it back; a full model's keys are its own."""
+    if not is_lora(model):
+        return tensors
+    own = {k.replace(".default", ""): k for k in model.state_dict() if ".default." in k}
+    missing = sorted(set(tensors) - set(own))
+    if missing:
+        raise ModelError(f"checkpoint adapter does not match the model: unexpected keys {missing[:3]}")
+    return {own[k]: v for k, v in tensors.items()}
 
 
 def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:

@@ -12,21 +12,15 @@ import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import torch
 
-from lambdas.domain.trial import (
-    TrialSpec,
-    gradient_accumulation_steps,
-    parse_trial,
-    tensor_parallel_problems,
-    track_layout,
-)
-from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, storage, tensor_parallel
+from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
+from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, sharded, storage, tensor_parallel
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
@@ -35,20 +29,15 @@ from trainer.distributed import Distributed
 from trainer.faults import FaultPlan, ForcedFailure, PlannedFault, TerminationFlag, forced_failure_point
 from trainer.metrics import CloudWatchPublisher, MetricsLog, NullPublisher, Progress, publishing_enabled
 from trainer.modeling import (
-    adapter_config,
     build_model,
     build_tokenizer,
     greedy_complete,
-    load_weights,
     token_loss_sum,
-    weights_state,
 )
 from trainer.optim import Optimizer
+from trainer.state import TrainState
 from trainer.summary import AttemptRecord, build_summary, previous_losses, write_summary
 
-# A final checkpoint after SIGTERM is attempted when the last save took less than this (Batch's stop timeout
-# before SIGKILL is 30 s by default; Spot gives two minutes' notice before that).
-SIGTERM_SAVE_BUDGET_S = float(os.environ.get("DUALTRACK_SIGTERM_SAVE_BUDGET_S", "20"))
 # Checkpoints are written on a background thread while training goes on, unless this is "0".
 ASYNC_CHECKPOINT_VARIABLE = "DUALTRACK_ASYNC_CHECKPOINT"
 
@@ -102,18 +91,6 @@ def optimizer_record(spec: TrialSpec, sharding: str) -> dict[str, Any]:
             "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR, "sharding": sharding}
 
 
-def check_tensor_parallel(model: torch.nn.Module, size: int) -> None:
-    """Refuse a tensor_parallel the model's heads or MLP cannot be split by (whether or not this run splits it)."""
-    config = getattr(model, "config", None)
-    if config is None:
-        return
-    problems = tensor_parallel_problems(size, num_attention_heads=config.num_attention_heads,
-                                                     num_key_value_heads=config.num_key_value_heads,
-                                                     intermediate_size=config.intermediate_size)
-    if problems:
-        raise tensor_parallel.TensorParallelError("; ".join(f"model {name}: {text}" for name, text in problems))
-
-
 def run(cfg: RunConfig) -> int:
     """Run one attempt; returns the process exit code. The summary is written on every path out."""
     return Trainer(cfg).run()
@@ -160,8 +137,7 @@ class Trainer:
         self.force = forced_failure_point()
         self.cache_setup_s = 0.0
         self.fully_sharded = self.data_parallel = False  # FSDP2, DDP (decided in _set_up)
-        self.split: tensor_parallel.Sharding | None = None  # tensor-parallel slices (decided in _set_up)
-        self.position = 0
+        self.distributed_model = False  # its parameters are DTensors (FSDP2, tensor parallelism)
         self.pending: list[_Dispatched] = []  # dispatched steps whose loss is not read yet
         self.last_read = 0.0
 
@@ -217,7 +193,19 @@ class Trainer:
         record.layout, record.plan, record.world_size_run = layout, self.plan, self.dist.world_size
         # One process per device forms whole tensor-parallel groups; a stand-in with fewer processes runs replicas.
         degree = tensor_parallel.degree(self.dist.world_size, layout.tensor_parallel, layout.data_parallel)
-        comm = self.dist.split_tensors(degree)
+        if degree > 1 and not backend.torch_data_parallel:
+            raise tensor_parallel.TensorParallelError(
+                f"tensor_parallel {degree} needs DTensor, which the retired PyTorch/XLA backend ({backend.name}) "
+                "does not run: pin a TorchNeuron image (tracks.trn2.neuron_sdk 2.33 or later) or use "
+                "tensor_parallel 1")
+        replicas = self.dist.world_size // degree
+        full_parameter = spec.method in ("full", "continued_pretraining")
+        # Both tracks, the same APIs: DTensor tensor parallelism over "tp"; over "dp", FSDP2 for full-parameter runs
+        # and for tensor-parallel replicas (DDP takes no DTensor parameters), DDP for the rest.
+        self.fully_sharded = backend.torch_data_parallel and replicas > 1 and (full_parameter or degree > 1)
+        self.data_parallel = backend.torch_data_parallel and replicas > 1 and not self.fully_sharded
+        if degree > 1 or self.fully_sharded:
+            self.dist.form_mesh(degree)
         record.tensor_parallel_run = degree
         record.model_parallel_run = layout.pipeline_parallel == 1
         try:
@@ -230,9 +218,7 @@ class Trainer:
         self.tokenizer = build_tokenizer(spec)
         self.model = build_model(spec, self.tokenizer)
         if layout.tensor_parallel > 1:  # a layout one process per device could not run fails here too
-            check_tensor_parallel(self.model, layout.tensor_parallel)
-        if comm is not None:
-            self.split = tensor_parallel.split_model(self.model, comm)
+            tensor_parallel.check_model(self.model, layout.tensor_parallel)
         self.phases["environment_s"] = time.perf_counter() - self.t0
 
         t = time.perf_counter()
@@ -250,41 +236,38 @@ class Trainer:
         backend.configure_cache(record.cache.directory)
         self.cache_setup_s = time.perf_counter() - t
         self.model = backend.prepare(self.model)
-        self.step_model = self.model
-        full_parameter = spec.method in ("full", "continued_pretraining")
-        # Both tracks, several processes, each running at least one micro-batch: FSDP2 for full-parameter runs, DDP
-        # for the others. Otherwise (a tensor-parallel layout, the retired XLA path) the gradients are all-reduced
-        # explicitly.
-        wrapped = (backend.torch_data_parallel and self.split is None
-                   and 1 < self.dist.world_size <= layout.data_parallel)
-        self.fully_sharded = wrapped and full_parameter
-        self.data_parallel = wrapped and not full_parameter
-        cpu_mesh = None
+        if degree > 1:
+            tensor_parallel.parallelize(self.model, self.dist.mesh["tp"])
         if self.fully_sharded:
-            from torch.distributed.device_mesh import DeviceMesh
-
-            fsdp.shard_model(self.model, backend.device.type, self.dist.world_size)
-            cpu_mesh = DeviceMesh.from_group(self.dist.checkpoint_group, "cpu")
-            self.dist.gradients_reduced_by_model = True
+            fsdp.shard_model(self.model, self.dist.mesh["dp"])
             if self.dist.stats is not None and not fsdp.time_collectives(self.model, self.dist.stats):
                 self.dist.stats.measured = False  # its collectives run inside forward and backward, untimed
+        if degree > 1 and self.dist.stats is not None:
+            self.dist.stats.untimed.append("tensor-parallel all-reduces inside DTensor's forward and backward")
+        self.step_model = self.model
         if self.data_parallel:
             self.step_model = ddp.wrap(self.model, backend.device, self.dist.stats)
-            self.dist.gradients_reduced_by_model = True
         self.step_model = backend.compiled(self.step_model)
+        self.distributed_model = sharded.is_sharded(self.model)
         # After the move: on XLA, Module.to() replaces the Parameter objects, so earlier references would be stale.
         self.named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in self.named]
-        self.optimizer = Optimizer(self.named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY, dist=self.dist,
-                                   sharded=full_parameter and backend.shards_optimizer, cpu_mesh=cpu_mesh,
-                                   split=self.split)
+        sharding = "fsdp2" if self.fully_sharded else ("tensor-parallel" if degree > 1 else "replicated")
+        self.optimizer = Optimizer(self.named, lr=spec.learning_rate, weight_decay=WEIGHT_DECAY,
+                                   twin=self.dist.twin if self.distributed_model else None,
+                                   main=self.dist.is_main, sharding=sharding)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.local, lr_lambda(spec.max_steps))
-        record.optimizer = optimizer_record(spec, self.optimizer.sharding)
+        self.state = TrainState(self.model, self.optimizer, self.scheduler, main=self.dist.is_main,
+                                device=backend.device, identity={"trial": spec.name, "spec_hash": spec.spec_hash()},
+                                meta={"track": cfg.track, "run": cfg.run, "backend": backend.name,
+                                      "method": spec.method, "attempt": cfg.attempt})
+        record.optimizer = optimizer_record(spec, sharding)
         self.checkpointer = checkpoint.Checkpointer(cfg.run_dir, interval=spec.checkpoint_interval_steps,
                                                     max_steps=spec.max_steps, dist=self.dist,
-                                                    sharding=self.optimizer.sharding,
+                                                    sharding=sharding,
                                                     asynchronous=asynchronous_checkpoints(),
-                                                    on_commit=self._committed)
+                                                    on_commit=self._committed, on_exists=self._exists,
+                                                    synchronize=backend.synchronize)
         record.asynchronous_checkpoints = self.checkpointer.asynchronous
 
     def _restore(self) -> None:
@@ -292,34 +275,21 @@ class Trainer:
         cfg, record, plan = self.cfg, self.record, self.plan
         t = time.perf_counter()
         sources = [cfg.run_dir] + ([cfg.resume_from] if cfg.resume_from else [])
-        found = self.checkpointer.restore(sources, spec_hash=self.spec.spec_hash(),
-                                          names=self.optimizer.loaded_names(), make=self.optimizer.make_template)
+        found = self.checkpointer.restore(sources, spec_hash=self.spec.spec_hash(), state=self.state)
         record.skipped = found.skipped
         for skipped in found.skipped:
             self.emit("checkpoint_skipped", step=skipped.step, uri=skipped.uri, reason=skipped.reason)
-        start_step, position = 0, 0
+        state = self.state
         if found.loaded is not None:
             ckpt = found.loaded
-            if self.fully_sharded:
-                fsdp.load_full_weights(self.model, ckpt.weights)
-            else:
-                with self._whole(gather=False):  # tensor-parallel slices cut from the whole weights loaded
-                    load_weights(self.model, {k: v.to(self.backend.device) for k, v in ckpt.weights.items()})
-            self.optimizer.load_shard(ckpt.optimizer)
-            self.scheduler.load_state_dict(ckpt.scheduler)
-            # The scheduler's state holds the step's rate; the param group (rebuilt, not loaded) must carry it too.
-            for group, rate in zip(self.optimizer.local.param_groups, self.scheduler.get_last_lr(), strict=True):
-                group["lr"] = rate
-            checkpoint.restore_rng(ckpt.rng)
-            start_step, position = ckpt.step, int(ckpt.state["data_position"]["samples_consumed"])
             record.resumed_from_step, record.resumed_from_uri = ckpt.step, ckpt.uri
-            record.resume_position_ok = position == ckpt.step * plan.global_batch
+            record.resume_position_ok = state.position == ckpt.step * plan.global_batch and state.step == ckpt.step
             record.previous = previous_losses(sorted({cfg.run_dir, ckpt.uri.rsplit("/checkpoints/", 1)[0]}),
                                               cfg.attempt, cfg.run_dir)
-            self.emit("resume", from_step=ckpt.step, uri=ckpt.uri, samples_consumed=position)
+            self.emit("resume", from_step=ckpt.step, uri=ckpt.uri, samples_consumed=state.position)
         self.phases["checkpoint_restore_s"] = time.perf_counter() - t
-        record.start_step, record.global_step, record.position = start_step, start_step, position
-        self.position = position
+        record.start_step, record.global_step, record.position = state.step, state.step, state.position
+        start_step = state.step
         if found.loaded is not None and cfg.resume_from and found.loaded.uri.startswith(cfg.resume_from.rstrip("/")):
             # Another run's checkpoint (a GPU fallback resuming Trainium2): the fixed evaluation set at the resumed
             # step, before any training here, is the continuity the report shows against that run's last eval.
@@ -369,43 +339,46 @@ class Trainer:
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _loop(self, fault: FaultPlan) -> None:
-        spec, checkpointer, flag = self.spec, self.checkpointer, self.flag
-        vote: Callable[[], bool] | None = None
-        try:
-            for step in range(self.record.start_step + 1, spec.max_steps + 1):
-                if checkpointer.in_flight:
-                    self._saving(checkpointer.poll)
-                self._step(step, overlapping=checkpointer.in_flight)
+        spec, ckpt, state = self.spec, self.checkpointer, self.state
+        with self._stop_votes() as stop_requested:
+            for step in range(state.step + 1, spec.max_steps + 1):
+                self._step(step, overlapping=ckpt.in_flight)
+                stop = stop_requested()
                 evaluate = step % spec.evaluation.interval_steps == 0 or step == spec.max_steps
-                due = checkpointer.due(step)
-                # SIGTERM reaches the ranks a moment apart: they agree whether any got it, so all stop at the same
-                # step (one rank checkpointing while another starts the next step would hang both). Several processes
-                # vote asynchronously and read the previous step's answer, so no step waits for the vote.
-                if self.dist.world_size <= 1:
-                    stop = flag.requested
-                else:
-                    stop = vote() if vote is not None else False
-                    vote = self.dist.vote_any(flag.requested)
-                if evaluate or due or stop:
+                if evaluate or ckpt.due(step) or stop:
                     self._drain()  # the step's own record first, and no device work left behind the pause
                 if evaluate:
                     self._evaluate(step)
-                if due:
-                    # The last step's checkpoint and one a stop is waiting for are committed before going on.
-                    blocking = step == spec.max_steps or stop
-                    self._saving(partial(self._save, step, blocking=blocking, fail=self.force == "save"))
-                if fault.fires(step):
-                    self._saving(checkpointer.wait)  # a planned fault fires after the step's checkpoint is durable
+                self._saving(partial(ckpt.step_end, state, stop=stop, fault_next=fault.fires(step),
+                                     fail=self.force == "save"))
                 fault.check(step)
                 if stop:
-                    self._stop(step, due)
-            self._saving(checkpointer.wait)
+                    self._stop(step)
+            self._saving(ckpt.wait)
+
+    @contextlib.contextmanager
+    def _stop_votes(self) -> Iterator[Callable[[], bool]]:
+        """Whether to stop after this step. SIGTERM reaches the ranks a moment apart: they agree whether any got it,
+        so all stop at the same step (one rank checkpointing while another starts the next step would hang both).
+        Several processes vote asynchronously and read the previous step's answer, so no step waits for the vote.
+        On the way out no vote is left in flight, and every step that ran is recorded (a planned fault or an
+        interruption included; if the device itself failed, the original error is the one to report)."""
+        flag, vote = self.flag, None
+
+        def requested() -> bool:
+            nonlocal vote
+            if self.dist.world_size <= 1:
+                return flag.requested
+            answer = vote() if vote is not None else False
+            vote = self.dist.vote_any(flag.requested)
+            return answer
+
+        try:
+            yield requested
         finally:
-            if vote is not None:  # no collective left in flight on the control group
+            if vote is not None:
                 with contextlib.suppress(Exception):
                     vote()
-            # A planned fault or an interruption still records every step it ran; if the device itself failed, the
-            # original error is the one to report.
             with contextlib.suppress(Exception):
                 self._drain()
 
@@ -414,7 +387,7 @@ class Trainer:
         backend, dist, plan = self.backend, self.dist, self.plan
         t = time.perf_counter()
         dist.begin_step(step)
-        ids, labels = self.stream.take(self.position, plan.global_batch)
+        ids, labels = self.stream.take(self.state.position, plan.global_batch)
         norm = float(loss_tokens(labels))
         step_loss = torch.zeros((), device=backend.device)
         if self.force in ("compile", "step") and step == self.record.start_step + 1:
@@ -436,19 +409,17 @@ class Trainer:
                                           backend.to_device(mlabels)) / norm
                 loss.backward()
             step_loss = step_loss + loss.detach()
-        dist.reduce_gradients(self.params)
-        if self.split is not None:
-            self.split.clip_grad_norm_(self.named, GRAD_CLIP_NORM)
-        else:
-            torch.nn.utils.clip_grad_norm_(self.params, GRAD_CLIP_NORM)
+        dist.gradients_ready(self.params)
+        sharded.clip_grad_norm_(self.params, GRAD_CLIP_NORM)
         self.optimizer.step(backend)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         self.optimizer.zero_grad()
         global_loss = dist.reduce_loss(step_loss)  # before step_end: on XLA it belongs in this step's graph
         backend.step_end()
-        self.position += plan.global_batch
-        self.record.global_step, self.record.position = step, self.position
+        state = self.state
+        state.step, state.position = step, state.position + plan.global_batch
+        self.record.global_step, self.record.position = step, state.position
         self.pending.append(_Dispatched(step, t, backend.read_later(global_loss), lr, overlapping))
         self._drain(keep=backend.loss_read_lag)
 
@@ -476,14 +447,14 @@ class Trainer:
             self.emit("step", step=entry.step, loss=round(value, 6), step_time_s=round(elapsed, 4),
                       tokens_per_s=round(tokens / elapsed, 1) if elapsed > 0 else None)
 
-    def _stop(self, step: int, saved_this_step: bool) -> None:
-        """SIGTERM: wait for a save in flight, checkpoint this step if there is time, and leave."""
-        self._saving(self.checkpointer.wait)
-        saved = self.record.saved
-        last_save = saved[-1].save_s if saved else 0.0
-        if not saved_this_step and last_save <= SIGTERM_SAVE_BUDGET_S:
-            self._saving(partial(self._save, step, blocking=True, fail=False))
-        self.emit("interrupted", step=step, checkpointed=bool(saved and saved[-1].step == step))
+    def _stop(self, step: int) -> None:
+        """SIGTERM: the checkpointer finishes what is in flight and saves this step if there is time; then leave."""
+        t = time.perf_counter()
+        try:
+            checkpointed = self.checkpointer.on_stop(self.state)
+        finally:
+            self.phases["checkpoint_save_s"] += time.perf_counter() - t
+        self.emit("interrupted", step=step, checkpointed=checkpointed)
         raise _Interrupted
 
     # ---- evaluation, checkpoints, compile ----------------------------------------------------------------------
@@ -514,37 +485,8 @@ class Trainer:
         finally:
             self.phases["checkpoint_save_s"] += time.perf_counter() - t
 
-    def _save(self, step: int, *, blocking: bool, fail: bool) -> None:
-        """Snapshot the step's state to the CPU (every process its optimizer part, process 0 the rest) and hand it
-        to the checkpointer (which reports each commit to ``_committed``)."""
-        self.backend.synchronize()
-        # Fully sharded weights are gathered whole onto process 0 (every process takes part); tensor-parallel
-        # slices by the processes of process 0's group.
-        gathered = fsdp.full_weights(self.model, main=self.dist.is_main) if self.fully_sharded else None
-        if self.split is not None and self.dist.replica == 0:
-            with self._whole(gather=True):
-                gathered = weights_state(self.model) if self.dist.is_main else None
-        main = None
-        if self.dist.is_main:
-            cfg, spec = self.cfg, self.spec
-            main = checkpoint.MainFiles(
-                weights=gathered if gathered is not None else weights_state(self.model),
-                lora_config=adapter_config(self.model),
-                scheduler=self.scheduler.state_dict(), rng=checkpoint.rng_state(),
-                state={"global_step": step, "data_position": {"samples_consumed": self.position},
-                       "trial": spec.name, "spec_hash": spec.spec_hash()},
-                meta={"track": cfg.track, "run": cfg.run, "backend": self.backend.name, "method": spec.method,
-                      "attempt": cfg.attempt})
-        started = self.checkpointer.save(checkpoint.Snapshot(step, self.optimizer.state_shard(), main),
-                                         blocking=blocking, fail_before_manifest=fail)
-        if not started:
-            self.emit("checkpoint_exists", step=step, uri=checkpoint.step_uri(self.cfg.run_dir, step))
-
-    def _whole(self, *, gather: bool) -> contextlib.AbstractContextManager[None]:
-        """Within the block the trainable parameters are whole (see ``tensor_parallel.Sharding.whole``)."""
-        if self.split is None:
-            return contextlib.nullcontext()
-        return self.split.whole(self.model, [n for n, _ in self.named], gather=gather)
+    def _exists(self, step: int) -> None:
+        self.emit("checkpoint_exists", step=step, uri=checkpoint.step_uri(self.cfg.run_dir, step))
 
     def _committed(self, saved: checkpoint.SavedCheckpoint) -> None:
         self.record.saved.append(saved)
@@ -567,14 +509,14 @@ class Trainer:
                                      else None, attempt=self.cfg.attempt)
 
     def _final_samples(self) -> list[dict[str, Any]]:
-        """Process 0 completes the fixed prompts (every process runs a fully sharded model's forward with it, and
-        the processes of its tensor-parallel group theirs, on the device)."""
-        together = self.fully_sharded or (self.split is not None and self.dist.replica == 0)
+        """Process 0 completes the fixed prompts (every process runs a sharded model's forward with it, on the
+        device)."""
+        together = self.distributed_model
         if not self.spec.evaluation.prompts or not (self.dist.is_main or together):
             return []
         t = time.perf_counter()
         backend, model, evaluation = self.backend, self.model, self.spec.evaluation
-        on_device = backend.generates_on_device or self.split is not None
+        on_device = backend.generates_on_device or together
         device = backend.device if on_device else torch.device("cpu")
         if not on_device:
             model = model.to("cpu")  # a CPU copy of the trained weights

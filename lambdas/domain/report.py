@@ -272,6 +272,7 @@ def _parallel(summary: RunSummary) -> dict[str, Any] | None:
         "sync_wait_median_s": comm.sync_wait_median_s,
         "sync_wait_max_s": comm.sync_wait_max_s,
         "communication_measured": comm.measured,
+        "communication_untimed": list(comm.untimed),
     }
 
 
@@ -280,7 +281,8 @@ def _split_basis(layout: LayoutRecord) -> str:
     if tensor == 1:
         return ""
     if ran == tensor:
-        return f", the model split over tensor-parallel groups of {tensor} processes"
+        return (f", the model split over tensor-parallel groups of {tensor} processes (DTensor; the groups' "
+                f"all-reduces run inside forward and backward and are not in the communication time)")
     return f", each process the whole model (tensor_parallel {tensor} splits it with one process per device)"
 
 

@@ -171,11 +171,13 @@ class OptimizerRecord(_Model):
     lr_schedule: str | None = Field(default=None, description="Shape of the learning-rate schedule.")
     warmup_steps: Annotated[int, Field(ge=0)] | None = None
     final_lr_factor: float | None = Field(default=None, description="Rate at max_steps as a fraction of the peak.")
-    sharding: Literal["replicated", "zero-1", "fsdp2"] | None = Field(
-        default=None, description="replicated: every process holds all optimizer state; zero-1: each process holds "
-                                  "the state of the parameters it owns (1/N of it) and broadcasts their updates; "
-                                  "fsdp2: parameters, gradients and optimizer state are all sharded 1/N per "
-                                  "process (torch FSDP2).")
+    sharding: Literal["replicated", "zero-1", "fsdp2", "tensor-parallel"] | None = Field(
+        default=None, description="replicated: every process holds all optimizer state (one process, or DDP); "
+                                  "tensor-parallel: each process holds the state of its slices of the split "
+                                  "projections (DTensor), the rest replicated over its group; fsdp2: parameters, "
+                                  "gradients and optimizer state are all sharded over the data-parallel processes "
+                                  "(torch FSDP2, over the tensor-parallel slices where there are some); zero-1: "
+                                  "summaries written before FSDP2 replaced the trainer's own ZeRO-1 optimizer.")
 
 
 class CheckpointOverlap(_Model):
@@ -201,8 +203,10 @@ class CommunicationRecord(_Model):
     that over the same steps' summed step time (``throughput.step_time_s`` times the steps, first step included).
     The sync wait of a step is the skew between the ranks reaching the gradient all-reduce: each rank's arrival time
     relative to its own step start, combined every ``sync_sample_every`` steps, latest minus earliest (relative
-    times need no clock alignment across hosts). ``measured`` is False where the collectives live inside a compiled
-    graph (Neuron) and cannot be timed from the host: the figures are then 0 / None, not measurements.
+    times need no clock alignment across hosts). ``measured`` is False where the collectives live inside a lazy
+    graph (the retired PyTorch/XLA path) and cannot be timed from the host: the figures are then 0 / None, not
+    measurements. ``untimed`` names collectives that ran but are not in ``communication_s`` (tensor parallelism's,
+    inside DTensor's forward and backward).
     """
 
     world_size: Annotated[int, Field(ge=1)] = 1
@@ -217,6 +221,7 @@ class CommunicationRecord(_Model):
     sync_wait_mean_s: Seconds | None = None
     sync_samples: Annotated[int, Field(ge=0)] = 0
     sync_sample_every: Annotated[int, Field(ge=1)] = 1
+    untimed: list[str] = Field(default_factory=list, description="Collectives that ran but are not timed here.")
 
 
 class RunSummary(_Model):

@@ -75,7 +75,7 @@ def test_a_torchneuron_rank_gets_the_neuron_device_process_group_and_compile_set
         backend.configure_cache(Path({str(tmp_path / 'neff')!r}))
         print(json.dumps({{"device": str(backend.device), "pg": backend.process_group,
                           "stand_in": backend.stand_in, "ddp": backend.torch_data_parallel,
-                          "zero1": backend.shards_optimizer, "execution": backend.execution,
+                          "in_graph": backend.collectives_in_graph, "execution": backend.execution,
                           "env": {{k: os.environ.get(k) for k in ("TORCH_NEURONX_NEFF_CACHE_DIR", "NEURON_CC_FLAGS",
                                                                 "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")}}}}))
     """)
@@ -85,7 +85,7 @@ def test_a_torchneuron_rank_gets_the_neuron_device_process_group_and_compile_set
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["device"] == "neuron:3" and seen["pg"] == "neuron" and seen["stand_in"] is False
-    assert seen["ddp"] is True and seen["zero1"] is False and seen["execution"] == "compiled"
+    assert seen["ddp"] is True and seen["in_graph"] is False and seen["execution"] == "compiled"
     assert seen["env"] == {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"), "NEURON_CC_FLAGS": "--optlevel=2",
                            "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1"}
 

@@ -21,7 +21,7 @@ STEPS = 8
 # processes: the same global batch, accumulation and data order, so the same losses.
 TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1},
           "trn2": {"instance_type": "trn2.3xlarge", "nodes": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
-                   "neuron_sdk": "2.26.0"}}
+                   "neuron_sdk": "2.33.0"}}
 COMMON = {"method": "full", "lora": None, "max_steps": STEPS, "checkpoint_interval_steps": 4, "tracks": TRACKS,
           "evaluation": {"interval_steps": STEPS, "prompts": ["What is 2 plus 3?"], "max_new_tokens": 2}}
 
