@@ -243,10 +243,23 @@ def verify(base: str, *, spec_hash: str | None = None) -> tuple[dict[str, Any], 
     if len(names) != len(records) or len(set(names)) != len(names):
         raise ValueError("the manifest's shard list is malformed (entries without a name, or a name twice)")
     shards = {str(r["name"]): _checked(base, r) for r in records}
-    missing = [n for n in (manifest.get("weights"), ".metadata", "scheduler.pt", "rng.pt", "trainer_state.json")
-               if n not in shards]
+    optimizer = manifest.get("optimizer")
+    processes = optimizer.get("processes") if isinstance(optimizer, dict) else None
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError("the manifest does not say how many processes wrote the optimizer state")
+    # torch.distributed.checkpoint's FileSystemWriter writes one data file per process (``__<rank>_0.distcp``), an
+    # empty one included: each must be listed, or the state cannot be read back whole.
+    required = [manifest.get("weights"), ".metadata", *(f"__{p}_0.distcp" for p in range(processes)),
+                "scheduler.pt", "rng.pt", "trainer_state.json"]
+    missing = [n for n in required if n not in shards]
     if missing:
         raise ValueError(f"the manifest lacks {', '.join(map(str, missing))}")
+    try:
+        own_step = json.loads(shards["trainer_state.json"]).get("global_step")
+    except (ValueError, AttributeError):
+        raise ValueError("trainer_state.json is not a JSON object") from None
+    if own_step is not None and own_step != manifest.get("step"):
+        raise ValueError(f"the manifest says step {manifest.get('step')} but its trainer state is step {own_step}")
     return manifest, shards
 
 
@@ -333,8 +346,14 @@ def load(found: Found, *, names: list[str] | None, group: Any | None,
             absent = wanted - {k.removeprefix(OPTIM_PREFIX).rpartition("/")[0] for k in template}
             if absent:
                 raise ValueError(f"checkpoint {found.uri} has no optimizer state for {sorted(absent)[:3]}")
-        with _single_process_quiet(group):
-            dcp.load(template, storage_reader=reader, process_group=group, no_dist=group is None)
+        try:
+            with _single_process_quiet(group):
+                dcp.load(template, storage_reader=reader, process_group=group, no_dist=group is None)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # torch's CheckpointException is a BaseException: it must not end the attempt
+            raise CheckpointError(f"checkpoint {found.uri} does not load: {type(exc).__name__}: {exc}"[:2000]) \
+                from None
     loaded = LoadedCheckpoint(
         step=found.step, uri=found.uri, manifest=found.manifest,
         weights=load_safetensors(_checked(found.uri, records[found.manifest["weights"]])),
@@ -353,9 +372,18 @@ class ResumeSearch:
 
 
 def load_newest(run_dirs: list[str], *, spec_hash: str | None = None, max_step: int | None = None) -> ResumeSearch:
-    """One process: the newest checkpoint that verifies, with every parameter's optimizer state."""
-    found, skipped = find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step)
-    return ResumeSearch(None if found is None else load(found, names=None, group=None), skipped)
+    """One process: the newest checkpoint that verifies and loads, with every parameter's optimizer state."""
+    skipped: list[Skipped] = []
+    while True:
+        found, passed = find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step)
+        skipped += passed
+        if found is None:
+            return ResumeSearch(None, skipped)
+        try:
+            return ResumeSearch(load(found, names=None, group=None), skipped)
+        except (ValueError, CheckpointError) as exc:
+            skipped.append(Skipped(found.step, found.uri, str(exc)))
+            max_step = found.step - 1
 
 
 # ---- the checkpointer: when to save, saving in the background, committing ---------------------------------------
@@ -531,12 +559,26 @@ class Checkpointer:
     def restore(self, run_dirs: list[str], *, spec_hash: str, state: Any) -> ResumeSearch:
         """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads its
         share of it into ``state`` (``TrainState``)."""
-        decision = find_newest(run_dirs, spec_hash=spec_hash) if self.dist.is_main else None
-        found, skipped = self.dist.broadcast_object(decision)
-        if found is None:
-            return ResumeSearch(None, skipped)
+        skipped: list[Skipped] = []
+        max_step: int | None = None
         optimizer = state.optimizer
-        loaded = load(found, names=optimizer.loaded_names(), group=self.dist.checkpoint_group,
-                      make=optimizer.make_template)
-        state.load_state_dict(loaded.as_state())
-        return ResumeSearch(loaded, skipped)
+        while True:
+            decision = find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step) if self.dist.is_main else None
+            found, passed = self.dist.broadcast_object(decision)
+            skipped += passed
+            if found is None:
+                return ResumeSearch(None, skipped)
+            error: str | None = None
+            try:
+                loaded = load(found, names=optimizer.loaded_names(), group=self.dist.checkpoint_group,
+                              make=optimizer.make_template)
+            except (ValueError, CheckpointError) as exc:
+                error = str(exc)
+            # Every process reads the same files; they agree before any of them changes its state.
+            if self.dist.all_true(error is None):
+                state.load_state_dict(loaded.as_state())
+                return ResumeSearch(loaded, skipped)
+            reasons = self.dist.gather_objects(error)
+            reason = error or next((r for r in reasons or [] if r), "another process could not load it")
+            skipped.append(Skipped(found.step, found.uri, reason))
+            max_step = found.step - 1

@@ -29,7 +29,8 @@ def _snapshot(step: int, *, spec_hash: str = SPEC_HASH) -> checkpoint.Snapshot:
                        "exp_avg_sq": torch.ones(4)}}
     main = checkpoint.MainFiles(weights={"w": torch.arange(4.0) + step}, lora_config={"r": 2},
                                 scheduler={"last_epoch": step}, rng=checkpoint.rng_state(),
-                                state={"data_position": {"samples_consumed": step * 8}, "spec_hash": spec_hash},
+                                state={"global_step": step, "data_position": {"samples_consumed": step * 8},
+                                       "spec_hash": spec_hash},
                                 meta={"track": "trn2"})
     return checkpoint.Snapshot(step, optimizer, main)
 
@@ -119,8 +120,13 @@ def _drop_the_weights(manifest: dict[str, Any]) -> None:
     manifest["shards"] = [f for f in manifest["shards"] if not f["name"].endswith(".safetensors")]
 
 
+def _drop_the_optimizer_data(manifest: dict[str, Any]) -> None:
+    manifest["shards"] = [f for f in manifest["shards"] if f["name"] != "__0_0.distcp"]
+
+
 @pytest.mark.parametrize(("change", "reason"), [
     (_point_outside, "outside its own step directory"),
+    (_drop_the_optimizer_data, "lacks __0_0.distcp"),
     (_list_a_missing_shard, "__1_0.distcp is missing"),
     (_drop_the_weights, "lacks adapter_model.safetensors"),
 ])
@@ -132,6 +138,42 @@ def test_a_manifest_that_disagrees_with_its_files_is_refused(tmp_path: Path, cha
     found = checkpoint.load_newest([str(run_dir)], spec_hash=SPEC_HASH)
     assert found.loaded is not None and found.loaded.step == 4
     assert [s.step for s in found.skipped] == [8] and reason in found.skipped[0].reason
+
+
+def test_a_manifest_claiming_a_later_step_over_earlier_files_is_refused(tmp_path: Path) -> None:
+    """A step-20 directory holding step 8's files under a manifest that says 20: the trainer state's own step
+    disagrees, so resuming there would replay 12 steps' data as if trained."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    _save(str(run_dir), 4)
+    _save(str(run_dir), 8)
+    shutil.copytree(run_dir / "checkpoints" / "step-8", run_dir / "checkpoints" / "step-20")
+    _rewrite_manifest(run_dir, 20, lambda manifest: manifest.update(step=20))
+    found = checkpoint.load_newest([str(run_dir)], spec_hash=SPEC_HASH)
+    assert found.loaded is not None and found.loaded.step == 8
+    assert found.skipped[0].step == 20 and "its trainer state is step 8" in found.skipped[0].reason
+
+
+def test_optimizer_data_the_reader_cannot_load_falls_back_to_an_older_checkpoint(tmp_path: Path) -> None:
+    """The manifest verifies (its hash was rewritten to match), but ``torch.distributed.checkpoint`` cannot read the
+    data file: its ``CheckpointException`` is a ``BaseException``, which must not end the attempt."""
+    import hashlib
+
+    run_dir = tmp_path / "run"
+    _save(str(run_dir), 4)
+    _save(str(run_dir), 8)
+    data = b"not a torch.distributed.checkpoint data file"
+    (run_dir / "checkpoints" / "step-8" / "__0_0.distcp").write_bytes(data)
+
+    def rehash(manifest: dict[str, Any]) -> None:
+        record = next(f for f in manifest["shards"] if f["name"] == "__0_0.distcp")
+        record.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+    _rewrite_manifest(run_dir, 8, rehash)
+    found = checkpoint.load_newest([str(run_dir)], spec_hash=SPEC_HASH)
+    assert found.loaded is not None and found.loaded.step == 4
+    assert found.skipped[0].step == 8 and "does not load" in found.skipped[0].reason
 
 
 def test_a_checkpoint_of_another_spec_is_refused(tmp_path: Path) -> None:
