@@ -128,9 +128,9 @@ def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
     env = job_environment(trn2)
     assert env["NEURON_COMPILE_CACHE_URL"] == "s3://cache/neuron/llama/2.26/abc/"
     assert env["DUALTRACK_RUN_DIR"] == RUN_DIRS["trn2"] and env["DUALTRACK_TRIAL_ID"] == TRIAL
-    # From the job definition, under the overrides: the shipped Trainium2 image pins Neuron SDK 2.26, whose training
-    # stack is the retired PyTorch/XLA path (lambdas.domain.vocabulary.trn2_backend).
-    assert env["DUALTRACK_BACKEND"] == "xla"
+    # From the job definition, under the overrides: the shipped Trainium2 image pins Neuron SDK 2.33, whose training
+    # stack is TorchNeuron (lambdas.domain.vocabulary.trn2_backend).
+    assert env["DUALTRACK_BACKEND"] == "neuron"
     assert trn2.job_name == f"{TRIAL}-trn2"
     assert trn2.job_queue.arn.endswith("/" + JOBS["trn2"]["queue"])
     assert trn2.job_definition.name == JOBS["trn2"]["definition"]
