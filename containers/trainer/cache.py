@@ -46,11 +46,13 @@ class CompileCache:
         held = storage.list_files(url)
         torn = bool(_artefacts(held)) and MARKER not in held
         if on_neuron:
-            # torch-neuronx reads and writes NEURON_COMPILE_CACHE_URL (local or s3://) itself; a torn entry is
-            # reported (the summary says so) and made whole by this attempt's publish.
+            # The retired PyTorch/XLA torch-neuronx reads and writes NEURON_COMPILE_CACHE_URL (local or s3://)
+            # itself; a torn entry is reported (the summary says so) and made whole by this attempt's publish.
             return cls(url, None, len(_artefacts(held)), torn)
         # A local mirror per process and entry: what it holds is what the shared entry held, when complete. It is
         # the same directory for a second attempt in the same process: XLA sets its persistent cache once a process.
+        # TorchNeuron gets this mirror too: its NEFF cache is a filesystem path (TORCH_NEURONX_NEFF_CACHE_DIR,
+        # "TorchNeuron environment variables"), not an s3:// URL, so S3 is reached only through sync down and publish.
         directory = _MIRRORS.get(url) or Path(tempfile.mkdtemp(prefix="dualtrack-compile-cache-"))
         _MIRRORS[url] = directory
         if not torn:

@@ -23,7 +23,9 @@ failed rank's exit code and exits with :func:`job_exit_code` of them; a SIGTERM 
 forwarded by the elastic agent to every rank, which checkpoints if it can and exits, and the launcher then exits with
 :func:`signal_exit_code` (143 for SIGTERM). The Neuron compile stage (``neuron_parallel_compile``, an external
 driver that starts torchrun itself, used by the retired PyTorch/XLA path only) is still exec'd; its outputs are
-compile artifacts, not a resumable run. On TorchNeuron the compile stage runs the ranks like training, compile-only.
+compile artifacts, not a resumable run. On TorchNeuron the compile stage starts the ranks as training does, on the
+same Trn2 hosts, and runs its few steps for real: each graph compiles on its first call (TorchNeuron's compile-only
+mode is the job's opt-in, :func:`torchneuron_compile_only`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ NEURON_EFA = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_
 # neuron_parallel_compile CLI: "neuron_parallel_compile <run commands>", e.g. "neuron_parallel_compile torchrun
 # --nproc_per_node=2 <train script>"; the outputs of that run are not valid results, only its graphs are kept.
 NEURON_PARALLEL_COMPILE = "neuron_parallel_compile"
+
+# TorchNeuron's compile-only mode ("How torch.compile works on Neuron" lists it): the graphs
+# ``torch.compile(backend="neuron")`` captures go through neuronx-cc into the NEFF cache and are not run. vLLM
+# Neuron's TorchNeuron Native backend design turns it on with ``TORCH_NEURONX_COMPILE_ONLY=1``; TorchNeuron's boolean
+# variables take 1 or 0 ("TorchNeuron environment variables"). No TorchNeuron page documents compiling training graphs
+# without a Trainium device (the TorchNeuron FAQ answers "No" to torch.compile on an instance without Trainium
+# hardware), so the stage runs on training's own Trn2 hosts, where the target is detected and
+# ``NEURON_PLATFORM_TARGET_OVERRIDE`` (what a CPU-only compile needs) is not set.
+COMPILE_ONLY_VARIABLE = "TORCH_NEURONX_COMPILE_ONLY"
 
 # ``python -m torch.distributed.run`` (torchrun): the elastic launcher's module.
 TORCHRUN_MODULE = "torch.distributed.run"
@@ -110,13 +121,25 @@ def standin_processes(env: Mapping[str, str], devices_per_node: int) -> int:
     return count
 
 
+def torchneuron_compile_only(env: Mapping[str, str], compile_only: bool) -> dict[str, str]:
+    """The compile-only switch a TorchNeuron rank starts with. Off by default: the warm-up compile stage runs its few
+    steps for real, which is what TorchNeuron documents for training (a graph compiles on its first call into the
+    NEFF cache); no page documents what compile-only mode does to a training step's loss, eager optimizer and
+    collectives. A job whose environment says ``TORCH_NEURONX_COMPILE_ONLY=1`` opts its compile stage in. Training
+    is always off, whatever the image or the job sets: a step that compiles without running trains nothing."""
+    if not compile_only:
+        return {COMPILE_ONLY_VARIABLE: "0"}
+    return {COMPILE_ONLY_VARIABLE: "1" if env.get(COMPILE_ONLY_VARIABLE) == "1" else "0"}
+
+
 def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[str], env: Mapping[str, str],
                 local_address: str = "127.0.0.1", expected_nodes: int | None = None,
                 python: str = "python", compile_only: bool = False) -> LaunchPlan:
     """The command that starts this node's workers (``python -m trainer run ...`` once per device). On the retired
     PyTorch/XLA path, a compile-only run (the warm-up compile stage) goes through ``neuron_parallel_compile``: it runs
     the workers once to extract the training step's graphs, then compiles them in parallel into the persistent
-    cache. TorchNeuron compiles each graph on its first call, so its compile stage runs the ranks as training does."""
+    cache. TorchNeuron compiles each graph on its first call, so its compile stage starts the ranks as training does
+    (compile-only mode only where the job opts in: :func:`torchneuron_compile_only`)."""
     index, nodes, main = batch_node(env, local_address)
     if expected_nodes is not None and nodes != expected_nodes:
         raise LaunchError(f"the trial declares {expected_nodes} node(s) but Batch started {nodes} "
@@ -126,13 +149,13 @@ def launch_plan(*, backend: str, devices_per_node: int, worker_args: Sequence[st
     # The CPU stand-ins run one process per node unless told otherwise, joined across the nodes (gloo).
     per_node = standin_processes(env, devices_per_node) if stand_in else devices_per_node
     wrap = [NEURON_PARALLEL_COMPILE] if compile_only and backend == "xla" else []
+    extra = torchneuron_compile_only(env, compile_only) if backend == "neuron" else {}
     if nodes == 1 and per_node == 1:
-        return LaunchPlan(argv=[*wrap, *worker], nodes=nodes, node_rank=index, main_address=main)
+        return LaunchPlan(argv=[*wrap, *worker], env=extra, nodes=nodes, node_rank=index, main_address=main)
     port = rendezvous_port(env)
     torchrun = [f"--nnodes={nodes}", f"--node_rank={index}", f"--nproc_per_node={per_node}", f"--master_addr={main}",
                 f"--master_port={port}", "-m", "trainer", "run", *worker_args]
     argv = [*wrap, python, "-m", TORCHRUN_MODULE, *torchrun]
-    extra: dict[str, str] = {}
     if backend in NEURON_BACKENDS:
         extra["NEURON_RT_ROOT_COMM_ID"] = f"{main}:{NEURON_ROOT_COMM_PORT}"
         if nodes > 1:

@@ -11,7 +11,9 @@ control plane refers to them by name, never by a cross-stack export.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import aws_cdk as cdk
 import jsii
@@ -23,7 +25,27 @@ from constructs import Construct
 from infra.config import ComputeFamily, Track, batch_name
 from infra.constructs.nag import acknowledge
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.neuron_stack import host_driver_check
 from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
+SDK_IN_TAG = re.compile(r"-sdk(?P<sdk>\d+\.\d+(?:\.\d+)?)-")
+
+
+def image_versions(track: Track, family: ComputeFamily) -> dict[str, str]:
+    """The versions the track's trainer image pins: the stage's image_versions, and for the image built from
+    containers/neuron the Neuron SDK its base image tag names (``...-sdk2.26.0-...``)."""
+    versions: dict[str, str] = {str(name): value for name, value in family.image_versions.items()}
+    if track == "trn2" and not family.image_uri and "neuron_sdk" not in versions:
+        dockerfile = REPO_ROOT / DOCKERFILES[track]
+        text = dockerfile.read_text() if dockerfile.exists() else ""
+        base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.MULTILINE)
+        found = SDK_IN_TAG.search(base.group(1)) if base else None
+        if found:
+            versions["neuron_sdk"] = found.group("sdk")
+    return versions
+
 
 _IMAGE_TYPE = {"gpu": batch.EcsMachineImageType.ECS_AL2023_NVIDIA, "trn2": batch.EcsMachineImageType.ECS_AL2023}
 # Batch's ceiling for UpdatePolicy.jobExecutionTimeoutMinutes (API_UpdatePolicy).
@@ -67,6 +89,10 @@ class AcceleratorCapacity(Construct):
         super().__init__(scope, construct_id)
         self.track = track
         self.family = family
+        # A Trainium2 host checks its Neuron driver against the one its image's SDK release needs (an ECS Neuron AMI
+        # carries whatever driver was current at its build: lambdas.domain.neuron_stack).
+        sdk = image_versions(track, family).get("neuron_sdk") if track == "trn2" else None
+        self.driver_check = host_driver_check(sdk) if sdk else ""
         image = (PinnedImage(family.ami_id) if family.ami_id
                  else ec2.MachineImage.from_ssm_parameter(str(family.ami_ssm_parameter)))
         if family.ami_id is None:
@@ -144,7 +170,9 @@ class AcceleratorCapacity(Construct):
             compile_name = None
             if compile_queue:
                 # The warm-up compile stage's own queue on the same hosts: its jobs are told apart from training
-                # (queue, run and tags), count against the compile quota, and wait behind training for a host.
+                # (queue, run and tags), count against the compile quota, and wait behind training for a host. Not a
+                # CPU environment: TorchNeuron documents torch.compile on Trn2/Trn3 hardware only (its FAQ: "No" to
+                # compiling on an instance without Trainium hardware); docs/performance.md prices the difference.
                 compile_name = batch_name(stage, track, instance_type, COMPILE_QUEUE_SUFFIX.lstrip("-"))
                 self.queues[f"{instance_type}/compile"] = self._queue(f"CompileQueue{name}", compile_name, ordered,
                                                                       priority=5)
@@ -170,7 +198,7 @@ class AcceleratorCapacity(Construct):
         template = ec2.LaunchTemplate(
             self, construct_id,
             require_imdsv2=True,
-            user_data=efa_user_data(info.efa_interfaces) if info.efa_interfaces else None,
+            user_data=host_user_data(info.efa_interfaces, self.driver_check),
             block_devices=[ec2.BlockDevice(
                 device_name="/dev/xvda",
                 volume=ec2.BlockDeviceVolume.ebs(family.root_volume_gib, encrypted=True,
@@ -220,12 +248,19 @@ exit "$missing"
 """
 
 
-def efa_user_data(interfaces: int) -> ec2.MultipartUserData:
-    """The host set-up for an EFA instance type: load the EFA driver and check every interface's device."""
-    script = ec2.UserData.for_linux()
-    script.add_commands(EFA_SETUP.format(last=interfaces - 1, count=interfaces))
+def host_user_data(efa_interfaces: int, driver_check: str = "") -> ec2.MultipartUserData | None:
+    """The host set-up: for an EFA instance type, load the EFA driver and check every interface's device; on a
+    Trainium2 host, check the Neuron driver (``driver_check``). Each is its own part, so one failing does not skip
+    the other. None when there is nothing to set up."""
+    scripts = ([EFA_SETUP.format(last=efa_interfaces - 1, count=efa_interfaces)] if efa_interfaces else []) \
+        + ([driver_check] if driver_check else [])
+    if not scripts:
+        return None
     archive = ec2.MultipartUserData()
-    archive.add_user_data_part(script, ec2.MultipartBody.SHELL_SCRIPT, True)
+    for text in scripts:
+        script = ec2.UserData.for_linux()
+        script.add_commands(text)
+        archive.add_user_data_part(script, ec2.MultipartBody.SHELL_SCRIPT, True)
     return archive
 
 

@@ -12,9 +12,7 @@ other exit, including the permanent-fault code 76, EXITs so the workflow's GPU f
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -28,14 +26,11 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from infra.config import ComputeFamily, Track, batch_name
-from infra.constructs.batch_compute import QueueTarget
+from infra.constructs.batch_compute import DOCKERFILES, REPO_ROOT, QueueTarget, image_versions
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import job_access, telemetry
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.vocabulary import FAULT_EXIT_CODE, trn2_backend
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILES: dict[Track, str] = {"gpu": "containers/gpu/Dockerfile", "trn2": "containers/neuron/Dockerfile"}
 
 
 def trainer_backend(track: Track, versions: dict[str, str]) -> str:
@@ -74,23 +69,6 @@ def retry_strategies() -> list[batch.RetryStrategy]:
         batch.RetryStrategy.of(batch.Action.RETRY, batch.Reason.SPOT_INSTANCE_RECLAIMED),
         batch.RetryStrategy.of(batch.Action.EXIT, batch.Reason.custom(on_exit_code="*")),
     ]
-
-
-SDK_IN_TAG = re.compile(r"-sdk(?P<sdk>\d+\.\d+(?:\.\d+)?)-")
-
-
-def image_versions(track: Track, family: ComputeFamily) -> dict[str, str]:
-    """The versions the track's trainer image pins: the stage's image_versions, and for the image built from
-    containers/neuron the Neuron SDK its base image tag names (``...-sdk2.26.0-...``)."""
-    versions: dict[str, str] = {str(name): value for name, value in family.image_versions.items()}
-    if track == "trn2" and not family.image_uri and "neuron_sdk" not in versions:
-        dockerfile = REPO_ROOT / DOCKERFILES[track]
-        text = dockerfile.read_text() if dockerfile.exists() else ""
-        base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, re.MULTILINE)
-        found = SDK_IN_TAG.search(base.group(1)) if base else None
-        if found:
-            versions["neuron_sdk"] = found.group("sdk")
-    return versions
 
 
 def trainer_image(scope: Construct, track: Track, family: ComputeFamily) -> ecs.ContainerImage:

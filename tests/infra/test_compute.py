@@ -84,7 +84,9 @@ def test_the_compile_queue_shares_the_training_hosts_behind_training(compute: di
     """The warm-up compile stage's queue holds the same compute environment as the trn2 training queue, so a
     compile job runs on the instance type its graphs are for, and a lower priority: "job queues with a higher
     priority are evaluated first when associated with the same compute environment"
-    (https://docs.aws.amazon.com/batch/latest/userguide/job_queue_parameters.html)."""
+    (https://docs.aws.amazon.com/batch/latest/userguide/job_queue_parameters.html). Not a CPU environment: "Native
+    PyTorch for AWS Trainium" (AWS Neuron docs, FAQ) answers "No" to compiling with torch.compile on an instance
+    without Trainium hardware ("requires compilation on Trainium2 or Trainium3 (Trn2 or Trn3) instances")."""
     queues = {q["JobQueueName"]: q for q in props(compute, "AWS::Batch::JobQueue")}
     training, compile_ = queues["dualtrack-dev-trn2-trn2-48xlarge"], queues["dualtrack-dev-trn2-trn2-48xlarge-compile"]
     assert compile_["ComputeEnvironmentOrder"] == training["ComputeEnvironmentOrder"]

@@ -8,6 +8,7 @@ import re
 import subprocess
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,19 @@ def test_the_host_set_up_check_reads_the_loaded_driver(tmp_path: Path, loaded: s
     assert done.returncode == exit_code, done.stderr
     assert said in log_file.read_text() and said in console.read_text()
     assert host_driver_check("2.34.0") == ""
+
+
+def test_trainium2_hosts_check_their_neuron_driver_at_boot(compute: dict[str, Any]) -> None:
+    """The Trainium2 launch templates run the driver check for the SDK release the built image carries, as its own
+    part of the MIME multi-part user data Batch requires (AWS Batch, "Launch template support": "user data ... must
+    be in the MIME multi-part archive format"), beside the EFA set-up; the GPU hosts do not."""
+    from tests.infra.conftest import resources
+
+    need = minimum_driver("2.33.0")
+    for logical_id, template in resources(compute, "AWS::EC2::LaunchTemplate").items():
+        user_data = json.dumps(template["Properties"]["LaunchTemplateData"].get("UserData", ""))
+        checks = "dualtrack-neuron" in user_data
+        assert checks == logical_id.startswith("Trn2"), logical_id
+        assert "dualtrack-efa" in user_data  # the EFA part is still there
+        if checks:
+            assert f"needs aws-neuronx-dkms {need} or newer" in user_data and "multipart/mixed" in user_data

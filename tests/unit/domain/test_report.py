@@ -179,7 +179,9 @@ def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_device
         {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
     assert on_devices["device_utilisation"] == 1.0 and on_devices["tensor_parallel_run"] == 8
     assert on_devices["basis"] == ("64 process(es) ran the layout's 64 training ranks on backend cpu, the model "
-                                   "split over tensor-parallel groups of 8 processes")
+                                   "split over tensor-parallel groups of 8 processes (DTensor; the groups' "
+                                   "all-reduces run inside forward and backward and are not in the communication "
+                                   "time)")
 
 
 def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_it() -> None:
