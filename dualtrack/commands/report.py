@@ -13,6 +13,7 @@ from typing import Any
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
+from lambdas.domain.canonical import json_text
 
 HELP = describe(
     """\
@@ -73,7 +74,7 @@ def render(report: dict[str, Any], fmt: str) -> str:
     from lambdas.domain.report_render import render_html, render_markdown
 
     if fmt == "json":
-        return json.dumps(report, indent=2, sort_keys=True, default=str) + "\n"
+        return json_text(report, indent=2, sort_keys=True, default=str) + "\n"
     try:
         return render_html(report) if fmt == "html" else align_markdown_tables(render_markdown(report)) + "\n"
     except (KeyError, TypeError, ValueError) as exc:
@@ -95,7 +96,7 @@ def render_costs(report: dict[str, Any], fmt: str) -> str:
     from lambdas.services.cost_reporting import render_cost_markdown, team_row
 
     if fmt == "json":
-        return json.dumps(report, indent=2, sort_keys=True) + "\n"
+        return json_text(report, indent=2, sort_keys=True) + "\n"
     if fmt == "html":
         raise ClientFailure("the cost report renders as md or json; drop --format html / --open", EXIT_INVALID)
     if "team" not in report:

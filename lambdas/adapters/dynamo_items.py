@@ -8,9 +8,11 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
+from lambdas.domain.canonical import json_text
+
 
 def to_item(value: dict[str, Any]) -> dict[str, Any]:
-    clean = json.loads(json.dumps(value, default=str), parse_float=Decimal)
+    clean = json.loads(json_text(value, default=str), parse_float=Decimal)
     serializer = TypeSerializer()
     return {k: serializer.serialize(v) for k, v in clean.items() if v is not None}
 

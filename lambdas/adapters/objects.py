@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from lambdas.adapters.aws import client, error_code, pages
+from lambdas.domain.canonical import json_text
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -18,7 +19,7 @@ class S3Objects:
         return f"s3://{self.bucket}/{key}"
 
     def put_json(self, key: str, value: Any, *, if_absent: bool = False) -> bool:
-        body = json.dumps(value, sort_keys=True, indent=1, default=str).encode()
+        body = json_text(value, sort_keys=True, indent=1, default=str).encode()
         extra = {"IfNoneMatch": "*"} if if_absent else {}
         try:
             client("s3").put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **extra)

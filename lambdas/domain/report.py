@@ -27,6 +27,7 @@ from lambdas.domain.evidence import (
     tost,
 )
 from lambdas.domain.ledger import LedgerEntry, TransitionFact
+from lambdas.domain.physics import run_problems
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
 from lambdas.domain.trial import TrialSpec
@@ -115,6 +116,8 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             else f"measured on the track's own hardware, {RATE_NOTE}"
         ),
         "instance_type": spec.track("trn2" if run == "trn2" else "gpu").instance_type,
+        # Physically impossible figures make the run unusable evidence: shown, never a basis for a verdict.
+        "unusable": run_problems(summaries),
         # The training stack the run actually ran: its PyTorch, and on Trainium2 TorchNeuron or the retired XLA path.
         "torch": last.environment.torch if last else None,
         "stack": stack_label(backend, last.environment.torch_neuronx if last else None),
@@ -559,6 +562,9 @@ def _verdict(
                                f"{_fallback_note(tracks.get('gpu-fallback'))}", *reasons]
     if "trn2" not in tracks or "gpu" not in tracks:
         return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
+    unusable = [f"{run} {problem}" for run in ("gpu", "trn2") for problem in tracks[run].get("unusable") or []]
+    if unusable:
+        return "inconclusive", [f"unusable evidence: {'; '.join(unusable)}", *reasons]
     if tracks["trn2"].get("outcome") in OUTCOME_TEXT:
         # The Trainium2 job never ran: that says nothing about Trainium2 for this workload.
         return "inconclusive", [f"the trn2 run had {tracks['trn2']['detail']}", *reasons]
