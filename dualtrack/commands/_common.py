@@ -9,7 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lambdas.domain.trial import Problem, TrialInvalid, TrialSpec, parse_trial
+from lambdas.domain.trial import Problem, TrialInvalid, TrialSpec, duplicate_key_problems, parse_trial
 
 
 class CommandError(Exception):
@@ -49,6 +49,9 @@ def load_trial(path: str, *, local: bool) -> TrialSpec:
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise CommandError([Problem("", f"malformed JSON at {where}: {exc.msg}")]) from None
+    twice = duplicate_key_problems(text)
+    if twice:
+        raise CommandError(twice)
     try:
         return parse_trial(data, allow_local_paths=local)
     except TrialInvalid as exc:

@@ -12,6 +12,7 @@ What depends on the stage (which buckets the job role can read) is checked at su
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -77,6 +78,15 @@ class TinyModelConfig(_Model):
 class ModelRef(_Model):
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")]
     revision: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._/-]+$")]
+
+    @field_validator("id", "revision")
+    @classmethod
+    def _no_parent_segments(cls, value: str) -> str:
+        # Both become parts of S3 keys and compile-cache prefixes: a ".." segment would climb out of them.
+        if ".." in value.split("/") or value.startswith("/") or value.endswith("/") or "//" in value:
+            raise ValueError(f"{value!r} has an empty or '..' path segment; it becomes part of S3 keys, so use "
+                             "segments of letters, digits, '.', '_' and '-'")
+        return value
     uri: str | None = Field(
         default=None,
         description="Where the weights live: an s3:// prefix the job role can read (job subnets have no internet "
@@ -338,8 +348,36 @@ def _allow_local(info: ValidationInfo) -> bool:
     return bool(info.context and info.context.get(ALLOW_LOCAL_PATHS))
 
 
+_IP_ADDRESS = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+# Amazon S3 User Guide, "General purpose bucket naming rules": what a bucket name must not be, beyond its characters.
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_name_problem(bucket: str) -> str | None:
+    """Why S3 would refuse ``bucket`` as a general purpose bucket name (None: it would not), beyond the characters
+    and length the URI pattern already checks."""
+    if ".." in bucket:
+        return f"bucket {bucket!r} has two adjacent periods, which S3 bucket names must not"
+    if ".-" in bucket or "-." in bucket:
+        return f"bucket {bucket!r} has a period next to a hyphen, which S3 bucket names must not"
+    if _IP_ADDRESS.match(bucket):
+        return f"bucket {bucket!r} is formatted as an IP address, which S3 bucket names must not be"
+    for prefix in _BUCKET_PREFIXES:
+        if bucket.startswith(prefix):
+            return f"bucket {bucket!r} starts with {prefix!r}, a prefix S3 reserves"
+    for suffix in _BUCKET_SUFFIXES:
+        if bucket.endswith(suffix):
+            return f"bucket {bucket!r} ends with {suffix!r}, a suffix S3 reserves"
+    return None
+
+
 def _check_uri(value: str, info: ValidationInfo) -> str:
-    if _S3_URI.match(value):
+    matched = _S3_URI.match(value)
+    if matched:
+        problem = bucket_name_problem(matched.group("bucket"))
+        if problem:
+            raise ValueError(f"{problem} (Amazon S3, general purpose bucket naming rules)")
         return value
     allow_local = _allow_local(info)
     if allow_local and _LOCAL_PATH.match(value) and not value.startswith("s3:"):
@@ -580,6 +618,11 @@ def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None, *,
     if fault is not None:
         if fault.track not in names:
             add("fault_injection.track", f"the trial has no {fault.track} track; use one of {names}")
+        elif fault.mode == "permanent" and (fault.track != "trn2" or "gpu" not in names):
+            add("fault_injection.mode",
+                f"a permanent fault on the {fault.track} track has no track to fall back to (only a trn2 run falls "
+                "back, onto the gpu track's instance): use mode 'retryable', or a trn2 fault in a trial with a gpu "
+                "track")
         first_ckpt = spec.checkpoint_interval_steps
         if fault.at_step <= first_ckpt:
             add("fault_injection.at_step",
@@ -712,10 +755,39 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def duplicate_keys(text: str | bytes | bytearray) -> list[str]:
+    """The keys a JSON text gives twice in one object (empty for none, or for text that is not JSON: the parser
+    names that problem)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and key not in found:
+                found.append(key)
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return []
+    return found
+
+
+def duplicate_key_problems(text: str | bytes | bytearray) -> list[Problem]:
+    return [Problem(key, "given more than once; JSON keeps the last silently, so the trial is ambiguous: give each "
+                         "field once") for key in duplicate_keys(text)]
+
+
 def parse_trial(data: Any, *, allow_local_paths: bool = False,
                 catalogue: InstanceCatalogue | None = None) -> TrialSpec:
     """Validate a decoded trial document (or its JSON text). Raises TrialInvalid listing every problem."""
     context = {ALLOW_LOCAL_PATHS: allow_local_paths}
+    if isinstance(data, str | bytes | bytearray):
+        twice = duplicate_key_problems(data)
+        if twice:
+            raise TrialInvalid(twice)
     try:
         if isinstance(data, str | bytes | bytearray):
             spec = TrialSpec.model_validate_json(data, context=context)

@@ -26,7 +26,7 @@ from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.workflow import StepFunctionsWorkflow
 from lambdas.domain.governance import NotPermitted
 from lambdas.domain.prices import PriceTable, load_price_table
-from lambdas.domain.trial import TrialInvalid, problems_from_errors
+from lambdas.domain.trial import TrialInvalid, duplicate_key_problems, problems_from_errors
 from lambdas.handlers.trial_api import compile_cache, reports, trials
 from lambdas.handlers.trial_api.models import ErrorBody, Problem
 from lambdas.runtime.composition import settlement
@@ -196,6 +196,10 @@ def refused_before_parsing(event: dict[str, Any], max_body_bytes: int) -> dict[s
     headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
     media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        twice = duplicate_key_problems(event.get("body") or "") if not event.get("isBase64Encoded") else []
+        if twice:
+            return _answer(422, "the body gives a field more than once; JSON keeps the last silently, so the "
+                                "request is ambiguous. Nothing was stored", twice[0].path, twice[0].message)
         return None
     return _answer(415, f"Content-Type {media} is not accepted; send JSON (application/json). Nothing was stored",
                    "Content-Type", "use application/json")

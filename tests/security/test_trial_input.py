@@ -18,16 +18,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lambdas.domain.catalogue import load_catalogue
-from lambdas.domain.trial import BATCH_SAFE_NAME, TrialInvalid, TrialSpec, json_schema, parse_trial
+from lambdas.domain.trial import (
+    BATCH_SAFE_NAME,
+    TrialInvalid,
+    TrialSpec,
+    bucket_name_problem,
+    json_schema,
+    parse_trial,
+)
 from tests.reliability import figures
 from tests.security.jsonschema_strategies import from_schema
 
 SCHEMA = json_schema()
 FIGURES = "bad_input.trial_model"
-URI_FIELDS = {"data.train_uri", "data.validation_uri", "model.uri", "model.tokenizer", "baseline_logs_uri"}
+URI_FIELDS = {"data.train_uri", "data.validation_uri", "model.uri", "model.tokenizer", "baseline_logs_uri",
+              # parts of S3 keys: no empty or ".." path segment, beyond what the schema's pattern says
+              "model.id", "model.revision"}
 # Paths check_rules may name: the cross-field rules a schema cannot express.
 CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_interval_steps",
-               "evaluation.interval_steps", "fault_injection.track", "fault_injection.at_step",
+               "evaluation.interval_steps", "fault_injection.track", "fault_injection.at_step", "fault_injection.mode",
                # what the trainer would refuse: the tiny model's shape, LoRA targets, Batch's 60 s attempt minimum
                "model.config.hidden_size", "model.config.num_key_value_heads", "model.config.vocab_size",
                "lora.target_modules", "limits.max_hours",
@@ -85,7 +94,8 @@ def test_schema_valid_documents_are_accepted_or_rejected_by_a_named_rule(doc: di
 # ---- 2. documents that satisfy every rule --------------------------------------------------------------------
 
 CATALOGUE = load_catalogue()
-S3_URI = st.from_regex(r"\As3://[a-z0-9][a-z0-9-]{1,20}[a-z0-9]/[A-Za-z0-9/_.=-]{1,40}\Z")
+S3_URI = st.from_regex(r"\As3://[a-z0-9][a-z0-9-]{1,20}[a-z0-9]/[A-Za-z0-9/_.=-]{1,40}\Z").filter(
+    lambda uri: bucket_name_problem(uri[5:].split("/", 1)[0]) is None)  # S3's reserved prefixes and suffixes
 
 
 def _divisors(n: int) -> list[int]:
@@ -130,7 +140,8 @@ def valid_trials(draw: st.DrawFn) -> dict[str, Any]:
         "schema_version": 1,
         "name": draw(st.from_regex(BATCH_SAFE_NAME, fullmatch=True)),
         "owner": draw(st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,20}\Z")),
-        "model": {"id": "meta-llama/Llama-3.1-8B", "revision": draw(st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z")),
+        "model": {"id": "meta-llama/Llama-3.1-8B",
+                  "revision": draw(st.from_regex(r"\A[A-Za-z0-9_-][A-Za-z0-9._-]{0,19}\Z")),
                   "uri": draw(S3_URI)},
         "method": method,
         "data": {"train_uri": draw(S3_URI), "validation_uri": draw(S3_URI), "version": "v1",
@@ -150,9 +161,12 @@ def valid_trials(draw: st.DrawFn) -> dict[str, Any]:
         doc["lora"] = {"rank": draw(st.integers(1, 64)), "alpha": draw(st.floats(0.5, 64)),
                        "target_modules": ["q_proj", "v_proj"]}
     if draw(st.booleans()):
-        doc["fault_injection"] = {"track": draw(st.sampled_from(families)),
-                                  "at_step": draw(st.integers(ckpt + 1, max_steps - 1)),
-                                  "mode": draw(st.sampled_from(["retryable", "permanent"]))}
+        track = draw(st.sampled_from(families))
+        # Only a trn2 run falls back (onto the gpu track): a permanent fault needs that pair.
+        falls_back = track == "trn2" and "gpu" in families
+        doc["fault_injection"] = {"track": track, "at_step": draw(st.integers(ckpt + 1, max_steps - 1)),
+                                  "mode": draw(st.sampled_from(["retryable", "permanent"] if falls_back
+                                                               else ["retryable"]))}
     return doc
 
 
