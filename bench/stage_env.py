@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 REGION = "us-east-1"
-ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE": "cache-registry",
-       "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts", "CACHE_BUCKET": "compile-cache",
+ENV = {"TRIALS_TABLE": "trials", "USAGE_TABLE": "usage", "LEDGER_TABLE": "ledger",
+       "CACHE_REGISTRY_TABLE": "cache-registry", "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts",
+       "CACHE_BUCKET": "compile-cache",
        "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
        "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION, "AWS_ACCESS_KEY_ID": "bench",
        "AWS_SECRET_ACCESS_KEY": "bench", "DUALTRACK_METRICS": "off", "POWERTOOLS_METRICS_DISABLED": "true",

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from dualtrack import __version__
+from lambdas.domain.prices import PricesInvalid
 
 # Order here is the order in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -56,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except PricesInvalid as exc:  # a --prices FILE or $DUALTRACK_PRICE_TABLE any pricing command reads
+        print(f"dualtrack: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lambdas.domain.catalogue import load_catalogue
-from lambdas.domain.prices import PriceTable, load_price_table
+from lambdas.domain.prices import PricesInvalid, PriceTable, load_price_table
 
 PRICE_TABLE_ENV = "DUALTRACK_PRICE_TABLE"
 ON_DEMAND_FILTERS = {
@@ -81,8 +81,22 @@ def refresh(region: str, *, client: Any = None, instance_types: Iterable[str] | 
 
 
 def load_table_file(path: str | None) -> PriceTable:
-    """A price table from --prices FILE or $DUALTRACK_PRICE_TABLE, else the shipped table."""
+    """A price table from --prices FILE or $DUALTRACK_PRICE_TABLE, else the shipped table. Raises ``PricesInvalid``
+    naming the file (and the field) when it cannot be read or does not validate."""
     path = path or os.environ.get(PRICE_TABLE_ENV)
     if not path:
         return load_price_table()
-    return load_price_table(base=json.loads(Path(path).read_text()))
+    try:
+        base = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise PricesInvalid(f"{path}: cannot read the price table: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PricesInvalid(f"{path}: not JSON ({exc}); give a table in the shipped table's format "
+                            "(`dualtrack prices show --json`)") from None
+    if not isinstance(base, dict):
+        raise PricesInvalid(f"{path}: a price table is a JSON object (got {type(base).__name__}); see "
+                            "`dualtrack prices show --json`")
+    try:
+        return load_price_table(base=base)
+    except PricesInvalid as exc:
+        raise PricesInvalid(f"{path}: {exc}") from None

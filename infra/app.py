@@ -14,6 +14,7 @@ import aws_cdk as cdk
 
 from infra.config import StageConfig, stage_config
 from infra.constructs.nag import apply_checks
+from infra.constructs.retention import ExpiringFunctionLogs, retention_days
 from infra.stacks.compute import ComputeStack
 from infra.stacks.control import ControlStack
 from infra.stacks.stateful import StatefulStack
@@ -35,6 +36,9 @@ def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
     for component, stack in stacks.items():
         cdk.Tags.of(stack).add("dualtrack:stage", tags["dualtrack:stage"])
         cdk.Tags.of(stack).add("dualtrack:component", component)
+    retention = retention_days(config.log_retention_days)
+    for keyed in (stateful, compute, control):
+        cdk.Aspects.of(keyed).add(ExpiringFunctionLogs(retention, keyed.log_key))
     return stacks
 
 

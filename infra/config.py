@@ -164,6 +164,8 @@ class StageConfig(_Model):
         default=30, description="days a compile-cache entry may go unused before garbage collection deletes it"
     )
     cache_gc_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 5 * * ? *)"
+    # How often pending stops and cut-short starts are finished (lambdas/services/reconciliation.py).
+    reconcile_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "rate(5 minutes)"
     price_region: str = "us-east-1"
     price_overrides: dict[str, Any] | None = Field(
         default=None, description="price-table overrides (negotiated rates), applied to the shipped table at synth "

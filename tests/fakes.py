@@ -11,8 +11,10 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal
 
+from lambdas.domain.events import BatchJobStateChangeDetail
 from lambdas.domain.ledger import LedgerEntry
 from lambdas.services.ports import Outcome, Started
 
@@ -64,6 +66,8 @@ class InMemoryLedger:
 @dataclass
 class InMemoryTrials:
     items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    usage_items: dict[str, dict[str, Decimal]] = field(default_factory=dict)  # per team, as the usage table
+    counted: set[tuple[str, str]] = field(default_factory=set)  # (trial, fact) writes already counted
 
     def create(self, item: dict[str, Any]) -> bool:
         if item["trial_id"] in self.items:
@@ -122,6 +126,64 @@ class InMemoryTrials:
     def iter_all(self) -> Iterator[dict[str, Any]]:
         for trial_id in sorted(self.items):
             yield copy.deepcopy(self.items[trial_id])
+
+    def with_status(self, statuses: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        for item in self.iter_all():
+            if item.get("status") in statuses:
+                yield item
+
+    def usage(self, team: str) -> dict[str, Any] | None:
+        found = self.usage_items.get(team)
+        if found is None:
+            return None
+        return {k: int(v) if v == v.to_integral_value() else float(v) for k, v in found.items()}
+
+    def seed_usage(self, team: str, values: dict[str, Decimal], bookings: dict[str, dict[str, Any]]) -> bool:
+        if team in self.usage_items:
+            return False
+        self.usage_items[team] = {k: Decimal(v) for k, v in values.items()}
+        for trial_id, booking in bookings.items():
+            if trial_id in self.items:
+                self.items[trial_id].setdefault("booking", _plain(booking))
+        return True
+
+    def admit(self, item: dict[str, Any], additions: dict[str, Decimal],
+              limits: dict[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
+        if item["trial_id"] in self.items:
+            return "exists"
+        usage = self.usage_items.setdefault(str(item["team"]), {})
+        if any(name in usage and usage[name] > most for name, most in limits.items()):
+            return "over_quota"
+        self._add(str(item["team"]), additions)
+        self.items[item["trial_id"]] = _plain(item)
+        return "created"
+
+    def _add(self, team: str, values: dict[str, Decimal]) -> None:
+        usage = self.usage_items.setdefault(team, {})
+        for name, value in values.items():
+            usage[name] = usage.get(name, Decimal(0)) + Decimal(value)
+
+    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal],
+              **fields: Any) -> bool:
+        if not self.transition(trial_id, statuses, **fields):
+            return False
+        if release:
+            self._add(team, release)
+        return True
+
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal]) -> bool:
+        item = self.items.get(trial_id)
+        if item is None or item.get("status") not in statuses or item.get("execution_arn"):
+            return False
+        del self.items[trial_id]
+        self._add(team, release)
+        return True
+
+    def tally_once(self, trial_id: str, fact: str, add: dict[str, int], *, now_s: int) -> dict[str, Any] | None:
+        if trial_id not in self.items or (trial_id, fact) in self.counted:
+            return None
+        self.counted.add((trial_id, fact))
+        return self.tally(trial_id, add=add)
 
 
 @dataclass
@@ -209,6 +271,11 @@ class InMemoryCacheRegistry:
         entry.update(retry_requested=True, status="retry_requested")
         return True
 
+    def reject(self, key: str, reason: str, at: str) -> None:
+        entry = self.entries.setdefault(key, {"cache_key": key})
+        entry.update(status="rejected", rejected_reason=reason[:1000], rejected_at=at,
+                     rejections=entry.get("rejections", 0) + 1)
+
     def get(self, key: str) -> dict[str, Any] | None:
         entry = self.entries.get(key)
         return None if entry is None else copy.deepcopy(entry)
@@ -219,6 +286,29 @@ class InMemoryCacheRegistry:
 
     def delete(self, key: str) -> None:
         self.entries.pop(key, None)
+
+
+@dataclass
+class InMemoryBatchJobs:
+    """Jobs by id with their status; ``terminate`` ends a job that has not ended FAILED, as TerminateJob does."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    terminated: list[str] = field(default_factory=list)
+
+    def instance_type(self, job_queue: str) -> str | None:
+        return None
+
+    def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
+        if job_id not in self.statuses:
+            return None
+        return BatchJobStateChangeDetail.model_validate({
+            "jobId": job_id, "jobName": job_id, "jobQueue": "q", "status": self.statuses[job_id],
+            "jobArn": f"arn:aws:batch:us-east-1:123456789012:job/{job_id}"})
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        self.terminated.append(job_id)
+        if self.statuses.get(job_id) not in ("SUCCEEDED", "FAILED"):
+            self.statuses[job_id] = "FAILED"
 
 
 @dataclass

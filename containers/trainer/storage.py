@@ -25,6 +25,11 @@ def _default_s3() -> Any:
     return boto3.client("s3")
 
 
+# The credentials function's last answer: the bucket and prefixes this job's own credentials reach, among them the
+# compile-cache entry it was sent to build (``cache_write_prefix``, None for every other run).
+_ISSUED: dict[str, Any] = {}
+
+
 @lru_cache(maxsize=1)
 def _scoped() -> tuple[str, Any] | None:
     """(bucket, client) with this job's own credentials for the artifacts bucket, refreshed before they expire, when
@@ -45,7 +50,6 @@ def _scoped() -> tuple[str, Any] | None:
     from botocore.credentials import RefreshableCredentials
 
     invoker = boto3.client("lambda")
-    issued: dict[str, Any] = {}
 
     def fetch() -> dict[str, str]:
         response = invoker.invoke(FunctionName=function,
@@ -54,7 +58,7 @@ def _scoped() -> tuple[str, Any] | None:
         if response.get("FunctionError") or "credentials" not in answer:
             reason = answer.get("error") or answer.get("errorMessage") or answer
             raise CredentialsRefused(f"{function} refused this job's credentials: {reason}")
-        issued.update(answer)
+        _ISSUED.update(answer)
         c = answer["credentials"]
         return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
                 "expiry_time": c["Expiration"]}
@@ -64,7 +68,7 @@ def _scoped() -> tuple[str, Any] | None:
     session = botocore.session.get_session()
     session._credentials = credentials  # type: ignore[attr-defined]  # how botocore holds refreshable ones
     client = boto3.Session(botocore_session=session).client("s3")
-    return str(issued["bucket"]), client
+    return str(_ISSUED["bucket"]), client
 
 
 def _s3(bucket: str) -> Any:
@@ -76,10 +80,29 @@ def _s3(bucket: str) -> Any:
     return _default_s3()
 
 
+def _writer(bucket: str) -> Any:
+    """The client a write goes through: this job's own credentials whenever it has them, so that what it may write
+    (its run's prefix, the one compile-cache entry it builds) is the writer role's policy, never the job role's."""
+    scoped = _scoped()
+    if scoped is None:
+        return _s3(bucket)
+    return scoped[1]
+
+
+def may_write(uri: str) -> bool:
+    """Whether this job's credentials reach the compile-cache entry at ``uri``: always outside AWS Batch (a local
+    path, or a run without the plane's credentials function); in a job, only the entry the plane sent it to build."""
+    if not is_s3(uri) or _scoped() is None:
+        return True
+    prefix = _ISSUED.get("cache_write_prefix")
+    return bool(prefix) and split_s3(join(uri, ""))[1].startswith(str(prefix))
+
+
 def reset_clients() -> None:
     """Forget cached AWS clients (after credentials or endpoints change, e.g. between mocked tests)."""
     _default_s3.cache_clear()
     _scoped.cache_clear()
+    _ISSUED.clear()
 
 
 def is_s3(uri: str) -> bool:
@@ -127,7 +150,7 @@ def exists(uri: str) -> bool:
 def write_bytes(uri: str, data: bytes) -> None:
     if is_s3(uri):
         bucket, key = split_s3(uri)
-        _s3(bucket).put_object(Bucket=bucket, Key=key, Body=data)
+        _writer(bucket).put_object(Bucket=bucket, Key=key, Body=data)
         return
     path = local_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +163,7 @@ def write_once(uri: str, data: bytes) -> None:
     """Create ``uri`` only if absent (S3 ``IfNoneMatch="*"``, local ``O_EXCL``); raise AlreadyExists otherwise."""
     if is_s3(uri):
         bucket, key = split_s3(uri)
-        client = _s3(bucket)
+        client = _writer(bucket)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except client.exceptions.ClientError as exc:

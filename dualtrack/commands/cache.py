@@ -16,7 +16,8 @@ HELP = describe(
     """\
 List the Neuron compile-cache registry: one entry per cache key (model, compiler version, sequence length,
 parallel layout, flags), with hits, misses, hit rate, first-compile seconds, compile seconds saved by hits, size and
-last use; then totals per model and compiler version.""",
+last use; then totals per model and compiler version. A team member sees the entries its team's trials resolved or
+used; a platform admin sees every entry.""",
     """\
   dualtrack cache list
   dualtrack cache list --model meta-llama-llama-3-1-8b --compiler-version 2.21.0

@@ -9,9 +9,11 @@ from dualtrack.client.errors import EXIT_OK
 
 HELP = describe(
     """\
-Cancel a trial: the API stops its Step Functions execution, which terminates the runs' Batch jobs, and marks the
-trial CANCELLED with your reason. Cancelling a trial that already ended changes nothing and still exits 0, so the
-command is safe to repeat; the answer says whether anything changed.""",
+Cancel a trial: the API records the stop (STOPPING, with your reason), stops its Step Functions execution, which
+terminates the runs' Batch jobs, and marks the trial CANCELLED once nothing of it runs. While a job is still
+ending the trial stays STOPPING and the answer lists what is pending; the plane's reconciler finishes the stop
+within minutes, or run the command again. Cancelling a trial that already ended changes nothing and still exits 0,
+so the command is safe to repeat; the answer says whether anything changed.""",
     """\
   dualtrack cancel llama31-8b-lora-pilot-3f9c2a1b --reason "wrong dataset version"
   dualtrack cancel --json ID | jq .changed""",
@@ -32,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     done = open_api(args).cancel(args.trial_id, args.reason)
     if args.json:
         emit_json(done)
+    elif done.get("status") == "STOPPING":
+        print(f"stopping {args.trial_id}: " + "; ".join(done.get("pending") or ["the stop is being finished"]))
     elif done.get("changed"):
         print(f"cancelled {args.trial_id} (workflow {str(done.get('execution_status', '')).lower() or 'stopped'})")
     else:

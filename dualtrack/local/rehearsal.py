@@ -29,6 +29,7 @@ from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
 from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies
 from lambdas.domain import telemetry
+from lambdas.domain.compile_cache import EntryRejected, entry_name
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import COMPILE_RUN, EXECUTION_TERMINAL
@@ -368,7 +369,11 @@ class Rehearsal:
         if bucket:
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
                 for obj in page.get("Contents", []):
-                    target = cache_dir / obj["Key"]
+                    try:  # a key is any string to S3: one naming '..' or empty segments would land elsewhere
+                        target = cache_dir / entry_name(obj["Key"])
+                    except EntryRejected:
+                        self.progress.warn(f"compile cache: {obj['Key']!r} is not a path under the cache; not kept")
+                        continue
                     target.parent.mkdir(parents=True, exist_ok=True)
                     staging = target.with_name(f".{target.name}.{os.getpid()}")
                     staging.write_bytes(s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())

@@ -5,8 +5,12 @@ session tags (``lambdas/domain/job_access.py``); the role's policy names its res
 any credentials for any object, so in the rehearsal a job could write another trial's prefix and nothing would say
 so. :func:`enforce_session_policies` closes that gap for exactly this pattern: STS ``AssumeRole`` calls that carry
 session tags are remembered (access key id -> role and tags), and every S3 object read, write and listing signed
-with such a key is evaluated against the identity policies the stage attaches to that role. Anything else (the
-rehearsal's own credentials, the functions', the job role's) is left to moto as before.
+with such a key is evaluated against the identity policies the stage attaches to that role: every way of writing
+an object is ``s3:PutObject`` on it, as S3 authorizes them (PutObject; CreateMultipartUpload, UploadPart and
+CompleteMultipartUpload, https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html#mpuAndPermissions;
+CopyObject and UploadPartCopy, which also read their source with ``s3:GetObject``,
+https://docs.aws.amazon.com/AmazonS3/latest/API/API_CopyObject.html). Anything else (the rehearsal's own
+credentials, the functions', the job role's) is left to moto as before.
 
 The evaluation follows the IAM policy evaluation logic for one identity policy set, no resource policy and no
 boundary (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html): an explicit
@@ -156,6 +160,38 @@ def _guard(policies: SessionPolicies, action: str, original: Any, *, bucket_leve
     return guarded
 
 
+def _guard_copy(policies: SessionPolicies, original: Any) -> Any:
+    """CopyObject and UploadPartCopy: a write of the destination and a read of the source."""
+    from urllib.parse import unquote, urlparse
+
+    from moto.s3.exceptions import S3AccessDeniedError
+
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        source = self.headers.get("x-amz-copy-source") or ""
+        source = source.decode() if isinstance(source, bytes) else source
+        resources = [("s3:PutObject", f"arn:aws:s3:::{self.bucket_name}/{self.parse_key_name()}"),
+                     ("s3:GetObject", f"arn:aws:s3:::{unquote(urlparse(source).path).lstrip('/')}")]
+        if any(policies.decide(_access_key(self), action, arn) is False for action, arn in resources):
+            raise S3AccessDeniedError()
+        return original(self, *args, **kwargs)
+
+    return guarded
+
+
+def _guard_multipart(policies: SessionPolicies, original: Any) -> Any:
+    """A POST on an object that starts (``?uploads``) or completes (``?uploadId``) a multipart upload."""
+    from moto.s3.exceptions import S3AccessDeniedError
+
+    def guarded(self: Any, request: Any, body: bytes, bucket_name: str, query: dict[str, Any], key_name: str,
+                *args: Any, **kwargs: Any) -> Any:
+        if ("uploads" in query or "uploadId" in query) and policies.decide(
+                _access_key(self), "s3:PutObject", f"arn:aws:s3:::{bucket_name}/{key_name}") is False:
+            raise S3AccessDeniedError()
+        return original(self, request, body, bucket_name, query, key_name, *args, **kwargs)
+
+    return guarded
+
+
 def _remember_sessions(policies: SessionPolicies, original: Any) -> Any:
     def assume_role(self: Any) -> Any:
         result = original(self)
@@ -179,9 +215,13 @@ def enforce_session_policies(policies: SessionPolicies) -> Iterator[SessionPolic
     with ExitStack() as stack:
         stack.enter_context(patched(TokenResponse, "assume_role",
                                     _remember_sessions(policies, TokenResponse.assume_role)))
-        for method, action in (("put_object", "s3:PutObject"), ("get_object", "s3:GetObject"),
-                               ("head_object", "s3:GetObject")):
+        for method, action in (("put_object", "s3:PutObject"), ("upload_part", "s3:PutObject"),
+                               ("get_object", "s3:GetObject"), ("head_object", "s3:GetObject")):
             stack.enter_context(patched(S3Response, method, _guard(policies, action, getattr(S3Response, method))))
+        for method in ("copy_object", "upload_part_copy"):
+            stack.enter_context(patched(S3Response, method, _guard_copy(policies, getattr(S3Response, method))))
+        stack.enter_context(patched(S3Response, "_key_response_post",
+                                    _guard_multipart(policies, S3Response._key_response_post)))
         stack.enter_context(patched(S3Response, "list_objects_v2",
                                     _guard(policies, "s3:ListBucket", S3Response.list_objects_v2,
                                            bucket_level=True)))

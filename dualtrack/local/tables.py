@@ -12,6 +12,7 @@ TABLES: dict[str, tuple[str, str | None, dict[str, tuple[str, str | None]]]] = {
     "ledger": ("run_key", "entry_key", {}),
     "cache-registry": ("cache_key", None, {}),
     "idempotency": ("id", None, {}),
+    "usage": ("usage_key", None, {}),
 }
 
 

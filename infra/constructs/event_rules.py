@@ -22,7 +22,8 @@ class TrialEventRules(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, on_batch_job_state: lambda_.IFunction,
                  on_artifact_created: lambda_.IFunction, scheduled_cost_report: lambda_.IFunction,
                  queue_arns: list[str], buckets: list[s3.IBucket], cost_report_schedule: str,
-                 compile_cache: lambda_.IFunction, cache_gc_schedule: str, queue_key: kms.IKey) -> None:
+                 compile_cache: lambda_.IFunction, cache_gc_schedule: str, queue_key: kms.IKey,
+                 reconcile_trials: lambda_.IFunction, reconcile_schedule: str) -> None:
         super().__init__(scope, construct_id)
         self.dead_letters = dead_letter_queue(self, "DeliveryFailures", queue_key)
 
@@ -64,6 +65,14 @@ class TrialEventRules(Construct):
             targets=[target(compile_cache, events.RuleTargetInput.from_object({"action": "collect_garbage"}))],
         )
 
+        # A stop left pending (its execution or jobs still running) or a start cut short is finished here.
+        self.reconcile = events.Rule(
+            self, "ReconcileSchedule",
+            description="finish pending trial stops and cut-short starts",
+            schedule=events.Schedule.expression(reconcile_schedule),
+            targets=[target(reconcile_trials)],
+        )
+
     @property
     def rules(self) -> list[events.Rule]:
-        return [self.batch_job_state, self.artifact_created, self.cost_report, self.cache_gc]
+        return [self.batch_job_state, self.artifact_created, self.cost_report, self.cache_gc, self.reconcile]

@@ -116,7 +116,8 @@ class TrainerJobDefinitions(Construct):
                                  description=f"dualtrack {track} trainer")
         # No access to trials/ of its own: a job writes its own run's prefix only, with credentials the plane's
         # credentials function issues to it (lambdas/domain/job_access.py). Compile-cache entries are shared by
-        # design: read and write, never delete (manifest written last).
+        # design for reading; the one entry a run was sent to build is written with those credentials too, never
+        # with this role (any job could otherwise rewrite any team's entry).
         credentials_function = job_access.function_name(stage)
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             actions=["lambda:InvokeFunction"],
@@ -124,13 +125,11 @@ class TrainerJobDefinitions(Construct):
                                                      resource_name=credentials_function,
                                                      arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME)]))
         compile_cache.grant_read(self.job_role, "neuron/*")
-        compile_cache.grant_put(self.job_role, "neuron/*")
         self.job_role.add_to_principal_policy(iam.PolicyStatement(
             actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": telemetry.NAMESPACE}},
         ))
-        findings = (GrantFindings(self.job_role).kms()
-                    .s3_read(compile_cache, "neuron/*").s3_put(compile_cache, "neuron/*"))
+        findings = GrantFindings(self.job_role).kms().s3_read(compile_cache, "neuron/*")
         if data_buckets:
             # Teams' datasets and weights: read-only, whole bucket (the API refuses URIs outside these buckets).
             self.job_role.add_to_principal_policy(iam.PolicyStatement(

@@ -48,6 +48,8 @@ class TrialMonitoring(Construct):
             return created
 
         alarm("FailedRuns", _metric(telemetry.RUNS_FAILED), "a trial run ended FAILED")
+        alarm("StopsPending", _metric(telemetry.STOPS_OVERDUE, statistic="Maximum"),
+              "a trial's stop has been pending past its deadline: its execution or jobs may still be billing")
         alarm("FailedTrials", state_machine.metric_failed(period=PERIOD), "a trial workflow execution failed")
         for name, queue in dead_letter_queues.items():
             alarm(f"{name}Depth", queue.metric_approximate_number_of_messages_visible(period=PERIOD,

@@ -66,6 +66,9 @@ class TrialStorage(Construct):
         self.cache_registry = self._table("CacheRegistry", "CacheRegistryTable", partition="cache_key")
         # Powertools idempotency layout: pk "id", TTL attribute "expiration".
         self.idempotency = self._table("Idempotency", "IdempotencyTable", partition="id", ttl="expiration")
+        # Per team, what its trials' bookings hold (written in one transaction with the trial item), and a marker
+        # per object a write quota has counted, which expires (lambdas.adapters.trials_table).
+        self.usage = self._table("Usage", "UsageTable", partition="usage_key", ttl="expires_at")
 
     def _table(self, construct_id: str, logical_id: str, *, partition: str, sort: str | None = None,
                ttl: str | None = None) -> dynamodb.Table:
@@ -90,7 +93,7 @@ class TrialStorage(Construct):
 
     @property
     def tables(self) -> list[dynamodb.Table]:
-        return [self.trials, self.ledger, self.cache_registry, self.idempotency]
+        return [self.trials, self.ledger, self.cache_registry, self.idempotency, self.usage]
 
 
 def _bucket_defaults(noncurrent_version_days: int) -> dict[str, Any]:

@@ -92,6 +92,7 @@ class TrialWorkflow(Construct):
         })
         completed = self._invoke("SetTrialStatus", set_trial_status, "$.status", {
             "trial_id": JsonPath.string_at("$.trial_id"), "status": "SUCCEEDED",
+            "settled_usd": JsonPath.string_at("$.costs.total_usd"),
         })
         failed = self._invoke("SetTrialStatusFailed", set_trial_status, "$.status", {
             "trial_id": JsonPath.string_at("$.trial_id"), "status": "FAILED",

@@ -62,6 +62,7 @@ class ControlStack(cdk.Stack):
 
         environment = {
             "TRIALS_TABLE": storage.trials.table_name,
+            "USAGE_TABLE": storage.usage.table_name,
             "LEDGER_TABLE": storage.ledger.table_name,
             "CACHE_REGISTRY_TABLE": storage.cache_registry.table_name,
             "IDEMPOTENCY_TABLE": storage.idempotency.table_name,
@@ -101,6 +102,8 @@ class ControlStack(cdk.Stack):
                            environment={"COST_REPORT_PERIOD": config.cost_report_period,
                                         "GOVERNANCE": api_environment["GOVERNANCE"]})
         api_fn = make("on_trial_api", timeout_s=29, description="trial API", environment=api_environment)
+        reconciler = make("reconcile_trials", asynchronous=True, timeout_s=300,
+                          description="schedule → finish pending stops and cut-short starts")
         self.writer_role, self.credentials_function = self._job_credentials(config, storage, make)
 
         self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,
@@ -116,10 +119,14 @@ class ControlStack(cdk.Stack):
         )
         machine = self.workflow.state_machine
         self.workflow.acknowledge_role_findings()
+        # Only what the API calls: grant_read would add DescribeStateMachine, DescribeActivity and ListActivities
+        # on "*"; describing and stopping its executions is granted with the other stoppers below.
         machine.grant_start_execution(api_fn)
-        machine.grant_read(api_fn)
+        machine.grant_start_execution(reconciler)  # an approved trial whose start was cut short
         # The API cancels trials; the event functions stop a trial that crosses one of its limits.
-        for stopper in (api_fn, on_job, on_artifact):
+        self._grant_bookings(storage, booking=(api_fn, status, on_job, on_artifact, reconciler),
+                             reconciler=reconciler)
+        for stopper in (api_fn, on_job, on_artifact, reconciler):
             stopper.add_environment("STATE_MACHINE_ARN", machine.state_machine_arn)
             machine.grant_execution(stopper, "states:StopExecution", "states:DescribeExecution")
             assert stopper.role is not None
@@ -142,6 +149,7 @@ class ControlStack(cdk.Stack):
             queue_key=self.log_key,
             buckets=[storage.artifacts, storage.compile_cache], cost_report_schedule=config.cost_report_schedule,
             compile_cache=resolve, cache_gc_schedule=config.cache_gc_schedule,
+            reconcile_trials=reconciler, reconcile_schedule=config.reconcile_schedule,
         )
         self.monitoring = TrialMonitoring(
             self, "Monitoring", topic=self.topic, functions=self.functions.functions,
@@ -190,14 +198,23 @@ class ControlStack(cdk.Stack):
         writer.add_to_principal_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[bucket],
             conditions={"StringLike": {"s3:prefix": [f"trials/{trial}/*"]}}))
-        s.key.grant(writer, "kms:Decrypt", "kms:GenerateDataKey")  # the bucket's SSE-KMS key
+        # The one compile-cache entry the session was issued to build (only that run's session carries the tag; a
+        # policy variable naming a tag the session lacks matches nothing, so every other session writes no entry).
+        entry = f"neuron/*/*/${{aws:PrincipalTag/{job_access.CACHE_TAG}}}/*"
+        writer.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:PutObject"], resources=[f"{s.compile_cache.bucket_arn}/{entry}"]))
+        s.key.grant(writer, "kms:Decrypt", "kms:GenerateDataKey")  # the buckets' SSE-KMS key
         reason = ("objects under the one trial (and, for writes, run) that the session is tagged with: STS session "
                   "tags the credentials function sets after it has verified the job")
         (GrantFindings(writer)
          .wildcard(f"Resource::{arn_ref(writer, s.artifacts)}/trials/<aws:PrincipalTag/{job_access.TRIAL_TAG}>/"
                    f"<aws:PrincipalTag/{job_access.RUN_TAG}>/*", reason)
          .wildcard(f"Resource::{arn_ref(writer, s.artifacts)}/trials/<aws:PrincipalTag/{job_access.TRIAL_TAG}>/*",
-                   reason))
+                   reason)
+         .wildcard(f"Resource::{arn_ref(writer, s.compile_cache)}/neuron/*/*/"
+                   f"<aws:PrincipalTag/{job_access.CACHE_TAG}>/*",
+                   "objects of the one compile-cache entry the session is tagged with (its 64-hex key): the run the "
+                   "workflow sent to compile it; the model and compiler segments are fixed by that key"))
         vend.role.add_to_principal_policy(iam.PolicyStatement(
             actions=["sts:AssumeRole", "sts:TagSession"], resources=[writer.role_arn]))
         s.trials.grant_read_data(vend)
@@ -260,13 +277,36 @@ class ControlStack(cdk.Stack):
         for fn in (report, api_fn):
             self._grant_baseline_reads(fn, findings(fn))
 
-        for table in (s.trials, s.ledger, s.cache_registry, s.idempotency):
-            table.grant_read_write_data(api_fn)
+        # The API stores trials; it only reads the ledger (a run's facts and cost) and the compile-cache registry,
+        # and keeps no idempotency records (a submission is idempotent by its trial id).
+        s.trials.grant_read_write_data(api_fn)
+        for table in (s.ledger, s.cache_registry):
+            table.grant_read_data(api_fn)
         s.artifacts.grant_read(api_fn, "trials/*")
         s.artifacts.grant_put(api_fn, "trials/*")
         s.compile_cache.grant_read(api_fn, "neuron/*")
         findings(api_fn).s3_read(s.artifacts, "trials/*").s3_put(s.artifacts, "trials/*").s3_read(
             s.compile_cache, "neuron/*")
+
+    def _grant_bookings(self, s: TrialStorage, *, booking: tuple[lambda_.Function, ...],
+                        reconciler: lambda_.Function) -> None:
+        """The usage table for every function that books or releases a trial's quotas (admission, the end of a
+        trial, a stop, a write counted once); the reconciler's reach: trials, the ledger's jobs, and Batch to
+        terminate a stopped trial's jobs still running."""
+        for fn in booking:
+            s.usage.grant_read_write_data(fn)
+        s.trials.grant_read_write_data(reconciler)
+        s.ledger.grant_read_data(reconciler)
+        GrantFindings(reconciler.role).xray().kms().table_indexes(s.trials)  # type: ignore[arg-type]
+        self._grant_batch_describe(reconciler)
+        policy = iam.Policy(reconciler, "TerminateJobs", statements=[iam.PolicyStatement(
+            actions=["batch:TerminateJob"],
+            resources=[self.format_arn(service="batch", resource="job", resource_name="*")])])
+        assert reconciler.role is not None
+        reconciler.role.attach_inline_policy(policy)
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{arn_prefix(self, 'batch')}:job/*]",
+                    "job ids are generated by Batch: a stopped trial's jobs are known only by the ids its events "
+                    "reported; terminating changes nothing for a job that has ended")
 
     def _grant_baseline_reads(self, fn: lambda_.Function, found: GrantFindings) -> None:
         if not self.config.data_buckets:

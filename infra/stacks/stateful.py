@@ -9,6 +9,7 @@ from constructs import Construct
 
 from infra.config import StageConfig
 from infra.constructs.nag import acknowledge
+from infra.constructs.retention import log_key
 from infra.constructs.storage import TrialStorage
 
 
@@ -16,6 +17,8 @@ class StatefulStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
         self.storage = TrialStorage(self, "Storage", noncurrent_version_days=config.noncurrent_version_days)
+        # For the log group of CDK's bucket-notifications function (infra.constructs.retention.ExpiringFunctionLogs).
+        self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: logs of CDK's helper functions")
         # event_bridge_enabled is applied by a CDK-provided custom resource with its own function and role.
         for child in self.node.children:
             if child.node.id.startswith("BucketNotificationsHandler"):

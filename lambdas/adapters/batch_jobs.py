@@ -45,3 +45,17 @@ def queue_instance_type(job_queue_arn: str) -> str | None:
     for env in client("batch").describe_compute_environments(computeEnvironments=envs)["computeEnvironments"]:
         types.update(t for t in env.get("computeResources", {}).get("instanceTypes", []) if "." in t)
     return types.pop() if len(types) == 1 else None
+
+
+class BatchJobTerminator:
+    """The ``JobTerminator`` port: only the reconciler composes it, so only its role may call TerminateJob."""
+
+    def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
+        jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])
+        return BatchJobStateChangeDetail.model_validate(jobs[0]) if jobs else None
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        """TerminateJob moves a job that has not started to FAILED and stops a running one (its containers get
+        SIGTERM, then SIGKILL): AWS Batch API reference, "TerminateJob". Terminating a job that has already ended
+        changes nothing."""
+        client("batch").terminate_job(jobId=job_id, reason=reason[:1024])

@@ -118,6 +118,14 @@ class DynamoCacheRegistry:
             condition="#st = :failed",
         )
 
+    def reject(self, key: str, reason: str, at: str) -> None:
+        self._update(
+            key,
+            "SET #st = :rejected, rejected_reason = :why, rejected_at = :at ADD rejections :one",
+            to_item({":rejected": "rejected", ":why": reason[:1000], ":at": at, ":one": 1}),
+            {"#st": "status"},
+        )
+
     def get(self, key: str) -> dict[str, Any] | None:
         got = client("dynamodb").get_item(TableName=self.table, Key={"cache_key": {"S": key}}, ConsistentRead=True)
         return from_item(got["Item"]) if "Item" in got else None

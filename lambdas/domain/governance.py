@@ -8,7 +8,8 @@ authentication": API Gateway developer guide, "Variables for data transformation
 role, ``arn:aws:iam::<account>:role/<role>`` (the role's path is not in a session ARN, so patterns match by name).
 
 A member entry is either an ARN pattern (``arn:aws:iam::123456789012:role/llm-*``, glob syntax) or a bare role or
-user name pattern, which matches only callers in the API's own account. ``{team}`` in the stage-wide
+user name pattern, which matches only callers in the API's own account. ``member_roles`` / ``approver_roles`` match
+only roles and their sessions: an IAM user that carries a matching name is not a member. ``{team}`` in the stage-wide
 ``member_roles`` / ``approver_roles`` stands for each team's name, so a naming convention maps fifty teams without
 listing fifty roles.
 """
@@ -27,7 +28,8 @@ from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 
 TEAM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # the trial spec's `owner`
 _SESSION = re.compile(r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[^/]+)/.+$")
-_IAM = re.compile(r"^arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):(?:role|user)/(?:.*/)?(?P<name>[^/]+)$")
+_IAM = re.compile(
+    r"^arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):(?P<kind>role|user)/(?:.*/)?(?P<name>[^/]+)$")
 
 Usd = Annotated[Decimal, Field(gt=0, allow_inf_nan=False, max_digits=14, decimal_places=2)]
 
@@ -84,11 +86,11 @@ class Governance(_Model):
     platform_admins: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
         default_factory=list, description="principals who see and cancel every team's trials and approve any")
     member_roles: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
-        default_factory=list, description="role-name patterns with {team}: a caller whose role matches is a "
-        "member of that team")
+        default_factory=list, description="role-name patterns with {team}: a caller whose role (or role "
+        "session) matches is a member of that team; IAM users never match")
     approver_roles: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
-        default_factory=list, description="role-name patterns with {team}: a caller whose role matches approves "
-        "for that team")
+        default_factory=list, description="role-name patterns with {team}: a caller whose role (or role "
+        "session) matches approves for that team; IAM users never match")
     default_quotas: Quotas = Field(default_factory=Quotas)
     teams: dict[Annotated[str, Field(pattern=TEAM_NAME)], Team] = Field(default_factory=dict)
 
@@ -113,10 +115,12 @@ class Governance(_Model):
         approves: set[str] = set()
         for name, team in self.teams.items():
             if any(principal.matches(p, api_account) for p in team.members) or any(
-                    principal.matches(p.replace("{team}", name), api_account) for p in self.member_roles):
+                    principal.matches(p.replace("{team}", name), api_account, roles_only=True)
+                    for p in self.member_roles):
                 teams.add(name)
             if any(principal.matches(p, api_account) for p in team.approvers) or any(
-                    principal.matches(p.replace("{team}", name), api_account) for p in self.approver_roles):
+                    principal.matches(p.replace("{team}", name), api_account, roles_only=True)
+                    for p in self.approver_roles):
                 approves.add(name)
                 teams.add(name)  # an approver of a team is one of its members
         if len(teams) > 1:
@@ -131,6 +135,7 @@ class Principal(_Model):
     arn: str  # canonical: a role session as its role
     account: str | None
     name: str | None  # the role or user name
+    kind: Literal["role", "user"] | None = None  # a role session is its role
 
     @classmethod
     def parse(cls, arn: str) -> Principal:
@@ -138,13 +143,17 @@ class Principal(_Model):
         if session:
             role = session["role"]
             return cls(arn=f"arn:{session['partition']}:iam::{session['account']}:role/{role}",
-                       account=session["account"], name=role)
+                       account=session["account"], name=role, kind="role")
         iam = _IAM.match(arn)
         if iam:
-            return cls(arn=arn, account=iam["account"], name=iam["name"])
+            return cls(arn=arn, account=iam["account"], name=iam["name"],
+                       kind="role" if iam["kind"] == "role" else "user")
         return cls(arn=arn, account=None, name=None)
 
-    def matches(self, pattern: str, api_account: str | None) -> bool:
+    def matches(self, pattern: str, api_account: str | None, *, roles_only: bool = False) -> bool:
+        """``roles_only``: the pattern maps roles (``member_roles``), so a user of a matching name is not matched."""
+        if roles_only and self.kind != "role":
+            return False
         if pattern.startswith("arn:"):
             return fnmatchcase(self.arn, pattern)
         return (self.name is not None and self.account is not None and self.account == api_account

@@ -8,12 +8,18 @@ credentials reads its trial's prefix (the frozen spec, the Trainium2 run a GPU f
 ``trials/<trial>/<run>/``. The function hands them out only to a job that proves it is the job the workflow started:
 it is STARTING or RUNNING, and it presents the one-off token the workflow put into that job's own settings
 (``States.UUID()``), which no other job can read.
+
+The compile cache is written the same way. The job role only reads ``neuron/``; the run the workflow sent to compile
+its trial's entry (the trial item's ``cache_writer``, recorded by the resolve step) gets a session that also carries
+the entry's key (``CACHE_TAG``), and the writer role writes ``neuron/*/*/${aws:PrincipalTag/dualtrack-cache-key}/*``
+only: every other run's session lacks the tag, so no statement lets it write a cache entry at all.
 """
 
 from __future__ import annotations
 
 TRIAL_TAG = "dualtrack-trial"
 RUN_TAG = "dualtrack-run"
+CACHE_TAG = "dualtrack-cache-key"  # the 64-hex key: a session tag value holds at most 256 characters
 # The job's settings: container environment (single node) or job parameters (multi-node, where Batch substitutes
 # them into the command and the trainer moves them back into its environment).
 TOKEN_ENV = "DUALTRACK_RUN_TOKEN"

@@ -252,6 +252,15 @@ class RunFold(BaseModel):
     facts: int = Field(description="ledger entries folded; a later fold over more facts supersedes this one")
     fingerprint: str
     ended_at: str | None = None
+    suspect: dict[int, list[str]] = Field(
+        default_factory=dict,
+        description="attempt -> why its Batch attempt record was set aside and the attempt billed from its "
+                    "transitions instead")
+
+
+# EventBridge gives an event's time in whole seconds, so a transition can read up to a second before the
+# millisecond timestamps Batch puts on the job and its attempts.
+CLOCK_SLACK_MS = 1_000
 
 
 class _Attempt:
@@ -302,14 +311,27 @@ def fold_run(
         else:
             checkpoints[fact.step] = fact
 
+    job_ended: dict[str, int] = {}
+    for slot in attempts.values():
+        for ending in BATCH_TERMINAL:
+            if ending in slot.transitions:
+                at = _ms(slot.transitions[ending].at)
+                job_ended[slot.job_id] = max(job_ended.get(slot.job_id, at), at)
+
     ordered = sorted(attempts.values(), key=lambda a: (job_created.get(a.job_id, 0), a.job_id, a.attempt))
     usages: list[AttemptUsage] = []
+    suspect: dict[int, list[str]] = {}
     terminal: Literal["SUCCEEDED", "FAILED"] | None = None
     complete = True
     previous_end: int | None = None
     ended_at: str | None = None
     for index, slot in enumerate(ordered, start=1):
-        start, end = _bounds(slot)
+        reason = _impossible(slot.record, job_created.get(slot.job_id), job_ended.get(slot.job_id))
+        if reason is not None:
+            suspect[index] = [reason]
+        later = attempts.get((slot.job_id, slot.attempt + 1))
+        retried = min((_ms(t.at) for t in later.transitions.values()), default=None) if later else None
+        start, end = _bounds(slot, trust_record=reason is None, retried_at=retried)
         status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         if status is not None:
             terminal = status  # type: ignore[assignment]
@@ -375,12 +397,32 @@ def fold_run(
         facts=len(facts),
         fingerprint=digest,
         ended_at=ended_at,
+        suspect=suspect,
     )
 
 
-def _bounds(slot: _Attempt) -> tuple[int | None, int | None]:
-    """Instance time of an attempt: STARTING (else the attempt's startedAt, else RUNNING) to its end."""
-    record = slot.record
+def _impossible(record: AttemptFact | None, created: int | None, ended: int | None) -> str | None:
+    """Why an attempt record cannot be what Batch reported (None when it can): Batch's AttemptDetail starts when the
+    attempt goes RUNNING and stops when it leaves RUNNING, so it stops no earlier than it starts, and lies between
+    the job's creation and the job's terminal transition."""
+    if record is None:
+        return None
+    stamps = [t for t in (record.started_at_ms, record.stopped_at_ms) if t]
+    if record.started_at_ms and record.stopped_at_ms and record.stopped_at_ms < record.started_at_ms:
+        return "attempt record stopped before it started"
+    if created is not None and any(t < created - CLOCK_SLACK_MS for t in stamps):
+        return "attempt record before the job was created"
+    if ended is not None and any(t > ended + CLOCK_SLACK_MS for t in stamps):
+        return "attempt record after the job ended"
+    return None
+
+
+def _bounds(slot: _Attempt, *, trust_record: bool = True, retried_at: int | None = None
+            ) -> tuple[int | None, int | None]:
+    """Instance time of an attempt: STARTING (else the attempt's startedAt, else RUNNING) to its end (the attempt's
+    stoppedAt, else its terminal transition). An attempt record that is not trusted is left out: the transitions
+    alone bound the attempt, ending at its terminal transition, else at the job's next attempt's first one."""
+    record = slot.record if trust_record else None
     start: int | None = None
     if "STARTING" in slot.transitions:
         start = _ms(slot.transitions["STARTING"].at)
@@ -392,6 +434,8 @@ def _bounds(slot: _Attempt) -> tuple[int | None, int | None]:
     if end is None:
         status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         end = _ms(slot.transitions[status].at) if status else None
+    if end is None and not trust_record:
+        end = retried_at
     return start, end
 
 
@@ -402,7 +446,12 @@ def _seconds(start: int | None, end: int | None) -> Decimal:
 
 
 def cost_body(fold: RunFold, cost: BaseModel) -> dict[str, Any]:
-    """The cost entry's body: the priced fold plus what it was computed from (so a reader can re-check it)."""
+    """The cost entry's body: the priced fold plus what it was computed from (so a reader can re-check it). An
+    attempt billed from its transitions because its Batch record was impossible carries ``suspect``: why."""
+    usage = fold.usage.model_dump(mode="json")
+    for attempt in usage["attempts"]:
+        if attempt["attempt"] in fold.suspect:
+            attempt["suspect"] = fold.suspect[attempt["attempt"]]
     return {
         "cost": cost.model_dump(mode="json"),
         "facts": fold.facts,
@@ -410,5 +459,44 @@ def cost_body(fold: RunFold, cost: BaseModel) -> dict[str, Any]:
         "complete": fold.complete,
         "terminal_status": fold.terminal_status,
         "ended_at": fold.ended_at,
-        "usage": fold.usage.model_dump(mode="json"),
+        "usage": usage,
     }
+
+
+def _runs(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
+    by_run: dict[str, list[LedgerEntry]] = {}
+    for entry in entries:
+        by_run.setdefault(entry.run_key, []).append(entry)
+    return by_run
+
+
+def _terminal(entries: list[LedgerEntry]) -> Literal["SUCCEEDED", "FAILED"] | None:
+    if not entries:
+        return None
+    return fold_run(entries, trial_id=entries[0].trial_id, run=entries[0].run, instance_type="unknown").terminal_status
+
+
+def suspect_attempts(entries: Iterable[LedgerEntry]) -> dict[str, dict[int, list[str]]]:
+    """Per run, the attempts whose Batch attempt record its fold set aside (``RunFold.suspect``)."""
+    out: dict[str, dict[int, list[str]]] = {}
+    for _, group in sorted(_runs(entries).items()):
+        fold = fold_run(group, trial_id=group[0].trial_id, run=group[0].run, instance_type="unknown")
+        if fold.suspect:
+            out[group[0].run] = fold.suspect
+    return out
+
+
+def new_outcome(entries: Iterable[LedgerEntry], added: Iterable[LedgerEntry]
+                ) -> Literal["SUCCEEDED", "FAILED"] | None:
+    """The run's folded terminal status when ``added`` (facts one call was first to record) is what made it terminal;
+    None while it is open, and for facts about a run that was terminal without them (a late or forged terminal
+    transition for a job already ended: a success wins, and the run's outcome was already decided)."""
+    new = {e.entry_key: e for e in added}
+    if not new:
+        return None
+    every = {e.entry_key: e for e in entries} | new
+    after = _terminal(list(every.values()))
+    if after is None:
+        return None
+    before = _terminal([e for key, e in every.items() if key not in new])
+    return after if before is None else None

@@ -13,7 +13,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lambdas.domain.vocabulary import COMPILE_RUN
 
@@ -26,6 +26,50 @@ HOURS = Decimal(3600)
 
 class PriceMissing(LookupError):
     pass
+
+
+class PricesInvalid(ValueError):
+    """A price table or price overrides that do not validate: the message names each field path and what it must
+    hold."""
+
+
+_INSTANCES_SHAPE = '{"<region>": {"<instance type>": {"hourly_usd": "55.04"}}}'
+_S3_SHAPE = '{"<region>": {"storage_gb_month_usd": ..., "put_per_1000_usd": ..., "get_per_1000_usd": ...}}'
+# What each field of the table holds, for the message naming a malformed one.
+_FIXES = {
+    "hourly_usd": 'USD per hour, a number at least 0 (e.g. "55.04")',
+    "confidence": "one of list, estimate, override, pricing-api",
+    "note": "free text",
+    "storage_gb_month_usd": "USD per GB-month, a number at least 0",
+    "put_per_1000_usd": "USD per 1,000 PUT requests, a number at least 0",
+    "get_per_1000_usd": "USD per 1,000 GET requests, a number at least 0",
+    "version": "a string",
+    "source": "a string",
+}
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """Each validation error as ``path: what is wrong; what it must hold``."""
+    out = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        field = loc[-1] if loc else ""
+        if err["type"] == "extra_forbidden":
+            parent = "an instance row takes hourly_usd, confidence, note" if loc[:1] == ["instances"] else (
+                "S3 rates take storage_gb_month_usd, put_per_1000_usd, get_per_1000_usd")
+            fix = f"unknown field; remove it ({parent})"
+        elif err["type"] == "missing":
+            fix = f"required for a region the table does not have; add it ({_FIXES.get(field, field)})"
+        else:
+            fix = f"{err['msg'].lower()} (got {err.get('input')!r:.40}); give {_FIXES.get(field, field)}"
+        out.append(f"{'.'.join(loc)}: {fix}")
+    return out
+
+
+def _mapping(value: Any, path: str, shape: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PricesInvalid(f"price overrides: {path}: must be a JSON object {shape} (got {type(value).__name__})")
+    return value
 
 
 class InstancePrice(BaseModel):
@@ -76,23 +120,31 @@ class PriceTable(BaseModel):
         return rates
 
     def with_overrides(self, overrides: dict[str, Any] | None) -> PriceTable:
+        """This table with ``overrides`` applied. Raises ``PricesInvalid`` naming the field of a malformed one."""
         if not overrides:
             return self
-        unknown = set(overrides) - {"instances", "s3", "version", "source"}
+        _mapping(overrides, "", '{"instances": ..., "s3": ..., "version": ..., "source": ...}')
+        unknown = sorted(set(overrides) - {"instances", "s3", "version", "source"})
         if unknown:
-            raise ValueError(f"price overrides: unknown keys {sorted(unknown)}; use instances, s3, version, source")
+            raise PricesInvalid(f"price overrides: {unknown[0]}: unknown key; use instances, s3, version, source")
         data = self.model_dump(mode="json")
-        for region, rows in (overrides.get("instances") or {}).items():
-            for itype, row in rows.items():
-                row = {"hourly_usd": row} if isinstance(row, str | int | float) else dict(row)
+        instances = _mapping(overrides.get("instances") or {}, "instances", _INSTANCES_SHAPE)
+        for region, rows in instances.items():
+            for itype, row in _mapping(rows, f"instances.{region}", '{"<instance type>": ...}').items():
+                if isinstance(row, str | int | float) and not isinstance(row, bool):
+                    row = {"hourly_usd": row}
+                row = dict(_mapping(row, f"instances.{region}.{itype}", '{"hourly_usd": "55.04"} or a number'))
                 row.setdefault("confidence", "override")
                 data["instances"].setdefault(region, {})[itype] = row
-        for region, rates in (overrides.get("s3") or {}).items():
-            data["s3"][region] = {**data["s3"].get(region, {}), **rates}
+        for region, rates in _mapping(overrides.get("s3") or {}, "s3", _S3_SHAPE).items():
+            data["s3"][region] = {**data["s3"].get(region, {}), **_mapping(rates, f"s3.{region}", _S3_SHAPE)}
         data["version"] = overrides.get("version", f"{self.version}+overrides")
         if "source" in overrides:
             data["source"] = overrides["source"]
-        return PriceTable.model_validate(data)
+        try:
+            return PriceTable.model_validate(data)
+        except ValidationError as exc:  # the overrides mirror the table, so its paths are theirs
+            raise PricesInvalid("price overrides: " + "; ".join(_problems(exc))) from None
 
 
 @lru_cache(maxsize=1)
@@ -103,7 +155,10 @@ def _shipped_table() -> PriceTable:
 
 def load_price_table(overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> PriceTable:
     """The shipped table (or `base`, e.g. a refreshed table) with per-deployment overrides applied."""
-    table = PriceTable.model_validate(base) if base is not None else _shipped_table()
+    try:
+        table = PriceTable.model_validate(base) if base is not None else _shipped_table()
+    except ValidationError as exc:
+        raise PricesInvalid("price table: " + "; ".join(_problems(exc))) from None
     return table.with_overrides(overrides)
 
 

@@ -26,7 +26,7 @@ from lambdas.domain.evidence import (
     ratio_bootstrap,
     tost,
 )
-from lambdas.domain.ledger import LedgerEntry, TransitionFact
+from lambdas.domain.ledger import LedgerEntry, TransitionFact, suspect_attempts
 from lambdas.domain.physics import run_problems
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
@@ -905,7 +905,10 @@ def build_trial_report(
             "reasons": reasons,
             "caveats": [c for c in (torch_mismatch(tracks),
                                     *(f"{run} ran {XLA_LABEL}: a verdict on it answers a question nobody can act on "
-                                      "today" for run, t in tracks.items() if t.get("backend") == "xla")) if c],
+                                      "today" for run, t in tracks.items() if t.get("backend") == "xla"),
+                                    *(f"{run} attempt {n}: {why}; billed from the job's transitions instead"
+                                      for run, suspect in suspect_attempts(ledger).items()
+                                      for n, reasons in suspect.items() for why in reasons)) if c],
         },
         "stand_in": any(t["stand_in"] for t in tracks.values()),
         "stopped_by": stopped.model_dump(mode="json") if stopped else None,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 NAMESPACE = "Dualtrack"
 
+# A run's outcome, counted once when the run becomes terminal, by its folded status (a SUCCEEDED wins over a FAILED
+# for the same job, so a late or forged FAILED after the job's SUCCEEDED counts nothing).
 RUNS_SUCCEEDED = "RunsSucceeded"  # a run's Batch job reached SUCCEEDED (Count)
 RUNS_FAILED = "RunsFailed"  # a run's Batch job reached FAILED after its retries (Count)
 TRIAL_COST_USD = "TrialCostUSD"  # a trial's total cost when the workflow closes it (USD, unit None)
@@ -27,6 +29,18 @@ TRIALS_STOPPED_AT_LIMIT = "TrialsStoppedAtLimit"
 # A job asked for its trial's write credentials and was refused (unknown or finished job, wrong token, a trial the
 # plane does not hold or that has ended); the log line gives the reason (Count).
 JOB_CREDENTIALS_REFUSED = "JobCredentialsRefused"
+# A run's summary reported a compile-cache outcome it may not: for an entry the plane did not resolve for its trial,
+# or a ready/failed verdict from a run not sent to compile the entry. The registry is left as it was; the log line
+# names the claim (Count).
+CACHE_CLAIMS_REFUSED = "CompileCacheClaimsRefused"
+# The resolver found an entry that disagrees with its completion marker (a listed artefact absent or of another
+# size, a marker listing nothing): not served, marked rejected, built again; the log line gives the reason (Count).
+CACHE_ENTRIES_REJECTED = "CompileCacheEntriesRejected"
+
+# Trials whose stop (a cancel or a crossed limit) is still pending when the reconciler sweeps, and those pending past
+# the reconciler's deadline: the StopsPending alarm fires on the latter (Count, published every sweep).
+STOPS_PENDING = "StopsPending"
+STOPS_OVERDUE = "StopsOverdue"
 
 # Run outcomes are recorded by the run-events function, or first by the workflow's cost step when it reconciles a
 # job whose terminal event has not arrived yet; compile-cache use by whichever event function first counts a
@@ -41,6 +55,10 @@ EMITTERS: dict[str, tuple[str, ...]] = {
     EVENTS_REJECTED: ("on_batch_job_state", "on_artifact_created"),
     TRIALS_STOPPED_AT_LIMIT: ("on_batch_job_state", "on_artifact_created"),
     JOB_CREDENTIALS_REFUSED: ("vend_job_credentials",),
+    CACHE_CLAIMS_REFUSED: ("on_batch_job_state", "on_artifact_created"),
+    CACHE_ENTRIES_REJECTED: ("resolve_compile_cache",),
+    STOPS_PENDING: ("reconcile_trials",),
+    STOPS_OVERDUE: ("reconcile_trials",),
 }
 RUN_OUTCOMES = {"SUCCEEDED": RUNS_SUCCEEDED, "FAILED": RUNS_FAILED}
 CACHE_OUTCOMES = {"hit": CACHE_HITS, "miss": CACHE_MISSES, "failed": CACHE_FAILURES}

@@ -48,6 +48,9 @@ BYTE_TOKENIZER_VOCAB_SIZE = 256 + 3
 # AWS Batch refuses an attempt timeout under 60 seconds
 # (https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html); limits.max_hours becomes that timeout.
 MIN_ATTEMPT_TIMEOUT_S = 60
+# Sequences per optimizer step. Large pre-training runs step a few thousand sequences (a few million tokens); the
+# bound leaves room above that and keeps the number a step's arithmetic and the report carry finite.
+MAX_EFFECTIVE_BATCH_SIZE = 65_536
 # The trainer always builds or loads a LlamaForCausalLM; these are the layers peft can wrap with LoRA adapters
 # (Linear and Embedding modules), and the Llama modules it refuses (attention/MLP blocks, norms, activations).
 LLAMA_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens",
@@ -286,7 +289,9 @@ class TrialSpec(_Model):
     lora: LoraConfig | None = None
     data: DataSpec
     sequence_length: Annotated[int, Field(ge=8, le=131072)]
-    effective_batch_size: PositiveInt
+    effective_batch_size: Annotated[int, Field(ge=1, le=MAX_EFFECTIVE_BATCH_SIZE, description=(
+        "sequences per optimizer step (micro_batch_size x data parallel x gradient accumulation steps), at most "
+        f"{MAX_EFFECTIVE_BATCH_SIZE}"))]
     micro_batch_size: PositiveInt
     max_steps: Annotated[int, Field(ge=1, le=10_000_000)]
     learning_rate: Annotated[float, Field(gt=0, le=1)]
@@ -500,6 +505,11 @@ def _hint(error: Any) -> str:
     kind = error["type"]
     msg: str = error["msg"]
     loc = tuple(error["loc"])
+    given = error.get("input")
+    if (loc == ("effective_batch_size",) and isinstance(given, int | float) and not isinstance(given, bool)
+            and given > MAX_EFFECTIVE_BATCH_SIZE):  # also a float too large to be read as an integer
+        return (f"at most {MAX_EFFECTIVE_BATCH_SIZE} sequences per optimizer step (got {given!r:.40}); use a value "
+                f"in [1, {MAX_EFFECTIVE_BATCH_SIZE}]")
     if kind == "extra_forbidden":
         parent = _model_at(loc[:-1])
         valid = ", ".join(sorted(parent.model_fields)) if parent else ""

@@ -19,11 +19,14 @@ EXECUTION_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABOR
 
 # The values the trials table holds: PENDING_APPROVAL while a trial waits for an approver (nothing started),
 # SUBMITTING while the submission (or the approval) starts its execution, SUBMITTED once the execution runs (the
-# execution's own status says how far it got), then one terminal value: set by the workflow's last state, by a
-# cancel, or REJECTED by an approver.
-TrialStatus = Literal["PENDING_APPROVAL", "SUBMITTING", "SUBMITTED", "SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"]
+# execution's own status says how far it got), STOPPING from a cancel or a crossed limit until its execution is seen
+# stopped and its jobs ended (it still holds its place: its jobs may still bill), then one terminal value: set by
+# the workflow's last state, CANCELLED once a stop is complete, or REJECTED by an approver.
+TrialStatus = Literal["PENDING_APPROVAL", "SUBMITTING", "SUBMITTED", "STOPPING", "SUCCEEDED", "FAILED", "CANCELLED",
+                      "REJECTED"]
 TRIAL_STATUSES: tuple[str, ...] = get_args(TrialStatus)
-TRIAL_ACTIVE: tuple[str, ...] = ("PENDING_APPROVAL", "SUBMITTING", "SUBMITTED")
+TRIAL_ACTIVE: tuple[str, ...] = ("PENDING_APPROVAL", "SUBMITTING", "SUBMITTED", "STOPPING")
+TRIAL_STOPPABLE: tuple[str, ...] = ("PENDING_APPROVAL", "SUBMITTING", "SUBMITTED")  # what a stop can start from
 TRIAL_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
 
 # A trial's runs: each is one Batch job (and its own prefix under the trial). ``trn2-compile`` is the warm-up compile

@@ -14,7 +14,13 @@ from lambdas.domain.artifacts import RUN_OBJECT, ArtifactRejected
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import S3ObjectCreatedEvent
 from lambdas.runtime.function import lambda_handler
-from lambdas.runtime.observability import count_cache_outcomes, count_limit_stop, count_rejected_event, logger
+from lambdas.runtime.observability import (
+    count_cache_outcomes,
+    count_limit_stop,
+    count_refused_cache_claims,
+    count_rejected_event,
+    logger,
+)
 from lambdas.runtime.settings import ArtifactEventSettings, per_environment, settings_for
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import observe_run
@@ -47,7 +53,11 @@ def compose() -> Recorder[ObjectFact, ObjectResult]:
 def record_object(*, fact: ObjectFact) -> ObjectResult:
     app, settings = compose(), settings_for(ArtifactEventSettings)
     if fact.bucket == settings.CACHE_BUCKET:
-        key = record_cache_object(app.registry, fact.object_key, fact.size, fact.time)
+        try:
+            key = record_cache_object(app.registry, fact.object_key, fact.size, fact.time)
+        except ArtifactRejected as exc:
+            count_rejected_event(str(exc), key=fact.object_key)
+            return ObjectResult(kind="rejected", rejected=str(exc))
         return ObjectResult(kind="compile-cache" if key else "ignored", recorded=key is not None, cache_key=key)
     if fact.bucket != settings.ARTIFACTS_BUCKET:
         return ObjectResult(kind="ignored")
@@ -57,7 +67,7 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
     try:
         if written:  # every object a run's job writes counts against the trial's write limits, fact or not
             app.settlement.check_started(written["trial"], written["run"])
-            stopped = app.guard.after_write(written["trial"], fact.size, at)
+            stopped = app.guard.after_write(written["trial"], fact.size, at, fact=fact.key)
         outcome = record_artifact(app.settlement, fact.object_key)
     except (ArtifactRejected, ForeignEvent) as exc:
         count_rejected_event(str(exc), key=fact.object_key)
@@ -71,8 +81,10 @@ def record_object(*, fact: ObjectFact) -> ObjectResult:
                             trial_id=written["trial"] if written else None, run=written["run"] if written else None,
                             stopped_by=stopped.message if stopped else None)
     if outcome.kind == "summary" and outcome.added:
-        count_cache_outcomes(observe_run(app.settlement.ledger, app.registry, outcome.trial_id, outcome.run,
-                                         outcome.entries))
+        observed = observe_run(app.settlement.ledger, app.registry, app.settlement.trials, outcome.trial_id,
+                               outcome.run, outcome.entries, app.settlement.trial(outcome.trial_id))
+        count_cache_outcomes(observed.counted)
+        count_refused_cache_claims(observed.refused)
     logger.info("artifact recorded", extra={"kind": outcome.kind, "trial_id": outcome.trial_id, "run": outcome.run,
                                             "new": outcome.added})
     return ObjectResult(kind=outcome.kind, recorded=outcome.added, trial_id=outcome.trial_id, run=outcome.run,

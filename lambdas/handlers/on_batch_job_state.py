@@ -13,13 +13,13 @@ from pydantic import BaseModel
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.domain.ledger import TransitionFact, facts_of
 from lambdas.runtime.composition import Recorder, recorder
 from lambdas.runtime.events import BatchJobStateChangeEvent
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import (
     count_cache_outcomes,
     count_limit_stop,
+    count_refused_cache_claims,
     count_rejected_event,
     count_run_outcomes,
     logger,
@@ -63,17 +63,23 @@ def record_job_state(*, fact: JobStateFact) -> JobStateResult:
     if recorded is None:
         return JobStateResult(status=detail.status, attempt=detail.attempt, ignored="not a dualtrack job")
     trial_id, run = recorded.identity.trial_id, recorded.identity.run
-    if detail.terminal:
-        count_run_outcomes(t.status for t in facts_of(recorded.added, TransitionFact))
+    # The run's outcome is counted from the one read of its ledger, before settling: a settlement that fails still
+    # leaves it counted (its retry adds no fact, so counts nothing).
+    entries = app.settlement.entries(trial_id, run)
+    outcome = app.settlement.outcome(recorded, entries)
+    count_run_outcomes([outcome] if outcome else [])
     # Settle on every delivery, not only when facts were new: a retry after a crash between recording and settling
     # must still close the cost. Settling is a fold of the ledger, so repeating it changes nothing.
-    settled = app.settlement.settle_run(trial_id, run, collect=detail.terminal)
+    settled = app.settlement.settle_run(trial_id, run, collect=detail.terminal, entries=entries)
     stopped = app.guard.after_run_facts(trial_id, run, settled.entries, event.time)
     if stopped is not None:
         count_limit_stop(stopped.limit, trial_id=trial_id, run=run, stopped_by=stopped.message)
     if settled.cost is not None:
         # The run's compile-cache hits and misses, from what its attempts reported.
-        count_cache_outcomes(observe_run(app.settlement.ledger, app.registry, trial_id, run, settled.entries))
+        observed = observe_run(app.settlement.ledger, app.registry, app.settlement.trials, trial_id, run,
+                               settled.entries, app.settlement.trial(trial_id))
+        count_cache_outcomes(observed.counted)
+        count_refused_cache_claims(observed.refused)
     logger.info("job state recorded", extra={"trial_id": trial_id, "run": run, "status": detail.status,
                                              "attempt": detail.attempt, "new": len(recorded.added)})
     return JobStateResult(trial_id=trial_id, run=run, status=detail.status, attempt=detail.attempt,

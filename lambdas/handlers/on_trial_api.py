@@ -7,6 +7,7 @@ one place where errors become HTTP answers.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass
@@ -35,7 +36,13 @@ from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ApiSettings, per_environment, settings_for
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, RunMetrics, Trials, Workflow
 from lambdas.services.run_settlement import RunSettlement
-from lambdas.services.trial_submission import DecisionConflict, QuotaExceeded, SubmissionRefused, TrialNotFound
+from lambdas.services.trial_submission import (
+    DecisionConflict,
+    QuotaExceeded,
+    SubmissionRefused,
+    TrialClosed,
+    TrialNotFound,
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,8 @@ class Composition:
 @per_environment
 def compose() -> Composition:
     settings = settings_for(ApiSettings)
-    return Composition(settings, DynamoTrials(settings.TRIALS_TABLE), DynamoLedger(settings.LEDGER_TABLE),
+    return Composition(settings, DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE),
+                       DynamoLedger(settings.LEDGER_TABLE),
                        S3Objects(settings.ARTIFACTS_BUCKET), DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
                        StepFunctionsWorkflow(settings.STATE_MACHINE_ARN), load_price_table(settings.PRICE_OVERRIDES),
                        settlement(settings), CloudWatchRunMetrics())
@@ -128,6 +136,12 @@ def _decided(exc: DecisionConflict) -> Response[dict[str, Any]]:
     return _error(409, str(exc), [{"path": "status", "message": f"the trial is {exc.status}"}])
 
 
+@app.exception_handler(TrialClosed)
+def _closed(exc: TrialClosed) -> Response[dict[str, Any]]:
+    return _json(409, {"message": f"{exc}; nothing was started", "status": exc.status, "status_cause": exc.cause,
+                       "errors": [{"path": "status", "message": f"the trial is {exc.status}"}]})
+
+
 @app.exception_handler(TrialNotFound)
 def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
     return _error(404, f"no trial {exc.args[0]!r}; list trials with GET /trials")
@@ -186,23 +200,71 @@ def _not_found(exc: NotFoundError) -> Response[dict[str, Any]]:
 
 
 def refused_before_parsing(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any] | None:
-    """A 413 for a body over the limit, a 415 for a body type other than JSON: answered before the resolver parses
-    and validates the body. Validation would otherwise parse form and multipart bodies into fields (this API takes
-    JSON only), fail outright on a multipart type without its boundary, and read a huge body before refusing it."""
+    """A 413 for a body over the limit, a 415 for a body type other than JSON, a 400 for a body flagged base64 that
+    does not decode to text: answered before the resolver parses and validates the body. Validation would otherwise
+    parse form and multipart bodies into fields (this API takes JSON only), fail outright on a multipart type without
+    its boundary, and read a huge body before refusing it."""
     size = len((event.get("body") or "").encode())
     if size > max_body_bytes:
         return _answer(413, f"request body is {size} bytes; the limit is {max_body_bytes}", "",
                        f"send at most {max_body_bytes} bytes")
-    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
-    media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
-        twice = duplicate_key_problems(event.get("body") or "") if not event.get("isBase64Encoded") else []
+    media = _media_type(event)
+    if _is_json(media):
+        text = _text_body(event)
+        if text is None:
+            return _answer(400, "the body is flagged base64-encoded (isBase64Encoded) but is not base64 of UTF-8 "
+                                "text; nothing was stored", "body", "send the JSON document as UTF-8 text")
+        twice = duplicate_key_problems(text)
         if twice:
             return _answer(422, "the body gives a field more than once; JSON keeps the last silently, so the "
                                 "request is ambiguous. Nothing was stored", twice[0].path, twice[0].message)
         return None
-    return _answer(415, f"Content-Type {media} is not accepted; send JSON (application/json). Nothing was stored",
-                   "Content-Type", "use application/json")
+    return _answer(415, f"Content-Type {media} is not accepted; send JSON ({JSON_TYPES}). Nothing was stored",
+                   "Content-Type", f"use {JSON_TYPES}")
+
+
+JSON_TYPES = "application/json, or a structured-syntax type ending in +json such as application/vnd.api+json"
+
+
+def _media_type(event: dict[str, Any]) -> str:
+    """The body's media type without parameters, lowercased (type and subtype are case-insensitive: RFC 9110,
+    8.3.1)."""
+    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    return headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _is_json(media: str) -> bool:
+    """No type (a body-less request), application/json, or a ``+json`` type (RFC 6839: its body is JSON)."""
+    return not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _text_body(event: dict[str, Any]) -> str | None:
+    """The body as text: decoded when API Gateway base64-encoded it, None when that does not decode to UTF-8."""
+    body = event.get("body") or ""
+    if not event.get("isBase64Encoded"):
+        return str(body)
+    try:
+        return base64.b64decode(body, validate=True).decode("utf-8")
+    except ValueError:  # binascii.Error (not base64), UnicodeDecodeError (not UTF-8), non-ASCII input
+        return None
+
+
+def as_json_request(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as the resolver parses it: a base64 body decoded, and a JSON body's Content-Type written
+    ``application/json`` (the resolver matches that spelling only, and would fail on any other with no answer a
+    client can act on). Called on an event ``refused_before_parsing`` let through."""
+    out = {**event, "body": _text_body(event), "isBase64Encoded": False} if event.get("isBase64Encoded") else event
+    if not _media_type(event):
+        return out
+    out = dict(out)
+    for field in ("headers", "multiValueHeaders"):
+        given = event.get(field)
+        if given:
+            kept = {k: v for k, v in given.items() if str(k).lower() != "content-type"}
+            kept["Content-Type"] = [content_types.APPLICATION_JSON] if field == "multiValueHeaders" else (
+                content_types.APPLICATION_JSON)
+            out[field] = kept
+    return out
 
 
 def _answer(status: int, message: str, path: str, fix: str) -> dict[str, Any]:
@@ -222,4 +284,4 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if refused is not None:
         return refused
     app.append_context(api=api)
-    return app.resolve(event, context)
+    return app.resolve(as_json_request(event), context)

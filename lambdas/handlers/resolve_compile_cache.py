@@ -14,6 +14,7 @@ from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.runtime.function import lambda_handler
+from lambdas.runtime.observability import count_rejected_cache_entry
 from lambdas.runtime.settings import CacheSettings, per_environment, settings_for
 from lambdas.services.cache_resolution import CompileCaches
 
@@ -51,4 +52,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         days = gc.retention_days or settings_for(CacheSettings).CACHE_RETENTION_DAYS
         return caches.collect_garbage(retention_days=days, dry_run=gc.dry_run)
     request = ResolveRequest.model_validate(event)
-    return caches.resolve(request.trial_id, request.spec_uri, retry_failed=request.retry_failed)
+    resolved = caches.resolve(request.trial_id, request.spec_uri, retry_failed=request.retry_failed)
+    if resolved["rejected"]:
+        count_rejected_cache_entry(resolved["rejected"], cache_key=resolved["cache_key"], trial_id=request.trial_id)
+    return resolved

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,16 +23,20 @@ class StatusRequest(BaseModel):
     trial_id: str = Field(min_length=1)
     status: TrialStatus
     cause: str | None = Field(default=None, max_length=4000)
+    settled_usd: Decimal | None = Field(default=None, ge=0, description="the trial's closed cost: its booking is "
+                                        "corrected to it")
 
 
 @per_environment
 def compose() -> Trials:
-    return DynamoTrials(settings_for(LedgerSettings).TRIALS_TABLE)
+    settings = settings_for(LedgerSettings)
+    return DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE)
 
 
 @lambda_handler(LedgerSettings)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     request = StatusRequest.model_validate(event)
-    done = set_status(compose(), request.trial_id, request.status, request.cause, now_iso())
+    done = set_status(compose(), request.trial_id, request.status, request.cause, now_iso(),
+                      settled_usd=request.settled_usd)
     logger.info("trial status", extra={"trial_id": done.trial_id, "status": done.status, "changed": done.changed})
     return {"trial_id": done.trial_id, "status": done.status, "changed": done.changed}

@@ -28,7 +28,7 @@ def settlement(settings: LedgerSettings, *, metrics: RunMetrics | None = None,
     function passes the ones it uses, so its role is granted only those."""
     return RunSettlement(
         DynamoLedger(settings.LEDGER_TABLE),
-        DynamoTrials(settings.TRIALS_TABLE),
+        DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE),
         S3Objects(settings.ARTIFACTS_BUCKET),
         load_price_table(settings.PRICE_OVERRIDES),
         settings.PRICE_REGION,

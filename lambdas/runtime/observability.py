@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lambdas.domain import telemetry
+from lambdas.services.cache_observation import RefusedClaim
 
 logger = Logger()
 metrics = Metrics(namespace=telemetry.NAMESPACE)
@@ -16,7 +17,8 @@ tracer = Tracer()
 
 
 def count_run_outcomes(new_statuses: Iterable[str]) -> None:
-    """RunsSucceeded / RunsFailed, one per terminal transition this invocation was first to record."""
+    """RunsSucceeded / RunsFailed, one per run this invocation's facts made terminal, by the run's folded terminal
+    status (``RunSettlement.outcome``): a late FAILED for a job already SUCCEEDED counts nothing."""
     for status in new_statuses:
         name = telemetry.RUN_OUTCOMES.get(status)
         if name is not None:
@@ -31,8 +33,30 @@ def count_cache_outcomes(outcomes: Mapping[str, int]) -> None:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
+def count_refused_cache_claims(refused: Iterable[RefusedClaim]) -> None:
+    """Summaries' compile-cache claims the registry did not take (each counted once): logged with why, and counted."""
+    for claim in refused:
+        logger.warning("compile-cache claim refused", extra={"reason": claim.reason, "observation": claim.observation,
+                                                             "claimed_key": claim.claimed_key})
+        metrics.add_metric(name=telemetry.CACHE_CLAIMS_REFUSED, unit=MetricUnit.Count, value=1)
+
+
+def count_rejected_cache_entry(reason: str, **context: str | None) -> None:
+    """A compile-cache entry not served because it disagrees with its completion marker: logged, and counted."""
+    logger.warning("compile-cache entry rejected", extra={"reason": reason, **context})
+    metrics.add_metric(name=telemetry.CACHE_ENTRIES_REJECTED, unit=MetricUnit.Count, value=1)
+
+
 def record_trial_cost(total_usd: float) -> None:
     metrics.add_metric(name=telemetry.TRIAL_COST_USD, unit=MetricUnit.NoUnit, value=total_usd)
+
+
+def record_reconciled(*, pending: int, overdue: int) -> None:
+    """Every sweep publishes both counts, zeros included, so the StopsPending alarm sees a value each period."""
+    if overdue:
+        logger.error("stops pending past their deadline", extra={"overdue": overdue})
+    metrics.add_metric(name=telemetry.STOPS_PENDING, unit=MetricUnit.Count, value=pending)
+    metrics.add_metric(name=telemetry.STOPS_OVERDUE, unit=MetricUnit.Count, value=overdue)
 
 
 def count_rejected_event(reason: str, **context: str | None) -> None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lambdas.domain.governance import Governance
 from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
 from lambdas.domain.periods import Period
+from lambdas.domain.prices import load_price_table
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -54,6 +55,7 @@ def _name(description: str) -> Any:
 class LedgerSettings(_Settings):
     LEDGER_TABLE: str = _name("name of the DynamoDB ledger table (pk run_key, sk entry_key)")
     TRIALS_TABLE: str = _name("name of the DynamoDB trials table (pk trial_id)")
+    USAGE_TABLE: str = _name("name of the DynamoDB usage table (pk usage_key): the teams' quota bookings")
     ARTIFACTS_BUCKET: str = _name("name of the artifacts bucket holding trials/<id>/...")
     PRICE_REGION: str = Field(default="us-east-1", description="region whose prices the cost model applies")
     PRICE_OVERRIDES: dict[str, Any] | None = Field(
@@ -64,6 +66,14 @@ class LedgerSettings(_Settings):
     @classmethod
     def _overrides(cls, value: Any) -> Any:
         return None if value in (None, "") else _json_text(value)
+
+    @field_validator("PRICE_OVERRIDES")
+    @classmethod
+    def _overrides_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Applied here, at the first invocation, so a malformed override names its field before anything runs,
+        # rather than failing every request from inside the function's composition.
+        load_price_table(value)
+        return value
 
 
 def _json_text(value: Any) -> Any:
@@ -159,6 +169,12 @@ class CacheSettings(ArtifactEventSettings):
     @classmethod
     def _json_versions(cls, value: Any) -> Any:
         return _json_text(value)
+
+
+class ReconcileSettings(LedgerSettings):
+    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine (pending stops are finished)")
+    STOP_OVERDUE_AFTER_S: int = Field(
+        default=900, ge=60, description="seconds a stop may stay pending before the StopsPending alarm counts it")
 
 
 class CostReportSettings(LedgerSettings):

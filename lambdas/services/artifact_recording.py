@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST
-from lambdas.domain.compile_cache import ENTRY_MARKER, QUARANTINE
+from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected
+from lambdas.domain.compile_cache import ENTRY_MARKER, QUARANTINE, EntryRejected, entry_name
 from lambdas.domain.ledger import LedgerEntry
 from lambdas.services.ports import CacheRegistry
 from lambdas.services.run_settlement import RunSettlement
@@ -45,9 +45,15 @@ def record_artifact(settlement: RunSettlement, key: str) -> Recorded | None:
 
 
 def record_cache_object(registry: CacheRegistry, key: str, size: int, at: str) -> str | None:
+    """Record a compile-cache object in its entry's registry item; ArtifactRejected for a name that would leave the
+    entry where a reader maps it to a file (S3 keys are flat: ``..`` is just characters to S3)."""
     match = CACHE_OBJECT.match(key)
     if match is None:
         return None
+    try:
+        entry_name(match["name"])
+    except EntryRejected as exc:
+        raise ArtifactRejected(key, str(exc)) from None
     cache_key = match["key"]
     registry.ensure(
         cache_key,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from lambdas.domain.compile_cache import cache_key, cache_url
+from lambdas.domain.compile_cache import ENTRY_MARKER, EntryRejected, cache_key, cache_url, check_entry, compile_writer
 from lambdas.domain.trial import TrialSpec, parse_trial, split_s3_uri
-from lambdas.domain.vocabulary import TRIAL_ACTIVE
+from lambdas.domain.vocabulary import COMPILE_RUN, TRIAL_ACTIVE
 from lambdas.services.cache_retention import entry_view, expired_entries
 from lambdas.services.ports import CacheRegistry, Objects, Trials
 
@@ -51,8 +51,18 @@ class CompileCaches:
             self.registry.request_retry(key.key)
         view = entry_view(entry)
         warm = view["status"] == "ready" and (view["objects"] > 0 or view["hits"] > 0 or view["misses"] > 0)
-        if self.trials.get(trial_id) is not None:
-            self.trials.update(trial_id, cache_key=key.key)
+        rejected = self.entry_problem(key.prefix) if warm else None
+        if rejected is not None:
+            # Not served: the workflow builds it again (the warm-up stage, or the training run), and the rebuilding
+            # run's miss makes it ready once more.
+            self.registry.reject(key.key, rejected, at)
+            warm = False
+        trial = self.trials.get(trial_id)
+        writer = compile_writer(warm, COMPILE_RUN in ((trial or {}).get("queues") or {}))
+        if trial is not None:
+            # What the trial's runs may speak for (cache_observation) and write (job_credentials); no run writes a
+            # warm entry.
+            self.trials.update(trial_id, cache_key=key.key, cache_prefix=key.prefix, cache_writer=writer)
         return {
             "cache_url": cache_url(self.cache_bucket, key),
             "cache_key": key.key,
@@ -60,7 +70,22 @@ class CompileCaches:
             "warm": warm,
             "failed_before": failed_before,
             "retry_requested": bool(retry_failed and failed_before),
+            "writer": writer,
+            "rejected": rejected,
         }
+
+    def entry_problem(self, prefix: str) -> str | None:
+        """Why the entry under ``prefix`` must not be served (None: its objects are the ones its completion marker
+        lists, at their sizes; the job that reads them checks their hashes)."""
+        try:
+            marker = self.cache_objects.get_json(prefix + ENTRY_MARKER)
+            held = {k[len(prefix):]: size for k, size in self.cache_objects.sizes(prefix).items()}
+            check_entry(marker, held)
+        except EntryRejected as exc:
+            return str(exc)
+        except ValueError as exc:  # a marker that is not JSON
+            return f"the completion marker is not JSON: {exc}"
+        return None
 
     def collect_garbage(self, *, retention_days: int, dry_run: bool, now: datetime | None = None) -> dict[str, Any]:
         active = {str(t["cache_key"]) for t in self.trials.iter_all()

@@ -57,6 +57,7 @@ def entry_view(entry: dict[str, Any]) -> dict[str, Any]:
         "size_bytes": sum(int(v) for v in objects.values()),
         "objects": len(objects),
         "failure_reason": entry.get("failure_reason"),
+        "rejected_reason": entry.get("rejected_reason"),
         "retry_requested": bool(entry.get("retry_requested")),
         "last_used_at": entry.get("last_used_at"),
         "created_at": entry.get("created_at"),

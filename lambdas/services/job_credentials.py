@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.domain.job_access import (
+    CACHE_TAG,
     RUN_TAG,
     TOKEN_ENV,
     TOKEN_PARAMETER,
@@ -57,6 +58,20 @@ class JobIdentity:
     job_id: str
     trial_id: str
     run: str
+    cache_key: str | None = None  # the compile-cache entry this run was sent to build, if any
+    cache_prefix: str | None = None
+
+
+_CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def cache_entry(item: dict[str, Any], run: str) -> tuple[str | None, str | None]:
+    """(key, prefix) of the entry ``run`` may write: the one the resolve step recorded, for the run it named to compile
+    it; (None, None) for every other run."""
+    key, prefix = str(item.get("cache_key") or ""), str(item.get("cache_prefix") or "")
+    if run != item.get("cache_writer") or not _CACHE_KEY.match(key) or not prefix.endswith(f"/{key}/"):
+        return None, None
+    return key, prefix
 
 
 def job_settings(job: dict[str, Any]) -> dict[str, str]:
@@ -96,15 +111,15 @@ def identify(request: CredentialsRequest, jobs: JobDescriptions, trials: Trials)
         raise CredentialsRefused(f"job {parent}: trial {trial_id} is not one this plane holds")
     if item.get("status") in TRIAL_TERMINAL:
         raise CredentialsRefused(f"job {parent}: trial {trial_id} is {item.get('status')}; its jobs write nothing more")
-    return JobIdentity(parent, trial_id, run)
+    return JobIdentity(parent, trial_id, run, *cache_entry(item, run))
 
 
 def vend(request: CredentialsRequest, *, jobs: JobDescriptions, trials: Trials, writer: WriterRole, bucket: str,
          duration_s: int) -> dict[str, Any]:
     """The writer role's credentials for the calling job's own trial and run, and where they may write."""
     who = identify(request, jobs, trials)
-    credentials = writer.assume(session_name=f"{who.trial_id}.{who.run}"[:64],
-                                tags={TRIAL_TAG: who.trial_id, RUN_TAG: who.run}, duration_s=duration_s)
+    tags = {TRIAL_TAG: who.trial_id, RUN_TAG: who.run, **({CACHE_TAG: who.cache_key} if who.cache_key else {})}
+    credentials = writer.assume(session_name=f"{who.trial_id}.{who.run}"[:64], tags=tags, duration_s=duration_s)
     return {"trial_id": who.trial_id, "run": who.run, "bucket": bucket,
             "write_prefix": write_prefix(who.trial_id, who.run), "read_prefix": read_prefix(who.trial_id),
-            "credentials": credentials}
+            "cache_write_prefix": who.cache_prefix, "credentials": credentials}

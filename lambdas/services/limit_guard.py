@@ -3,9 +3,11 @@
 After each Batch job event and each object a trial's job writes, the ledger's view of the trial is checked against
 the limits frozen on its item at submission (``lambdas.domain.run_limits``): the run's spend projected to the
 fact's time is kept on the trial item (one attribute per run, so the trial's spend is their sum), writes are
-counted on it, and a run's failed attempts are counted from its ledger. A trial over a limit is stopped through
-the cancel path (its execution stopped, which terminates its Batch jobs), and the limit is recorded on the item as
-``stopped_by`` for the status and the report.
+counted on it once per object version (a redelivered event counts nothing), and a run's failed attempts are counted
+from its ledger. A trial over a limit is stopped through the cancel path (STOPPING, its execution stopped, which
+terminates its Batch jobs), and the limit is recorded on the item as ``stopped_by`` for the status and the report.
+A stop that did not finish is finished by the next event of the trial (a redelivery included): nothing here
+remembers a trial as stopped.
 
 Each Lambda environment remembers the spend it last wrote per run and writes again only when it changed, so most
 events of a run that is not billing (SUBMITTED, RUNNABLE) cost no write. Two environments may project the same run
@@ -28,11 +30,12 @@ from lambdas.domain.run_limits import (
     RunLimits,
     crossed,
 )
+from lambdas.domain.vocabulary import BATCH_TERMINAL
 from lambdas.services.ports import Workflow
 from lambdas.services.run_settlement import RunSettlement
-from lambdas.services.trial_status import stop_trial
+from lambdas.services.trial_status import Stopper, finish_stop, request_stop
 
-RUNNING = ("SUBMITTING", "SUBMITTED")  # the statuses a limit can stop a trial from
+RUNNING = ("SUBMITTING", "SUBMITTED", "STOPPING")  # the statuses a limit can stop (or finish stopping) a trial from
 
 
 def _iso(at: datetime) -> str:
@@ -48,7 +51,6 @@ class LimitGuard:
     def __init__(self, settlement: RunSettlement, workflow: Workflow | None) -> None:
         self.settlement, self.workflow = settlement, workflow
         self._spend: dict[tuple[str, str], str] = {}
-        self._stopped: set[str] = set()  # trials this environment has stopped (or found stopped)
         self._parsed: dict[str, RunLimits] = {}  # limits are frozen at submission: parse them once
 
     def _limits(self, trial_id: str) -> tuple[dict[str, Any], RunLimits] | None:
@@ -64,7 +66,9 @@ class LimitGuard:
     def after_run_facts(self, trial_id: str, run: str, entries: list[L.LedgerEntry],
                         at: datetime) -> LimitCrossed | None:
         """Project the run's spend to ``at`` from its ledger ``entries`` and check the trial's limits; the limit
-        crossed when this call stopped the trial (None otherwise)."""
+        crossed when this call stopped the trial (None otherwise). A job of the run that has just ended may be the
+        last thing a pending stop waits for: the stop is then finished."""
+        self._finish_pending_stop(trial_id, entries, at)
         found = self._limits(trial_id)
         if found is None:
             return None
@@ -83,24 +87,42 @@ class LimitGuard:
         hit = crossed(limits, item=current, at=_iso(at), run=run, failed_retries=retries)
         return hit if hit is not None and self.stop(current, hit, at) else None
 
-    def after_write(self, trial_id: str, size: int, at: datetime) -> LimitCrossed | None:
-        """Count one object a job of the trial wrote, and check the trial's limits; the limit crossed when this call
+    def after_write(self, trial_id: str, size: int, at: datetime, *, fact: str) -> LimitCrossed | None:
+        """Count one object a job of the trial wrote (``fact``: the object's bucket, key and version, counted once
+        however often its event is delivered), and check the trial's limits; the limit crossed when this call
         stopped the trial (None otherwise)."""
         found = self._limits(trial_id)
         if found is None or not found[1].counts_writes:
             return None
         item, limits = found
-        updated = self.settlement.trials.tally(trial_id, add={WRITTEN_BYTES: max(0, int(size)), WRITTEN_OBJECTS: 1})
+        updated = self.settlement.trials.tally_once(
+            trial_id, fact, {WRITTEN_BYTES: max(0, int(size)), WRITTEN_OBJECTS: 1}, now_s=int(at.timestamp()))
+        if updated is None:  # counted before: the stop it may have crossed is finished from the trial's state
+            updated = self.settlement.trials.get(trial_id)
         hit = crossed(limits, item=updated or item, at=_iso(at))
         return hit if hit is not None and self.stop(updated or item, hit, at) else None
 
+    def _stopper(self) -> Stopper | None:
+        if self.workflow is None:
+            return None
+        # The event functions finish a stop from the ledger; terminating a job that missed its execution's stop is
+        # the reconciler's (it alone may call TerminateJob).
+        return Stopper(self.settlement.trials, self.workflow, self.settlement.ledger)
+
+    def _finish_pending_stop(self, trial_id: str, entries: list[L.LedgerEntry], at: datetime) -> None:
+        stopper = self._stopper()
+        latest = max(L.facts_of(entries, L.TransitionFact), key=lambda t: t.at, default=None)
+        if stopper is None or latest is None or latest.status not in BATCH_TERMINAL:
+            return
+        current = self.settlement.trials.get(trial_id)
+        if current is not None and current.get("status") == "STOPPING":
+            finish_stop(current, stopper, now=_iso(at))
+
     def stop(self, item: dict[str, Any], hit: LimitCrossed, at: datetime) -> bool:
-        """Stop the trial through the cancel path, recording the limit; False when it was no longer running (a
-        cancel, another limit or the workflow's end came first)."""
-        trial_id = item["trial_id"]
-        if self.workflow is None or trial_id in self._stopped or item.get("status") not in RUNNING:
+        """Stop the trial through the cancel path, recording the limit, or finish a stop already recorded; False
+        when it was no longer running (a cancel, another limit or the workflow's end came first)."""
+        stopper = self._stopper()
+        if stopper is None or item.get("status") not in RUNNING:
             return False
-        self._stopped.add(trial_id)
-        result = stop_trial(item, trials=self.settlement.trials, workflow=self.workflow, statuses=RUNNING,
-                            cause=hit.message, now=_iso(at), stopped_by=hit.model_dump(mode="json"))
-        return bool(result["changed"])
+        result = request_stop(item, stopper, cause=hit.message, now=_iso(at), stopped_by=hit.model_dump(mode="json"))
+        return result.changed

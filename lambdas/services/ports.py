@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from lambdas.domain.ledger import LedgerEntry
@@ -60,6 +61,35 @@ class Trials(Protocol):
 
     def iter_all(self) -> Iterable[dict[str, Any]]: ...
 
+    def with_status(self, statuses: tuple[str, ...]) -> Iterable[dict[str, Any]]: ...
+
+    def usage(self, team: str) -> dict[str, Any] | None:
+        """The team's usage item (what its trials' bookings hold), None before its first booking."""
+        ...
+
+    def seed_usage(self, team: str, values: dict[str, Decimal], bookings: dict[str, dict[str, Any]]) -> bool:
+        """Create the team's usage item once (False: it exists), giving each listed trial its booking."""
+        ...
+
+    def admit(self, item: dict[str, Any], additions: dict[str, Decimal],
+              limits: dict[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
+        """Create the trial and add ``additions`` to its team's usage item in one write, conditional on the trial
+        being new and each attribute in ``limits`` holding at most its value."""
+        ...
+
+    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal],
+              **fields: Any) -> bool:
+        """``transition`` and, in the same write, add ``release`` to the team's usage item."""
+        ...
+
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal]) -> bool:
+        """Delete a trial that never started (status in ``statuses``, no execution) and release its booking."""
+        ...
+
+    def tally_once(self, trial_id: str, fact: str, add: dict[str, int], *, now_s: int) -> dict[str, Any] | None:
+        """Add to the trial's counters once per ``fact``: the item after, or None when already counted."""
+        ...
+
 
 class Objects(Protocol):
     def put_json(self, key: str, value: Any, *, if_absent: bool = False) -> bool: ...
@@ -107,6 +137,11 @@ class CacheRegistry(Protocol):
 
     def request_retry(self, key: str) -> bool: ...
 
+    def reject(self, key: str, reason: str, at: str) -> None:
+        """The entry disagrees with its completion marker: status ``rejected`` with the reason, until the run that
+        rebuilds it reports its miss (ready again)."""
+        ...
+
     def get(self, key: str) -> dict[str, Any] | None: ...
 
     def iter_all(self) -> Iterator[dict[str, Any]]: ...
@@ -151,6 +186,16 @@ class BatchJobs(Protocol):
 
     def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
         """The job as DescribeJobs reports it, in the shape of a state-change event's detail."""
+        ...
+
+
+class JobTerminator(Protocol):
+    """What finishing a stop may do to a job the execution's stop missed."""
+
+    def describe(self, job_id: str) -> BatchJobStateChangeDetail | None: ...
+
+    def terminate(self, job_id: str, reason: str) -> None:
+        """TerminateJob: a job not yet running is cancelled, a running one is stopped (it ends FAILED)."""
         ...
 
 

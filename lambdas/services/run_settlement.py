@@ -19,7 +19,7 @@ from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, Artif
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
-from lambdas.domain.vocabulary import RUNS, runs_of, track_of
+from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, runs_of, track_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 
 if TYPE_CHECKING:  # the API settles runs without parsing Batch events: it need not build their models
@@ -134,7 +134,7 @@ class RunSettlement:
 
     def reconcile_jobs(self, trial_id: str, job_ids: list[str]) -> list[str]:
         """Record each job's facts from DescribeJobs, so settling never waits on a late EventBridge event. Returns
-        the terminal statuses this call was first to record."""
+        the outcome of each run this call's facts made terminal (``outcome``)."""
         terminal: list[str] = []
         for job_id in job_ids:
             detail = self.jobs.describe(job_id) if self.jobs else None
@@ -144,9 +144,25 @@ class RunSettlement:
             if identity is None or identity.trial_id != trial_id:
                 continue
             recorded = self.record_job_state(detail, detail.changed_at())
-            if recorded is not None and detail.terminal:
-                terminal += [t.status for t in L.facts_of(recorded.added, L.TransitionFact)]
+            outcome = self.outcome(recorded) if recorded is not None else None
+            if outcome is not None:
+                terminal.append(outcome)
         return terminal
+
+    def entries(self, trial_id: str, run: str) -> list[L.LedgerEntry]:
+        """The run's ledger entries (one read), for a caller that passes them on to ``outcome`` and ``settle_run``."""
+        return self.ledger.entries(L.run_key(trial_id, run))
+
+    def outcome(self, recorded: JobRecorded, entries: list[L.LedgerEntry] | None = None) -> str | None:
+        """The run's folded terminal status when the facts ``recorded`` added made the run terminal, else None: the
+        outcome to count, once per time a run becomes terminal. A terminal transition for a run already terminal
+        (a FAILED after the job's SUCCEEDED: a success wins) counts nothing. ``entries`` are the run's entries read
+        after recording (read here, only when the call added a terminal transition, unless given)."""
+        if not any(t.status in BATCH_TERMINAL for t in L.facts_of(recorded.added, L.TransitionFact)):
+            return None
+        if entries is None:
+            entries = self.entries(recorded.identity.trial_id, recorded.identity.run)
+        return L.new_outcome(entries, recorded.added)
 
     def record(self, facts: list[L.LedgerEntry]) -> list[L.LedgerEntry]:
         """Append each fact once; returns the facts this call added (a conditional write decides)."""
@@ -230,15 +246,18 @@ class RunSettlement:
         """Close the run's cost if it is terminal. Returns the stored cost body (or None while it is open)."""
         return self.settle_run(trial_id, run, collect=collect).cost
 
-    def settle_run(self, trial_id: str, run: str, *, collect: bool = False) -> Settled:
+    def settle_run(self, trial_id: str, run: str, *, collect: bool = False,
+                   entries: list[L.LedgerEntry] | None = None) -> Settled:
         """``settle``, and the run's ledger entries it read (with the facts it added), for the caller to reuse.
 
-        Reads the ledger once. The trial item is read only when the run is terminal (the fold's terminal status
-        depends on the entries alone), and not at all when this environment has already read it; collected and
-        backfilled facts join the entries already read; a cost stored
-        by this call is returned as written, and only a lost race reads back the one that won."""
+        Reads the ledger once (not at all when given the run's ``entries``, read after its facts were recorded). The
+        trial item is read only when the run is terminal (the fold's terminal status depends on the entries alone),
+        and not at all when this environment has already read it; collected and backfilled facts join the entries
+        already read; a cost stored by this call is returned as written, and only a lost race reads back the one
+        that won."""
         key = L.run_key(trial_id, run)
-        entries = self.ledger.entries(key)
+        if entries is None:
+            entries = self.ledger.entries(key)
         if L.fold_run(entries, trial_id=trial_id, run=run, instance_type="unknown").terminal_status is None:
             return Settled(None, entries)
         trial = self.trial(trial_id)

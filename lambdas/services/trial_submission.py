@@ -4,10 +4,13 @@ Before anything is stored, a submission is checked against its stage: every s3:/
 job role (the stage's data buckets, or the artifacts bucket under trials/), so a trial never starts only to fail
 inside its job.
 
-Write order for a submission: the frozen spec to S3, then the trials item (conditional on absence), then
-StartExecution with the trial id as execution name. A failure after the item is written removes it again, so a
-retry of the same body starts from a clean slate; a repeated submission finds the item and never starts a second
-execution.
+Write order for a submission: the frozen spec to S3, then the trials item and its booking on the team's usage item
+in one transaction (conditional on the trial being new and on the team's quotas having room), then StartExecution
+with the trial id as execution name. A failure of the start withdraws the item and its booking in one transaction,
+so a retry of the same body starts from a clean slate. A repeated submission finds the item and never starts a
+second execution; one that finds it SUBMITTING with no execution finishes the start with the stored input (the
+execution name makes StartExecution idempotent), and one that finds it REJECTED or CANCELLED is refused: terminal
+means terminal.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from lambdas.domain import ledger as L
+from lambdas.domain.booking import Booking, UsageCounts, month_attribute, room
 from lambdas.domain.compile_cache import compare_components, key_components
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.governance import (
@@ -28,18 +32,25 @@ from lambdas.domain.governance import (
     QuotaBreach,
     Quotas,
     approval_reasons,
-    month_start,
     quota_breaches,
 )
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.run_limits import RunLimits, tighter
 from lambdas.domain.triage import effective_route, planned_tracks, submission_refusal, triage
 from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
-from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET, FALLBACK_RUN, RUNS, TRIAL_ACTIVE, TRIAL_TERMINAL
-from lambdas.services.ports import Ledger, Objects, RunMetrics, Trials, Workflow
+from lambdas.domain.vocabulary import (
+    COMPILE_RUN,
+    COMPILE_TARGET,
+    FALLBACK_RUN,
+    RUNS,
+    TRIAL_ACTIVE,
+    TRIAL_TERMINAL,
+)
+from lambdas.services.ports import Ledger, Objects, RunMetrics, Started, Trials, Workflow
+from lambdas.services.reconciliation import START_CUT_SHORT_S
 from lambdas.services.run_progress import run_progress
 from lambdas.services.run_settlement import RunSettlement
-from lambdas.services.trial_status import stop_trial
+from lambdas.services.trial_status import Stopper, StopState, finish_stop, request_stop
 
 
 class SubmissionRefused(Exception):
@@ -269,6 +280,15 @@ class DecisionConflict(Exception):
         self.trial_id, self.status = trial_id, status
 
 
+class TrialClosed(Exception):
+    """A submission of a trial that was rejected or cancelled: it is never started again under the same id."""
+
+    def __init__(self, trial_id: str, status: str, cause: str | None) -> None:
+        super().__init__(f"trial {trial_id} is {status}{f' ({cause})' if cause else ''}; a rejected or cancelled "
+                         "trial is never started again: change its name or spec to submit a new trial")
+        self.trial_id, self.status, self.cause = trial_id, status, cause
+
+
 def submitting_team(spec: TrialSpec, caller: Caller, governance: Governance) -> str:
     """The team the trial is booked to: the caller's own (``owner`` must name it); a platform admin submits for
     any team the stage defines."""
@@ -287,34 +307,50 @@ def submitting_team(spec: TrialSpec, caller: Caller, governance: Governance) -> 
     return caller.team
 
 
-@dataclass(frozen=True)
-class TeamUsage:
-    active: int  # trials that hold a place: pending, submitting or submitted
-    month_spend_usd: Decimal
-    queue_jobs: dict[str, int]  # Batch jobs of submitted trials per job queue
+def _month(at: datetime | str) -> str:
+    return (at.astimezone(UTC).strftime("%Y-%m") if isinstance(at, datetime) else str(at)[:7])
 
 
-def team_usage(trials: Trials, team: str, now: datetime) -> TeamUsage:
-    """The team's trials that hold a place (active), the jobs its submitted trials hold per queue, and its spend
-    this calendar month: a trial's settled cost once known, else its worst case; trials that never started
-    (rejected, cancelled before their execution) count 0."""
-    active, spend = 0, Decimal(0)
-    queue_jobs: dict[str, int] = {}
-    since = month_start(now).isoformat().replace("+00:00", "Z")
+def booking_for(team: str, now: datetime, worst_total: Decimal | None, queues: dict[str, str]) -> Booking:
+    counts: dict[str, int] = {}
+    for queue in queues.values():
+        counts[queue] = counts.get(queue, 0) + 1
+    return Booking(team=team, month=_month(now), usd=worst_total or Decimal(0), queues=counts)
+
+
+def seed_usage(trials: Trials, team: str, now: datetime) -> None:
+    """The team's usage item, made once from its trials when the team has none (trials stored before bookings): its
+    active trials' places and jobs, and the worst case of every trial booked this month that started or may start.
+    Each active trial is given the booking counted for it, so its end releases exactly that."""
+    if trials.usage(team) is not None:
+        return
+    month = _month(now)
+    values: dict[str, Decimal] = {}
+    bookings: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, amount: Decimal) -> None:
+        values[name] = values.get(name, Decimal(0)) + amount
+
     for item in trials.of_team(team):
+        never_started = item.get("status") == "REJECTED" or (
+            item.get("status") == "CANCELLED" and not item.get("execution_arn"))
+        worst = Decimal(str((item.get("worst_case_usd") or {}).get("total") or 0))
+        booked_month = _month(str(item.get("created_at") or ""))
+        if booked_month == month and not never_started:
+            add(month_attribute(month), worst)
         if item.get("status") in TRIAL_ACTIVE:
-            active += 1
-        if item.get("status") in ("SUBMITTING", "SUBMITTED"):
-            for queue in (item.get("queues") or {}).values():
-                queue_jobs[str(queue)] = queue_jobs.get(str(queue), 0) + 1
-        if str(item.get("created_at") or "") < since:
-            continue
-        if item.get("status") == "REJECTED" or (item.get("status") == "CANCELLED" and not item.get("execution_arn")):
-            continue
-        settled = item.get("total_usd")
-        worst = (item.get("worst_case_usd") or {}).get("total")
-        spend += Decimal(str(settled if settled is not None else worst or 0))
-    return TeamUsage(active, spend, queue_jobs)
+            booking = booking_for(team, now, worst, {k: str(v) for k, v in (item.get("queues") or {}).items()})
+            booking = booking.model_copy(update={"month": booked_month if len(booked_month) == 7 else month,
+                                                 "usd": worst if booked_month == month else Decimal(0)})
+            for name, amount in booking.additions().items():
+                if name != month_attribute(booking.month):
+                    add(name, amount)
+            bookings[str(item["trial_id"])] = booking.model_dump(mode="json")
+    trials.seed_usage(team, values, bookings)
+
+
+def quota_state(trials: Trials, team: str, now: datetime) -> UsageCounts:
+    return UsageCounts.of(trials.usage(team) or {}, _month(now))
 
 
 def run_limits(spec: TrialSpec, quotas: Quotas, team: str) -> RunLimits:
@@ -337,6 +373,22 @@ def attempts_allowed(stage_attempts: int, quotas: Quotas) -> int:
     return max(1, min(stage_attempts, quotas.failed_retries_per_run + 1))
 
 
+def _existing(plane: Plane, caller: Caller, item: dict[str, Any]) -> Submitted:
+    """A submission that finds its trial stored: the same answer as the first time (no second execution), a
+    conflict for a terminal rejection or cancellation, and the start finished for a trial whose first submission
+    stored it but never saw its execution start."""
+    if not caller.sees(item.get("team")):
+        raise TrialNotFound(item["trial_id"])  # another team's trial: never say it exists
+    if item.get("status") in ("REJECTED", "CANCELLED", "STOPPING"):
+        raise TrialClosed(item["trial_id"], str(item["status"]), item.get("status_cause"))
+    now = datetime.now(UTC)
+    if (item.get("status") == "SUBMITTING" and not item.get("execution_arn") and item.get("execution_input")
+            and _age_s(item.get("updated_at"), now) >= START_CUT_SHORT_S):
+        return Submitted(_start(plane, item, _iso(now)), created=False)
+    # Recent: the submission that stored it is starting it now; this one answers without a second start.
+    return Submitted(_view(item, already_submitted=True), created=False)
+
+
 def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: datetime) -> Submitted:
     """Store the trial and start its workflow, or store it PENDING_APPROVAL when an approver must agree first."""
     team = submitting_team(spec, caller, stage.governance)
@@ -348,22 +400,13 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
                                      stage.compile_hours if COMPILE_TARGET in jobs else None)
     trial_id = spec.trial_id
     existing = plane.trials.get(trial_id)
-    if existing is not None and (existing.get("execution_arn") or existing.get("status") == "PENDING_APPROVAL"):
-        if not caller.sees(existing.get("team")):
-            raise TrialNotFound(trial_id)  # another team's trial: never say it exists
-        return Submitted(_view(existing, already_submitted=True), created=False)
+    if existing is not None:
+        return _existing(plane, caller, existing)
     worst_total = Decimal(worst["total"]) if "total" in worst else None
-    usage = team_usage(plane.trials, team, now)
     queues = {RUN_OF_TARGET.get(run, run): str(job["queue"]) for run, job in jobs.items()}
-    requested: dict[str, int] = {}
-    for queue in queues.values():
-        requested[queue] = requested.get(queue, 0) + 1
-    breaches = quota_breaches(quotas, worst_case_usd=worst_total,
-                              max_hours=spec.limits.max_hours if spec.limits else None, active_trials=usage.active,
-                              month_spend_usd=usage.month_spend_usd, now=now, queue_jobs=usage.queue_jobs,
-                              requested_jobs=requested)
-    if breaches:
-        raise QuotaExceeded(breaches)
+    booking = booking_for(team, now, worst_total, queues)
+    seed_usage(plane.trials, team, now)
+    _check_quotas(quotas, spec, booking, worst_total, quota_state(plane.trials, team, now), now)
     policy = stage.governance.teams.get(team)
     reasons = approval_reasons(
         triage_override=spec.triage_override is not None,
@@ -400,6 +443,9 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         },
         "worst_case_usd": worst,
         "queues": queues,
+        "booking": booking.model_dump(mode="json"),
+        # Kept so that a start that failed half-way (or an approval) is finished with the input checked here.
+        "execution_input": payload,
     }
     if components is not None:
         item["cache_components"] = components
@@ -412,47 +458,85 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
     if reasons:
         item["approval"] = {"status": "PENDING", "reasons": reasons, "requested_by": caller.principal,
                             "requested_at": stamp}
-        item["execution_input"] = payload
-    created = plane.trials.create(item)
-    if not created:
-        current = plane.trials.get(trial_id) or item
-        if current.get("execution_arn") or current.get("status") == "PENDING_APPROVAL":
-            return Submitted(_view(current, already_submitted=True), created=False)
+    for _ in range(3):  # the room read above may be taken by an interleaved submission: read it again
+        admitted = plane.trials.admit(item, booking.additions(), room(quotas, booking))
+        if admitted == "exists":  # an interleaved submission of the same trial stored it first
+            return _existing(plane, caller, plane.trials.get(trial_id) or item)
+        if admitted == "created":
+            break
+        _check_quotas(quotas, spec, booking, worst_total, quota_state(plane.trials, team, now), now)
+    else:
+        raise QuotaExceeded([QuotaBreach(
+            quota="concurrent_trials", limit=str(quotas.concurrent_trials), current="changing",
+            requested="1", frees="send it again: the team's other submissions were being booked at the same time")])
     if reasons:
-        return Submitted(_view(item), created=created)
+        return Submitted(_view(item), created=True)
     try:
         started = plane.workflow.start(trial_id, payload)
     except Exception:
-        if created:
-            plane.trials.delete(trial_id)  # leave nothing half-submitted; the same body can simply be sent again
-        raise
+        # Leave nothing half-submitted; the same body can simply be sent again. A start whose answer was lost may
+        # still have made the execution: then it is recorded, never orphaned (its events need the trial item).
+        if plane.workflow.status(plane.workflow.execution_arn(trial_id)) is None:
+            plane.trials.withdraw(trial_id, ("SUBMITTING",), team=team, release=booking.release(started=False))
+            raise
+        started = Started(plane.workflow.execution_arn(trial_id), already_submitted=False)
     return Submitted(_started(plane, item, started, stamp), created=not started.already_submitted)
+
+
+def _check_quotas(quotas: Quotas, spec: TrialSpec, booking: Booking, worst_total: Decimal | None,
+                  usage: UsageCounts, now: datetime) -> None:
+    """Every quota the booking would cross, from the team's usage item, with what frees it (QuotaExceeded)."""
+    breaches = quota_breaches(quotas, worst_case_usd=worst_total,
+                              max_hours=spec.limits.max_hours if spec.limits else None, active_trials=usage.active,
+                              month_spend_usd=usage.month_usd, now=now, queue_jobs=usage.queue_jobs,
+                              requested_jobs=booking.queues)
+    if breaches:
+        raise QuotaExceeded(breaches)
+
+
+def _age_s(stamp: object, now: datetime) -> float:
+    try:
+        return (now - datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
+def _start(plane: Plane, item: dict[str, Any], stamp: str) -> dict[str, Any]:
+    """Start the trial's execution (its name is the trial id, so a second start of the same trial returns the first
+    execution) and record it."""
+    started = plane.workflow.start(item["trial_id"], item["execution_input"])
+    return _started(plane, item, started, stamp)
 
 
 def _started(plane: Plane, item: dict[str, Any], started: Any, stamp: str) -> dict[str, Any]:
     """Move the trial from SUBMITTING to SUBMITTED with its execution. A cancel that landed while the execution
-    was being started has already made it CANCELLED: the execution is stopped, so a cancelled trial never runs."""
+    was being started found no execution to stop: the execution is recorded on the trial and stopped here, so a
+    cancelled trial never runs."""
     trial_id = item["trial_id"]
     if plane.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=started.execution_arn,
                                updated_at=stamp):
         item.update(execution_arn=started.execution_arn, status="SUBMITTED")
         return _view(item, already_submitted=started.already_submitted)
     current = plane.trials.get(trial_id) or item
-    if current.get("status") == "CANCELLED":
-        plane.workflow.stop(started.execution_arn, current.get("status_cause") or "cancelled while submitting")
+    if current.get("status") in ("STOPPING", "CANCELLED") and not current.get("execution_arn"):
         plane.trials.update(trial_id, execution_arn=started.execution_arn, updated_at=stamp)
         current["execution_arn"] = started.execution_arn
-    return _view(current)
+        plane.workflow.stop(started.execution_arn, current.get("status_cause") or "cancelled while submitting")
+    return _view(plane.trials.get(trial_id) or current)
 
 
 def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane: Plane,
            now: datetime) -> dict[str, Any]:
     """An approver's decision on a pending trial. The first decision wins (a conditional write); a trial that is no
-    longer pending is a conflict. Approval starts the execution with the input checked at submission."""
+    longer pending is a conflict. Approval starts the execution with the input checked at submission: if the start
+    fails, the trial goes back to PENDING_APPROVAL (the approval can be sent again), and an approval sent again for
+    a trial whose start was cut short finishes that start."""
     item = plane.trials.get(trial_id)
     if item is None or (not caller.sees(item.get("team")) and not caller.may_approve(item.get("team"))):
         raise TrialNotFound(trial_id)
-    if item.get("status") != "PENDING_APPROVAL":
+    approved_unstarted = (item.get("status") == "SUBMITTING" and not item.get("execution_arn")
+                          and (item.get("approval") or {}).get("status") == "APPROVED")
+    if item.get("status") != "PENDING_APPROVAL" and not (approve and approved_unstarted):
         raise DecisionConflict(trial_id, item.get("status"))
     if not caller.may_approve(item.get("team")):
         raise NotPermitted(f"principal {caller.principal} is not an approver of team {item.get('team')!r}; an "
@@ -462,19 +546,34 @@ def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane:
         raise NotPermitted(f"principal {caller.principal} submitted trial {trial_id} and cannot approve or reject it; "
                            "another approver of the team must decide", role="approver")
     stamp = _iso(now)
-    decision = {**(item.get("approval") or {}), "status": "APPROVED" if approve else "REJECTED",
+    if approved_unstarted:
+        return _start(plane, item, stamp)
+    pending = item.get("approval") or {}
+    decision = {**pending, "status": "APPROVED" if approve else "REJECTED",
                 "decided_by": caller.principal, "decided_as": caller.authenticated_as, "decided_at": stamp,
                 "comment": comment}
-    status = "SUBMITTING" if approve else "REJECTED"
-    if not plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status=status, approval=decision,
-                                   updated_at=stamp, status_cause=None if approve else f"rejected: {comment}"):
+    if approve:
+        moved = plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status="SUBMITTING", approval=decision,
+                                        updated_at=stamp)
+    else:
+        booking = item.get("booking")
+        release = Booking.model_validate(booking).release(started=False) if isinstance(booking, dict) else {}
+        moved = plane.trials.close(trial_id, ("PENDING_APPROVAL",), team=str(item.get("team")), release=release,
+                                   status="REJECTED", approval=decision, updated_at=stamp,
+                                   status_cause=f"rejected: {comment}")
+    if not moved:
         current = plane.trials.get(trial_id) or {}
         raise DecisionConflict(trial_id, current.get("status"))
-    item.update(status=status, approval=decision)
+    item.update(status="SUBMITTING" if approve else "REJECTED", approval=decision)
     if not approve:
         return _view(item)
-    started = plane.workflow.start(trial_id, item["execution_input"])
-    return _started(plane, item, started, stamp)
+    try:
+        return _start(plane, item, stamp)
+    except Exception:
+        # Back to pending, so the trial neither holds a place forever nor refuses the approval sent again.
+        plane.trials.transition(trial_id, ("SUBMITTING",), status="PENDING_APPROVAL", approval=pending,
+                                updated_at=stamp)
+        raise
 
 
 def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, Any]:
@@ -553,17 +652,24 @@ def trial_status(
     }
 
 
-def cancel(trial_id: str, *, caller: Caller, trials: Trials, workflow: Workflow, now: str,
-           reason: str) -> dict[str, Any]:
-    """Cancel a trial of the caller's team. A trial still being submitted is marked CANCELLED at once; the
-    submission then finds it cancelled and stops the execution it started (``_started``)."""
-    item = trials.get(trial_id)
+def cancel(trial_id: str, *, caller: Caller, stopper: Stopper, now: str, reason: str) -> dict[str, Any]:
+    """Cancel a trial of the caller's team: record the stop (STOPPING) and finish it (execution stopped, jobs
+    ended, then CANCELLED). Sending it again retries a stop that did not finish; a trial still being submitted is
+    stopped by its submission as soon as its execution exists (``_started``)."""
+    item = stopper.trials.get(trial_id)
     if item is None or not caller.sees(item.get("team")):
         raise TrialNotFound(trial_id)
     if item.get("status") in TRIAL_TERMINAL:
-        return {"trial_id": trial_id, "status": item["status"], "changed": False}
-    return stop_trial(item, trials=trials, workflow=workflow, statuses=TRIAL_ACTIVE, cause=reason, now=now,
-                      cancelled_by=caller.authenticated_as)
+        return StopState(trial_id, str(item["status"]), changed=False).view()
+    if item.get("status") == "STOPPING":
+        return _retried(item, stopper, now)
+    return request_stop(item, stopper, cause=reason, now=now, cancelled_by=caller.authenticated_as).view()
+
+
+def _retried(item: dict[str, Any], stopper: Stopper, now: str) -> dict[str, Any]:
+    done = finish_stop(item, stopper, now=now)
+    return StopState(done.trial_id, done.status, changed=done.status == "CANCELLED",
+                     execution_status=done.execution_status, pending=done.pending).view()
 
 
 def _iso(now: datetime) -> str:

@@ -18,8 +18,9 @@ from tests.stage import API_STAGE_ENV
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
 REGION = "us-east-1"
-ENV = {"TRIALS_TABLE": "trials", "LEDGER_TABLE": "ledger", "CACHE_REGISTRY_TABLE": "cache-registry",
-       "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts", "CACHE_BUCKET": "compile-cache",
+ENV = {"TRIALS_TABLE": "trials", "USAGE_TABLE": "usage", "LEDGER_TABLE": "ledger",
+       "CACHE_REGISTRY_TABLE": "cache-registry", "IDEMPOTENCY_TABLE": "idempotency", "ARTIFACTS_BUCKET": "artifacts",
+       "CACHE_BUCKET": "compile-cache",
        "PRICE_REGION": REGION, "POWERTOOLS_SERVICE_NAME": "dualtrack", "POWERTOOLS_METRICS_NAMESPACE": "Dualtrack",
        "POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_LOG_LEVEL": "WARNING", **API_STAGE_ENV}
 

@@ -168,6 +168,11 @@ def test_cache_list(cli: Any, served: Any, aws: dict[str, Any]) -> None:
         "status": "ready", "hits": 3, "misses": 1, "first_compile_s": 1800, "hit_compile_s_total": 90,
         "objects": {"neuron/a.neff": 1_500_000_000}, "last_used_at": "2026-11-20T10:00:00Z"}))
     code, out, _ = cli("cache", "list", "--endpoint", served.url)
+    assert code == 0 and out.startswith("no compile-cache entries yet")  # no trial of the caller's team used it
+    aws["ddb"].put_item(TableName="trials", Item=to_item({
+        "trial_id": "pilot-0123456789", "team": "team-nlp", "created_at": "2026-11-20T09:00:00Z",
+        "cache_key": "ab" * 32}))
+    code, out, _ = cli("cache", "list", "--endpoint", served.url)
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:4] == ["MODEL", "COMPILER", "KEY", "STATUS"]
     row = lines[1].split()

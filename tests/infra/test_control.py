@@ -13,8 +13,8 @@ from tests.infra.conftest import props, resources
 
 HANDLERS = {"on_trial_api", "resolve_compile_cache", "on_batch_job_state", "on_artifact_created",
             "close_trial_costs", "build_trial_report", "set_trial_status", "scheduled_cost_report",
-            "vend_job_credentials"}
-ASYNC = {"on_batch_job_state", "on_artifact_created", "scheduled_cost_report"}
+            "vend_job_credentials", "reconcile_trials"}
+ASYNC = {"on_batch_job_state", "on_artifact_created", "scheduled_cost_report", "reconcile_trials"}
 
 
 def _functions(control: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -109,11 +109,13 @@ def test_api_stage_logs_traces_and_throttles(control: dict[str, Any]) -> None:
 
 def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
     rules = props(control, "AWS::Events::Rule")
-    assert len(rules) == 4
+    assert len(rules) == 5
     by_kind = {}
     for rule in rules:
         if "ScheduleExpression" in rule:
-            by_kind["gc" if "Input" in rule["Targets"][0] else "schedule"] = rule
+            kind = "gc" if "Input" in rule["Targets"][0] else (
+                "reconcile" if rule["ScheduleExpression"].startswith("rate(") else "schedule")
+            by_kind[kind] = rule
         else:
             by_kind[rule["EventPattern"]["source"][0]] = rule
         (target,) = rule["Targets"]
@@ -127,6 +129,28 @@ def test_event_rules_patterns_dlqs_and_retries(control: dict[str, Any]) -> None:
     assert s3["detail"]["object"]["key"] == [{"prefix": "trials/"}, {"prefix": "neuron/"}]
     assert len(s3["detail"]["bucket"]["name"]) == 2
     assert by_kind["schedule"]["ScheduleExpression"] == "cron(0 6 ? * MON *)"
+    assert by_kind["reconcile"]["ScheduleExpression"] == "rate(5 minutes)"
+
+
+def test_pending_stops_are_swept_on_a_schedule_and_alarm_when_overdue(control: dict[str, Any]) -> None:
+    """The reconciler reaches what a stop needs: StopExecution/DescribeExecution on the workflow's executions,
+    TerminateJob on Batch jobs (resource type "job": Service Authorization Reference, "Actions defined by AWS
+    Batch"), the trials and usage tables; and an alarm fires while a stop stays pending past its deadline."""
+    logical_id, fn = _functions(control)["reconcile_trials"]
+    (rule,) = [r for r in props(control, "AWS::Events::Rule") if r.get("ScheduleExpression") == "rate(5 minutes)"]
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [logical_id, "Arn"]}
+    assert {"STATE_MACHINE_ARN", "USAGE_TABLE", "TRIALS_TABLE"} <= set(fn["Environment"]["Variables"])
+    role = fn["Role"]["Fn::GetAtt"][0]
+    actions = set()
+    for policy in resources(control, "AWS::IAM::Policy").values():
+        if {"Ref": role} in policy["Properties"].get("Roles", []):
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                found = statement["Action"]
+                actions |= {found} if isinstance(found, str) else set(found)
+    assert {"batch:TerminateJob", "states:StopExecution", "states:DescribeExecution", "dynamodb:UpdateItem",
+            "dynamodb:Query"} <= actions
+    (alarm,) = [a for a in props(control, "AWS::CloudWatch::Alarm") if a.get("MetricName") == "StopsOverdue"]
+    assert alarm["Threshold"] == 1 and alarm["AlarmActions"]
 
 
 def test_compile_cache_garbage_collection_runs_on_a_schedule_with_delete_rights(control: dict[str, Any]) -> None:
@@ -229,3 +253,74 @@ def test_no_physical_names_anywhere(templates: dict[str, dict[str, Any]]) -> Non
 
 def _logs_key(control: dict[str, Any]) -> str:
     return next(k for k in resources(control, "AWS::KMS::Key") if k.startswith("LogsKey"))
+
+
+def _role_statements(control: dict[str, Any], module: str) -> list[dict[str, Any]]:
+    """Every statement of the policies attached to ``module``'s role, with Action always a list."""
+    role = _functions(control)[module][1]["Role"]["Fn::GetAtt"][0]
+    out = []
+    for policy in props(control, "AWS::IAM::Policy"):
+        if {"Ref": role} in policy["Roles"]:
+            for statement in policy["PolicyDocument"]["Statement"]:
+                action = statement["Action"]
+                out.append({**statement, "Action": action if isinstance(action, list) else [action]})
+    return out
+
+
+def test_the_api_function_starts_reads_and_stops_only_its_state_machines_executions(control: dict[str, Any]) -> None:
+    """The API calls StartExecution (resource type stateMachine), DescribeExecution and StopExecution (resource type
+    execution) and nothing else of Step Functions (Service Authorization Reference, "Actions, resources, and
+    condition keys for AWS Step Functions":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsstepfunctions.html), so its role names
+    those actions on that state machine and its executions only: no DescribeStateMachine, DescribeActivity or
+    ListActivities, and no Step Functions action on ``*``."""
+    (machine,) = resources(control, "AWS::StepFunctions::StateMachine")
+    states = [s for s in _role_statements(control, "on_trial_api") if any(a.startswith("states:") for a in s["Action"])]
+    granted = {a for s in states for a in s["Action"]}
+    assert granted == {"states:StartExecution", "states:DescribeExecution", "states:StopExecution"}, granted
+    for statement in states:
+        assert statement["Resource"] != "*" and machine in json.dumps(statement["Resource"]), statement
+        if "states:StartExecution" in statement["Action"]:
+            assert statement["Resource"] == {"Ref": machine} and statement["Action"] == ["states:StartExecution"]
+        else:
+            assert ":execution:" in json.dumps(statement["Resource"]), statement
+
+
+def test_the_api_function_writes_only_the_trials_table_and_reads_the_ledger_and_registry(
+        control: dict[str, Any]) -> None:
+    """The API stores trials; it reads the ledger (a run's facts and cost) and the compile-cache registry, and makes
+    no idempotency records. DynamoDB's write actions are PutItem, UpdateItem, DeleteItem and BatchWriteItem (Service
+    Authorization Reference, "Actions, resources, and condition keys for Amazon DynamoDB":
+    https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazondynamodb.html)."""
+    writes = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+    statements = _role_statements(control, "on_trial_api")
+
+    def on(table: str) -> set[str]:
+        return {a for s in statements if table in json.dumps(s["Resource"]) for a in s["Action"]
+                if a.startswith("dynamodb:")}
+
+    assert writes <= on("TrialsTable")
+    for table in ("LedgerTable", "CacheRegistryTable"):
+        assert {"dynamodb:GetItem", "dynamodb:Query"} <= on(table) and not on(table) & writes, (table, on(table))
+    assert on("IdempotencyTable") == set()
+
+
+def test_every_lambda_function_in_every_stack_logs_to_a_group_that_expires(
+        templates: dict[str, dict[str, Any]]) -> None:
+    """A function writes to ``/aws/lambda/<function name>``, a group created on its first invocation, unless its
+    LoggingConfig names another (Lambda developer guide, "Configuring CloudWatch log groups":
+    https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-loggroups.html); a group created so has
+    no retention, and "by default, log data is stored in CloudWatch Logs indefinitely" (CloudWatch Logs user guide,
+    "Change log data retention in CloudWatch Logs":
+    https://docs.aws.amazon.com/AmazonCloudWatch/latest/logs/Working-with-log-groups-and-streams.html). So every
+    function, CDK's own helpers (bucket notifications, custom-resource providers) included, names a group of its
+    stack that has a RetentionInDays."""
+    seen = 0
+    for stack, template in templates.items():
+        groups = resources(template, "AWS::Logs::LogGroup")
+        for logical_id, fn in resources(template, "AWS::Lambda::Function").items():
+            seen += 1
+            group = fn["Properties"].get("LoggingConfig", {}).get("LogGroup")
+            assert isinstance(group, dict) and group.get("Ref") in groups, (stack, logical_id, group)
+            assert groups[group["Ref"]]["Properties"].get("RetentionInDays") == 30, (stack, logical_id)
+    assert seen > len(HANDLERS)  # the helpers were checked too

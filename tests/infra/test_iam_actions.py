@@ -250,11 +250,19 @@ def job_role_needs(templates: dict[str, dict[str, Any]]) -> list[Need]:
         roles |= {_role_of(v) for k, v in _walk_keys(definition["Properties"]) if k in ("JobRoleArn", "TaskRoleArn")}
     needs: list[Need] = []
     calls = iam_calls.trainer_calls()
+    # The trainer writes only with its own credentials (trainer.storage._writer): a session of the trial writer role
+    # (lambdas/domain/job_access.py), so its writes are that role's to grant, never the job role's.
+    control = _stack(templates, "Control")
+    (writer,) = [k for k in resources(templates[control], "AWS::IAM::Role") if k.startswith("TrialWriterRole")]
     for role in sorted(roles):
         touched = _resolve(templates, stack, _role_statements(templates, stack, role))
         kms_buckets = any(_kms_bucket(r) for t, r in touched if t == "AWS::S3::Bucket")
         for call in calls:
             for req in iam_calls.required_actions(call, kms_buckets=kms_buckets, kms_topic=False):
+                if call.service == "s3" and call.operation == "PutObject":
+                    needs.append(Need(f"trial writer role (for job role {role})", control, writer, req.action,
+                                      call.site, f"{call.service}.{call.operation} ({call.via})", req.doc))
+                    continue
                 needs.append(Need(f"job role {role}", stack, role, req.action, call.site,
                                   f"{call.service}.{call.operation} ({call.via})", req.doc))
     return needs
@@ -424,7 +432,7 @@ def test_handlers_reach_only_what_they_use() -> None:
 
 def test_lambda_roles_grant_every_call(templates: dict[str, dict[str, Any]]) -> None:
     needs = function_needs(templates)
-    assert len({n.principal for n in needs}) == 9
+    assert len({n.principal for n in needs}) == 10
     gaps = _unexpected(missing(templates, needs))
     assert not gaps, _report(gaps)
 

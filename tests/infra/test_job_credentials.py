@@ -10,6 +10,7 @@ policies (moto checks none).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -129,7 +130,7 @@ def test_a_job_writes_its_own_run_and_reads_its_own_trial_only(plane: Plane,
     scoped = storage._s3(plane.bucket)
     key = scoped._request_signer._credentials.access_key
     assert plane.policies.sessions[key].tags == {job_access.TRIAL_TAG: "alpha", job_access.RUN_TAG: "gpu"}
-    assert storage._s3(plane.cache_bucket) is not scoped  # the compile cache is the job role's
+    assert storage._s3(plane.cache_bucket) is not scoped  # the compile cache is read with the job role
 
     for foreign in ("trials/beta/gpu/attempt-1/summary.json",  # another trial
                     "trials/alpha/trn2/attempt-1/summary.json",  # another run of its own trial
@@ -229,15 +230,19 @@ def test_only_the_credentials_function_assumes_the_writer_role_and_only_with_bot
 def test_the_writer_policy_reaches_one_run_for_writes_and_one_trial_for_reads(control: dict[str, Any]) -> None:
     """Evaluated statement by statement for two sessions as IAM does (an Allow must match Action, Resource and
     Condition; https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html)."""
-    _, statements = _writer(control)
+    _, statements = _writer(copy.deepcopy(control))  # the template is the session's: evaluate a copy
     bucket = "arn:aws:s3:::artifacts"
-    for statement in statements:  # the template's bucket ARN is a reference: give it a name to evaluate
-        resource = statement["Resource"]
+    def named(resource: Any) -> Any:  # the template's bucket ARN is a reference: give it a name to evaluate
+        if isinstance(resource, list):  # statements of one action are merged into one with several resources
+            return [named(r) for r in resource]
         if isinstance(resource, dict) and "Fn::Join" in resource:
-            parts = resource["Fn::Join"][1]
-            statement["Resource"] = "".join(p if isinstance(p, str) else bucket for p in parts)
-        elif isinstance(resource, dict) and "Fn::ImportValue" in resource:
-            statement["Resource"] = bucket
+            return "".join(p if isinstance(p, str) else bucket for p in resource["Fn::Join"][1])
+        if isinstance(resource, dict) and "Fn::ImportValue" in resource:
+            return bucket
+        return resource
+
+    for statement in statements:
+        statement["Resource"] = named(statement["Resource"])
     alpha = {job_access.TRIAL_TAG: "alpha", job_access.RUN_TAG: "gpu"}
 
     def allowed(action: str, key: str = "", prefix: str | None = None, tags: dict[str, str] = alpha) -> bool:

@@ -19,6 +19,7 @@ PINNED = {
     "LedgerTable": "AWS::DynamoDB::Table",
     "CacheRegistryTable": "AWS::DynamoDB::Table",
     "IdempotencyTable": "AWS::DynamoDB::Table",
+    "UsageTable": "AWS::DynamoDB::Table",
 }
 
 
@@ -85,7 +86,7 @@ def test_every_bucket_denies_plain_http(stateful: dict[str, Any]) -> None:
 
 def test_tables_keys_pitr_and_encryption(stateful: dict[str, Any]) -> None:
     expected = {"TrialsTable": ["trial_id"], "LedgerTable": ["run_key", "entry_key"],
-                "CacheRegistryTable": ["cache_key"], "IdempotencyTable": ["id"]}
+                "CacheRegistryTable": ["cache_key"], "IdempotencyTable": ["id"], "UsageTable": ["usage_key"]}
     for logical_id, keys in expected.items():
         table = stateful["Resources"][logical_id]["Properties"]
         assert [k["AttributeName"] for k in table["KeySchema"]] == keys
@@ -96,6 +97,8 @@ def test_tables_keys_pitr_and_encryption(stateful: dict[str, Any]) -> None:
         assert "TableName" not in table
     ttl = stateful["Resources"]["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"]
     assert ttl == {"AttributeName": "expiration", "Enabled": True}
+    ttl = stateful["Resources"]["UsageTable"]["Properties"]["TimeToLiveSpecification"]
+    assert ttl == {"AttributeName": "expires_at", "Enabled": True}
 
 
 def test_the_tables_tests_stand_up_are_the_tables_the_stack_defines(stateful: dict[str, Any]) -> None:
@@ -106,7 +109,7 @@ def test_the_tables_tests_stand_up_are_the_tables_the_stack_defines(stateful: di
     from dualtrack.local.tables import TABLES, create_table_request
 
     logical = {"trials": "TrialsTable", "ledger": "LedgerTable", "cache-registry": "CacheRegistryTable",
-               "idempotency": "IdempotencyTable"}
+               "idempotency": "IdempotencyTable", "usage": "UsageTable"}
     assert set(logical) == set(TABLES)
     for name, logical_id in logical.items():
         props = stateful["Resources"][logical_id]["Properties"]

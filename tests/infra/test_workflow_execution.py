@@ -138,7 +138,8 @@ def test_happy_path_runs_both_tracks_and_settles(harness: Harness) -> None:
     assert tags == {"dualtrack:trial": TRIAL, "dualtrack:run": "trn2"}
     assert harness.calls("resolve_compile_cache") == [{"trial_id": TRIAL, "spec_uri": workflow_input()["spec_uri"]}]
     assert harness.calls("close_trial_costs")[0]["runs"] == output["runs"]
-    assert harness.calls("set_trial_status") == [{"trial_id": TRIAL, "status": "SUCCEEDED"}]
+    # The cost step's total goes with the status, so the trial's booking is corrected to its settled cost.
+    assert harness.calls("set_trial_status") == [{"trial_id": TRIAL, "status": "SUCCEEDED", "settled_usd": "0"}]
     assert output["report"]["verdict"] == "inconclusive"
 
 

@@ -25,6 +25,7 @@ ENV = {
     "LEDGER_TABLE": "ledger",
     "CACHE_REGISTRY_TABLE": "cache-registry",
     "IDEMPOTENCY_TABLE": "idempotency",
+    "USAGE_TABLE": "usage",
     "ARTIFACTS_BUCKET": "artifacts",
     "CACHE_BUCKET": "compile-cache",
     "PRICE_REGION": REGION,

@@ -139,3 +139,76 @@ def test_a_team_reads_its_own_cost_report_and_an_admin_reads_every_teams(aws: di
     assert status == 200 and theirs["team"] == "team-vision" and theirs["runs_closed"] is False
     status, everything, _ = call("GET", "/reports/costs", who=ADMIN)
     assert status == 200 and set(everything["teams"]) == {"team-nlp"} and everything["runs"] == 1
+
+
+def test_the_compile_cache_listing_shows_a_team_only_the_entries_its_trials_used(aws: dict[str, Any],
+                                                                                 example: dict[str, Any]) -> None:
+    from lambdas.adapters.cache_registry import DynamoCacheRegistry
+    from lambdas.handlers.resolve_compile_cache import handler as resolve
+
+    nlp = call("POST", "/trials", example)[1]["trial_id"]
+    vision = call("POST", "/trials", dict(example, name="vision-pilot", owner="team-vision", sequence_length=2048),
+                  who=VISION)[1]["trial_id"]
+    keys = {trial: resolve({"trial_id": trial, "spec_uri": f"s3://artifacts/trials/{trial}/spec.json"},
+                           Context())["cache_key"] for trial in (nlp, vision)}
+    registry = DynamoCacheRegistry("cache-registry")
+    # An entry team-nlp's trial hit without resolving it (its trial item names another key), and one no trial used.
+    for key in ("d" * 64, "e" * 64):
+        registry.ensure(key, prefix=f"neuron/m/c/{key}/", model_slug="m", compiler_version="c", components=None,
+                        at="2026-11-20T10:00:00Z")
+    registry.observe("d" * 64, f"{nlp}#trn2#a001", "hit", 5.0, "2026-11-20T11:00:00Z")
+
+    def listed(who: str) -> tuple[int, dict[str, Any]]:
+        status, body, _ = call("GET", "/compile-cache", who=who)
+        return status, body
+
+    status, mine = listed(NLP)
+    assert status == 200 and {e["cache_key"] for e in mine["entries"]} == {keys[nlp], "d" * 64}
+    assert sum(g["entries"] for g in mine["groups"]) == 2
+    status, theirs = listed(VISION)
+    assert status == 200 and [e["cache_key"] for e in theirs["entries"]] == [keys[vision]]
+    status, everything = listed(ADMIN)
+    assert status == 200 and {e["cache_key"] for e in everything["entries"]} == {*keys.values(), "d" * 64, "e" * 64}
+    status, body = listed(f"arn:aws:iam::{ACCOUNT}:user/stranger")
+    assert status == 403 and "member of no team" in body["errors"][0]["message"]
+
+
+def test_a_forged_page_token_is_a_400_never_another_teams_page(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    """A page token wraps the query's ``LastEvaluatedKey``, to be passed back as ``ExclusiveStartKey``: "Use the
+    value that was returned for LastEvaluatedKey in the previous operation", with "the same KeyConditionExpression"
+    (DynamoDB API reference, "Query": https://docs.aws.amazon.com/amazondynamodb/latest/APIReference/API_Query.html;
+    developer guide, "Paginating table query results in DynamoDB":
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Query.Pagination.html). A team's pages are
+    keyed by the team index (trial_id, team, created_at); a scan's by the table's key (trial_id)."""
+    import base64
+
+    for name in ("first", "second"):
+        assert call("POST", "/trials", dict(example, name=name))[0] == 201
+    status, page, _ = call("GET", "/trials", query={"limit": "1"})
+    assert status == 200 and page["next_token"]
+    assert call("GET", "/trials", query={"limit": "1", "next_token": page["next_token"]})[0] == 200
+
+    def token(value: Any) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode()
+
+    key = json.loads(base64.urlsafe_b64decode(page["next_token"]))
+    forged = {
+        "not a key": token({"a": 1}),
+        "a list": token([1]),
+        "the table's key alone": token({"trial_id": key["trial_id"]}),
+        "another team's partition": token({**key, "team": {"S": "team-vision"}}),
+        "a number for a string": token({**key, "created_at": {"N": "1"}}),
+        "an extra attribute": token({**key, "status": {"S": "RUNNING"}}),
+        "an empty value": token({**key, "trial_id": {"S": ""}}),
+    }
+    for what, value in forged.items():
+        status, body, _ = call("GET", "/trials", query={"next_token": value})
+        assert status == 400 and body["errors"][0]["path"] == "next_token", (what, status, body)
+        if what != "the table's key alone":  # which is a scan's key: an admin's listing
+            status, body, _ = call("GET", "/trials", query={"next_token": value}, who=ADMIN)
+            assert status == 400, (what, "admin", status, body)
+    assert call("GET", "/trials", query={"next_token": page["next_token"]}, who=ADMIN)[0] == 400  # a team's key
+    status, admin_page, _ = call("GET", "/trials", query={"limit": "1"}, who=ADMIN)
+    assert call("GET", "/trials", query={"next_token": admin_page["next_token"]}, who=ADMIN)[0] == 200
+    status, body, _ = call("GET", "/trials", query={"next_token": admin_page["next_token"]})
+    assert status == 400  # a scan's key is not a team page's

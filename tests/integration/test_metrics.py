@@ -90,3 +90,26 @@ def test_cost_step_counts_outcomes_it_reconciles_first_and_publishes_the_trial_c
     assert totals[telemetry.RUNS_SUCCEEDED] == 1
     assert totals[telemetry.TRIAL_COST_USD] == pytest.approx(float(out["total_usd"]))
     assert float(out["total_usd"]) > 0
+
+
+def test_a_failed_event_after_the_jobs_success_publishes_no_outcome(
+    aws: dict[str, Any], example: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AWS Batch "Automated job retries" (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html): a job
+    moves to either SUCCEEDED or FAILED, once; "Job state change events"
+    (https://docs.aws.amazon.com/batch/latest/userguide/batch_job_events.html) carry each change. A FAILED event for
+    a job whose SUCCEEDED is already recorded (late, or forged) leaves the run SUCCEEDED (a success wins), so it
+    publishes neither RunsFailed nor a second RunsSucceeded."""
+    from lambdas.handlers.on_batch_job_state import handler as on_batch
+
+    trial_id, events = scenario(aws, example)
+    capsys.readouterr()
+    deliver(events)
+    late = batch_event(trial_id=trial_id, run="trn2", job_id="job-trn2-1", status="FAILED", time=iso(T0 + 5_100_000),
+                       exit_code=1, reason="Essential container in task exited",
+                       attempts=[{"container": {"exitCode": 1}, "startedAt": T0 + 90_000, "stoppedAt": T0 + 5_050_000}])
+    on_batch(late, Context())
+    on_batch(late, Context())
+    totals = published(capsys.readouterr().out)
+    assert totals[telemetry.RUNS_SUCCEEDED] == 1
+    assert totals[telemetry.RUNS_FAILED] == 0

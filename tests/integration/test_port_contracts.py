@@ -10,6 +10,7 @@ execution fails with ``ExecutionAlreadyExists`` when the input differs ("StartEx
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -103,6 +104,48 @@ def test_trial_tallies_add_to_counters_that_start_at_zero_and_set_in_the_same_wr
     assert trials.tally("t-1", set_fields={"spend_usd#gpu": "2.50"}) == {**after, "spend_usd#gpu": "2.50"}
     assert trials.tally("t-missing", add={"written_objects": 1}) is None
     assert trials.get("t-missing") is None
+
+
+def test_admission_books_the_trial_in_one_transaction_conditional_on_the_quotas_room(flavour: str) -> None:
+    """The trial item and its team's usage item are written in one ``TransactWriteItems``: if any item's condition
+    fails the whole transaction is cancelled and nothing is written, and ``TransactionCanceledException`` lists a
+    reason per item in request order (DynamoDB developer guide, "Amazon DynamoDB Transactions: how it works",
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html). ``ADD`` creates the
+    usage item and its counters on first use (API reference, "UpdateItem")."""
+    trials: Trials = _aws("trials")() if flavour == "aws" else fakes.InMemoryTrials()
+    booked = {"active": Decimal(1), "usd#2026-12": Decimal("40.5"), "jobs#q-gpu": Decimal(2)}
+    room = {"active": Decimal(1), "usd#2026-12": Decimal("59.5")}  # concurrent_trials 2, usd_per_month 100
+    first = {"trial_id": "t-1", "team": "nlp", "status": "SUBMITTING"}
+    assert trials.admit(first, booked, room) == "created"
+    assert trials.admit({**first, "status": "FAILED"}, booked, room) == "exists"
+    assert trials.usage("nlp") == {"active": 1, "usd#2026-12": 40.5, "jobs#q-gpu": 2}
+    assert trials.admit({**first, "trial_id": "t-2"}, booked, room) == "created"  # 40.5 <= 59.5, 1 <= 1
+    assert trials.admit({**first, "trial_id": "t-3"}, booked, room) == "over_quota"  # 2 trials, 81 USD held
+    assert trials.get("t-3") is None  # cancelled as a whole: no trial item without its booking
+    release = {"active": Decimal(-1), "usd#2026-12": Decimal("-40.5"), "jobs#q-gpu": Decimal(-2)}
+    assert trials.close("t-2", ("SUBMITTING",), team="nlp", release=release, status="CANCELLED") is True
+    assert trials.close("t-2", ("SUBMITTING",), team="nlp", release=release, status="CANCELLED") is False
+    assert trials.withdraw("t-1", ("SUBMITTING",), team="nlp", release=release) is True
+    assert trials.get("t-1") is None and trials.get("t-2")["status"] == "CANCELLED"  # type: ignore[index]
+    usage = trials.usage("nlp") or {}
+    assert (usage["active"], usage["usd#2026-12"], usage["jobs#q-gpu"]) == (0, 0, 0)  # each released once
+    assert trials.seed_usage("nlp", {"active": Decimal(5)}, {}) is False  # the item exists: never seeded over
+
+
+def test_a_write_is_counted_once_however_often_its_event_is_delivered(flavour: str) -> None:
+    """The counted-write marker and the counters are one transaction: a redelivered event's marker put fails its
+    ``attribute_not_exists`` condition, which cancels the counter update too (developer guide, "Amazon DynamoDB
+    Transactions: how it works")."""
+    trials: Trials = _aws("trials")() if flavour == "aws" else fakes.InMemoryTrials()
+    trials.create({"trial_id": "t-1", "status": "SUBMITTED"})
+    fact = "artifacts/trials/t-1/gpu/ckpt/step-2/shard.distcp#v1"
+    after = trials.tally_once("t-1", fact, {"written_objects": 1, "written_bytes": 10}, now_s=1_800_000_000)
+    assert after is not None and after["written_objects"] == 1
+    assert trials.tally_once("t-1", fact, {"written_objects": 1, "written_bytes": 10}, now_s=1_800_000_000) is None
+    assert trials.get("t-1")["written_bytes"] == 10  # type: ignore[index]
+    again = trials.tally_once("t-1", fact + "2", {"written_objects": 1}, now_s=1)
+    assert again is not None and again["written_objects"] == 2
+    assert trials.tally_once("t-missing", fact, {"written_objects": 1}, now_s=1) is None
 
 
 def test_objects_written_if_absent_are_never_overwritten(flavour: str) -> None:

@@ -56,7 +56,8 @@ def test_a_trial_over_its_dollar_limit_is_stopped_and_its_report_says_which_limi
     assert aws["sfn"].describe_execution(executionArn=execution)["status"] == "ABORTED"
 
     status, view, _ = call("GET", f"/trials/{trial_id}")
-    assert view["status"] == "CANCELLED" and view["status_cause"] == stopped
+    # A stop is a state: the execution is stopped, but both jobs still run until Batch has terminated them.
+    assert view["status"] == "STOPPING" and view["status_cause"] == stopped
     assert view["stopped_by"]["limit"] == "max_usd" and view["stopped_by"]["run"] == "trn2"
     assert call("GET", f"/trials/{trial_id}/report")[0] == 404  # the runs are still stopping
 
@@ -68,6 +69,7 @@ def test_a_trial_over_its_dollar_limit_is_stopped_and_its_report_says_which_limi
                                         "stoppedAt": T0 + minutes * MINUTE,
                                         "statusReason": "Step Functions execution stopped"}])
         assert out["cost_total_usd"] is not None and out["stopped_by"] is None  # stopped once
+    assert call("GET", f"/trials/{trial_id}")[1]["status"] == "CANCELLED"  # the last job's end finished the stop
     status, report, _ = call("GET", f"/trials/{trial_id}/report", query={"format": "json"})
     assert status == 200 and report["stopped_by"] == view["stopped_by"]
     assert report["comparison"]["reasons"][0] == f"The plane stopped this trial: {stopped}."

@@ -294,3 +294,26 @@ def test_status_shows_each_runs_progress_against_max_steps(aws: dict[str, Any], 
     status, view = call(api_event("GET", f"/trials/{trial_id}"))
     trn2 = view["runs"]["trn2"]
     assert (trn2["step"], trn2["loss"], trn2["progress_source"]) == (example["max_steps"], 1.17, "summary")
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    ('{"instances": {"us-east-1": {"p5.48xlarge": {"hourly_usd": "abc"}}}}',
+     r"instances\.us-east-1\.p5\.48xlarge\.hourly_usd: .*usd per hour"),
+    ('{"instances": ["p5.48xlarge"]}', r"instances: .*\{\"<region>\""),
+    ('{"s3": {"us-east-1": 5}}', r"s3\.us-east-1: .*storage_gb_month_usd"),
+])
+def test_a_malformed_price_override_fails_the_cold_start_naming_the_field_and_the_fix(
+        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch, overrides: str, named: str) -> None:
+    """A function error reaches an API caller only as API Gateway's own 502, body ``{"message": "Internal server
+    error"}`` (Lambda developer guide, "Handling Lambda errors with an API Gateway API":
+    https://docs.aws.amazon.com/lambda/latest/dg/services-apigateway-errors.html): what names the problem is the
+    function's error and log. A malformed PRICE_OVERRIDES is caught where every setting is, before the request is
+    read, naming the variable, the field and what it must hold; not as a traceback from deep in the price table."""
+    from lambdas.handlers.on_trial_api import compose, handler
+    from lambdas.runtime.settings import SettingsInvalid, reset_settings
+
+    monkeypatch.setenv("PRICE_OVERRIDES", overrides)
+    reset_settings()
+    with pytest.raises(SettingsInvalid, match=rf"PRICE_OVERRIDES: .*{named}"):
+        handler(api_event("GET", "/trials"), Context())
+    assert compose.cache_info().currsize == 0  # nothing was built from it

@@ -30,6 +30,11 @@ def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], e
     assert cold["cache_url"] == f"s3://compile-cache/{cold['prefix']}" and cold["prefix"].endswith(
         cold["cache_key"] + "/"
     )
+    from lambdas.domain.compile_cache import ENTRY_MARKER, completion_marker
+
+    aws["s3"].put_object(Bucket="compile-cache", Key=cold["prefix"] + "MODULE_1/model.neff", Body=b"x" * 1234)
+    aws["s3"].put_object(Bucket="compile-cache", Key=cold["prefix"] + ENTRY_MARKER,
+                         Body=json.dumps(completion_marker({"MODULE_1/model.neff": (1234, None)})).encode())
     on_artifact(s3_event("compile-cache", cold["prefix"] + "MODULE_1/model.neff", 1234, "n1"), Context())
     on_artifact(s3_event("compile-cache", cold["prefix"] + "MODULE_1/model.neff", 1234, "n1"), Context())
     registry = DynamoCacheRegistry("cache-registry")
@@ -175,3 +180,28 @@ def test_the_resolved_key_carries_the_images_compiler_versions(aws: dict[str, An
         found[compiler] = resolve(request, Context())
     assert found["2.20.1"]["cache_key"] != found["2.21.18"]["cache_key"]
     assert found["2.20.1"]["prefix"].split("/")[2] == "2.20.1" and found["2.21.18"]["prefix"].split("/")[2] == "2.21.18"
+
+
+def test_the_reconciler_finishes_a_pending_stop_and_books_the_place_back(aws: dict[str, Any],
+                                                                         example: dict[str, Any]) -> None:
+    """A cancel whose StopExecution failed leaves the trial STOPPING with its execution running; the scheduled
+    reconciler stops it (StopExecution on a RUNNING execution makes it ABORTED: Step Functions API reference,
+    "StopExecution") and, with no job of the trial still live, makes it CANCELLED and releases its booking in the
+    same transaction."""
+    from lambdas.handlers.reconcile_trials import handler as reconcile
+
+    trial_id = submit(example)
+    item = aws["ddb"].get_item(TableName="trials", Key={"trial_id": {"S": trial_id}})["Item"]
+    arn = item["execution_arn"]["S"]
+    aws["ddb"].update_item(TableName="trials", Key={"trial_id": {"S": trial_id}},
+                           UpdateExpression="SET #s = :s, stop_requested_at = :t",
+                           ExpressionAttributeNames={"#s": "status"},
+                           ExpressionAttributeValues={":s": {"S": "STOPPING"}, ":t": {"S": "2026-12-04T12:00:00Z"}})
+    assert aws["sfn"].describe_execution(executionArn=arn)["status"] == "RUNNING"
+    done = reconcile({"time": "2026-12-04T12:05:00Z"}, Context())
+    assert done["stops_finished"] == [trial_id] and done["stops_overdue"] == []
+    assert aws["sfn"].describe_execution(executionArn=arn)["status"] == "ABORTED"
+    item = aws["ddb"].get_item(TableName="trials", Key={"trial_id": {"S": trial_id}})["Item"]
+    assert item["status"]["S"] == "CANCELLED"
+    usage = aws["ddb"].get_item(TableName="usage", Key={"usage_key": {"S": f"team#{item['team']['S']}"}})["Item"]
+    assert usage["active"]["N"] == "0"

@@ -211,3 +211,56 @@ def test_injection_shaped_values_never_reach_a_job_name_or_an_s3_key(aws: dict[s
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,80}", trial_id)
     for key in keys:
         assert value not in key
+
+
+def _submit(headers: dict[str, str], body: str, *, base64_encoded: bool = False) -> tuple[int, dict[str, Any]]:
+    from lambdas.handlers.on_trial_api import handler
+
+    event = proxy_event("POST", "/trials", "", headers, b"")
+    event["body"], event["isBase64Encoded"] = body, base64_encoded
+    response = handler(event, Context())
+    return response["statusCode"], json.loads(response["body"])
+
+
+@pytest.mark.parametrize("body", ["!!not base64***", "eyJhI", "//79/A=="])
+def test_a_body_flagged_base64_that_does_not_decode_to_text_is_a_400(aws: dict[str, Any], body: str) -> None:
+    """A REST proxy event marks a body API Gateway base64-encoded with ``isBase64Encoded`` (API Gateway developer
+    guide, "Binary media types for REST APIs in API Gateway":
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-payload-encodings.html). A flagged body
+    that is not base64, or not UTF-8 text once decoded, is the client's error: retrying cannot help."""
+    status, answer = _submit({"Content-Type": "application/json"}, body, base64_encoded=True)
+    assert status == 400, answer
+    assert answer["errors"][0]["path"] == "body" and "base64" in answer["message"]
+    assert aws["ddb"].scan(TableName="trials")["Count"] == 0
+
+
+def test_a_base64_json_body_is_decoded_like_a_text_one(aws: dict[str, Any], example: dict[str, Any]) -> None:
+    """API Gateway developer guide, "Binary media types for REST APIs in API Gateway":
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/api-gateway-payload-encodings.html."""
+    import base64
+
+    encoded = base64.b64encode(json.dumps(example).encode()).decode()
+    assert _submit({"Content-Type": "application/json"}, encoded, base64_encoded=True)[0] == 201
+    twice = base64.b64encode(b'{"name": "a", "name": "b"}').decode()
+    status, answer = _submit({"Content-Type": "application/json"}, twice, base64_encoded=True)
+    assert status == 422 and answer["errors"][0]["path"] == "name"
+
+
+@pytest.mark.parametrize("content_type", ["Application/JSON", "APPLICATION/JSON; Charset=UTF-8",
+                                          "application/vnd.api+json", "Application/Problem+JSON"])
+def test_json_media_types_are_accepted_whatever_their_case_and_with_a_json_suffix(
+        aws: dict[str, Any], example: dict[str, Any], content_type: str) -> None:
+    """Media types are case-insensitive (RFC 9110, section 8.3.1: "The type and subtype tokens are
+    case-insensitive"), and ``+json`` names a JSON document (RFC 6839, section 3.1). API Gateway passes the
+    request's Content-Type through to the function unchanged (API Gateway developer guide, "Lambda proxy
+    integrations in API Gateway", the input format: ``headers``:
+    https://docs.aws.amazon.com/apigateway/latest/developerguide/set-up-lambda-proxy-integrations.html)."""
+    status, answer = _submit({"Content-Type": content_type}, json.dumps(example))
+    assert status == 201, answer
+    status, answer = _submit({"content-type": content_type}, json.dumps(dict(example, tracks="x")))
+    assert status == 422 and answer["errors"][0]["path"].startswith("tracks"), answer
+
+
+def test_the_415_names_every_accepted_type(aws: dict[str, Any]) -> None:
+    status, answer = _submit({"Content-Type": "application/vnd.api+xml"}, "<x/>")
+    assert status == 415 and "application/json" in answer["message"] and "+json" in answer["message"]

@@ -226,11 +226,16 @@ def test_fault_and_resume_with_the_run_dir_on_s3(write_spec, s3_bucket: str) -> 
 
 
 def test_compile_cache_on_s3_syncs_down_and_up(s3_bucket: str, tmp_path: Path) -> None:
+    import hashlib
+
     from trainer.cache import MARKER, CompileCache
+
+    from lambdas.domain.compile_cache import completion_marker
 
     url = "s3://artifacts/neuron/tiny/sdk-2.26.0/abc/"
     storage.write_bytes(storage.join(url, "graph-1.bin"), b"old")
-    storage.write_bytes(storage.join(url, MARKER), b"{}")  # a complete entry
+    marker = completion_marker({"graph-1.bin": (3, hashlib.sha256(b"old").hexdigest())})  # a complete entry
+    storage.write_bytes(storage.join(url, MARKER), json.dumps(marker).encode())
     cache = CompileCache.open(url, compiles=True, on_neuron=False)
     assert cache.directory is not None and cache.files_before == 1
     (cache.directory / "graph-2.bin").write_bytes(b"new")

@@ -112,6 +112,8 @@ class Cancelled(BaseModel):
     status: str
     execution_status: str | None = Field(default=None, description="the workflow execution's status after stopping")
     changed: bool = Field(description="false when the trial had already finished")
+    pending: list[str] = Field(default_factory=list, description="while STOPPING: what still runs (the execution, "
+                               "jobs not yet ended); the stop is retried until it is empty")
 
 
 class CacheEntry(BaseModel):

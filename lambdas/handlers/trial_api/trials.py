@@ -25,6 +25,7 @@ from lambdas.handlers.trial_api.models import (
 )
 from lambdas.services import trial_submission as service
 from lambdas.services.cache_resolution import now_iso
+from lambdas.services.trial_status import Stopper
 
 router = Router()
 
@@ -69,9 +70,9 @@ COMMON: dict[int, OpenAPIResponse] = {
 }
 WITH_BODY: dict[int, OpenAPIResponse] = {
     **COMMON,
-    400: _error("JSON nested too deeply to parse"),
+    400: _error("JSON nested too deeply to parse, or a body flagged base64 that is not base64 of UTF-8 text"),
     413: _error("body too large"),
-    415: _error("body not sent as application/json"),
+    415: _error("body not sent as JSON (application/json, or a type ending in +json)"),
 }
 NOT_FOUND: dict[int, OpenAPIResponse] = {404: _error("no such trial")}
 
@@ -134,7 +135,7 @@ def submit_trial(trial: Annotated[TrialSpec, Body(description="the trial")]) -> 
 
 @router.get("/", summary="List the caller's team's trials (every team's for a platform admin), newest first",
             responses={200: {"description": "a page of trials"}, **COMMON,
-                       400: _error("next_token is not one this API returned"),
+                       400: _error("next_token is not one this API returned for the caller's listing"),
                        403: _error("the caller's principal is in no team")})
 def list_trials(
     limit: Annotated[int, Query(ge=1, le=100)] = 25,
@@ -146,7 +147,7 @@ def list_trials(
                            "to add it to governance.teams.<team>.members (or a member_roles pattern)", role="team")
     try:
         items, token = api().trials.list(limit, next_token, None if who.admin else who.team)
-    except ValueError as exc:  # an undecodable token (UnicodeDecodeError, binascii.Error, JSON): the caller's
+    except ValueError as exc:  # undecodable (binascii.Error, UnicodeDecodeError, JSON) or not a key of this listing
         raise BadPageToken(str(exc)) from None
     return TrialPage(trials=[TrialSummary.model_validate(i) for i in items], next_token=token)
 
@@ -192,12 +193,16 @@ def get_report(
 
 
 @router.post("/<trial_id>/cancel", summary="Cancel a trial (stops its workflow and Batch jobs)",
-             responses={200: {"description": "cancelled (or already finished)"}, **NOT_FOUND, **WITH_BODY})
+             responses={200: {"description": "CANCELLED once nothing of it runs, STOPPING while its execution or "
+                                             "jobs are still ending (send it again, or let the reconciler finish "
+                                             "it), or its status if it had already finished"},
+                        **NOT_FOUND, **WITH_BODY})
 def cancel_trial(trial_id: TrialId, body: Annotated[CancelBody | None, Body()] = None) -> Cancelled:
     app = api()
     reason = (body or CancelBody()).reason
-    return Cancelled.model_validate(service.cancel(trial_id, caller=caller(), trials=app.trials,
-                                                   workflow=app.workflow, now=now_iso(), reason=reason))
+    stopper = Stopper(app.trials, app.workflow, app.ledger)
+    return Cancelled.model_validate(service.cancel(trial_id, caller=caller(), stopper=stopper, now=now_iso(),
+                                                   reason=reason))
 
 
 DECISION: dict[int, OpenAPIResponse] = {

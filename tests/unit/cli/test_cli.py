@@ -174,3 +174,23 @@ def test_cache_explain_names_the_components_and_change_classes(tmp_path: Path, e
     assert "sequence_length: 4096 -> 8192  [training flow]" in out
     assert main(["cache", "explain", EXAMPLE, EXAMPLE, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["change_classes"] == ["data or hyper-parameters"]
+
+
+@pytest.mark.parametrize(("table", "named"), [
+    ({"instances": {"us-east-1": {"p5.48xlarge": {"hourly_usd": "abc"}}}},
+     "instances.us-east-1.p5.48xlarge.hourly_usd"),
+    ("{not json", "not JSON"),
+    ("[1]", "a JSON object"),
+    (None, "cannot read"),
+])
+@pytest.mark.parametrize("command", [["estimate", EXAMPLE], ["prices", "show"]])
+def test_a_malformed_price_table_is_a_clean_error_naming_the_file_and_field(
+        tmp_path: Path, table: Any, named: str, command: list[str]) -> None:
+    path = tmp_path / "prices.json"
+    if table is not None:
+        path.write_text(table if isinstance(table, str) else json.dumps({**json.loads(
+            (ROOT / "lambdas" / "domain" / "data" / "prices.json").read_text()), **table}))
+    proc = subprocess.run([sys.executable, "-m", "dualtrack", *command, "--prices", str(path)], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert str(path) in proc.stderr and named in proc.stderr, proc.stderr

@@ -75,3 +75,27 @@ def test_approval_reasons_name_the_override_and_the_threshold() -> None:
                                threshold_usd=Decimal(100))
     assert reasons == ["triage_override routes the trial to dual_track against the triage's route",
                        "worst case unbounded is above the team's approval_threshold_usd 100 USD"]
+
+
+def test_role_conventions_match_roles_and_their_sessions_never_users_of_that_name() -> None:
+    """``member_roles`` / ``approver_roles`` map roles. An IAM user ARN (``arn:aws:iam::<account>:user/<name>``) is
+    another kind of principal from a role (``arn:aws:iam::<account>:role/<name>``) or a role session
+    (``arn:aws:sts::<account>:assumed-role/<role>/<session>``), and a user may carry a role's name (IAM user guide,
+    "IAM identifiers", "IAM ARNs": https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html)."""
+    stage = STAGE.model_copy(update={"member_roles": ["dualtrack-{team}-submitter",
+                                                      "arn:aws:iam::*:*/ci-{team}"],
+                                     "approver_roles": ["dualtrack-{team}-approver"]})
+    for user in (f"arn:aws:iam::{ACCOUNT}:user/dualtrack-team-vision-submitter",
+                 f"arn:aws:iam::{ACCOUNT}:user/dualtrack-team-vision-approver",
+                 f"arn:aws:iam::{ACCOUNT}:user/ops/ci-team-vision"):
+        caller = stage.identify(user, ACCOUNT)
+        assert caller.team is None and not caller.approves, user
+    for role in (f"arn:aws:iam::{ACCOUNT}:role/dualtrack-team-vision-submitter",
+                 f"arn:aws:sts::{ACCOUNT}:assumed-role/dualtrack-team-vision-submitter/bo",
+                 f"arn:aws:sts::{ACCOUNT}:assumed-role/ci-team-vision/run-1",
+                 f"arn:aws:iam::{ACCOUNT}:role/build/ci-team-vision"):
+        assert stage.identify(role, ACCOUNT).team == "team-vision", role
+    lead = stage.identify(f"arn:aws:sts::{ACCOUNT}:assumed-role/dualtrack-team-vision-approver/cy", ACCOUNT)
+    assert lead.may_approve("team-vision")
+    # A team's own members list still names users.
+    assert stage.identify(f"arn:aws:iam::{ACCOUNT}:user/ana", ACCOUNT).team == "team-nlp"

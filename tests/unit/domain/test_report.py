@@ -477,3 +477,30 @@ def test_the_report_shows_each_cache_entrys_failed_compiles_from_the_registry() 
     assert entry["failure_reason"] == "neuronx-cc: Internal compiler error"
     assert f"| `{key[:16]}` | ready | 1 | 1 | 2 | neuronx-cc: Internal compiler error |" in render_markdown(report)
     assert "Internal compiler error" in render_html(report)
+
+
+def test_an_attempt_billed_from_its_transitions_instead_of_its_record_is_a_caveat() -> None:
+    """AWS Batch API reference, AttemptDetail (https://docs.aws.amazon.com/batch/latest/APIReference/
+    API_AttemptDetail.html): an attempt's ``stoppedAt`` cannot precede its ``startedAt``. When the ledger holds such
+    a record, the report says the attempt was billed from the job's transitions instead."""
+    from datetime import UTC, datetime, timedelta
+
+    from lambdas.domain.ledger import attempt_entry, transition_entry
+
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    at = datetime(2026, 12, 3, 12, tzinfo=UTC)
+    ms = int(at.timestamp() * 1000)
+    ledger = [
+        transition_entry(spec.trial_id, "gpu", job_id="j2", attempt=1, status="RUNNING", at=at),
+        transition_entry(spec.trial_id, "gpu", job_id="j2", attempt=1, status="SUCCEEDED",
+                         at=at + timedelta(hours=1)),
+        attempt_entry(spec.trial_id, "gpu", job_id="j2", attempt=1, started_at_ms=ms + 3_600_000, stopped_at_ms=ms,
+                      exit_code=0, status_reason=None),
+    ]
+    report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger)
+    caveat = ("gpu attempt 1: attempt record stopped before it started; billed from the job's transitions "
+              "instead")
+    assert caveat in report["comparison"]["caveats"]
+    assert f"> Fidelity caveat: {caveat}" in render_markdown(report)
+    clean = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger[:2])
+    assert clean["comparison"]["caveats"] == []

@@ -329,3 +329,16 @@ def test_compiler_flags_have_one_form_per_option(example_trial: dict[str, Any], 
         parse_trial(example_trial)
     (problem,) = refused.value.problems
     assert problem.path == "tracks.trn2.compiler_flags" and message in problem.message
+
+
+@pytest.mark.parametrize("value", [10**100, 1e100, 65_537, 2**63])
+def test_effective_batch_size_has_an_upper_bound_named_in_the_schema_and_the_message(
+        example_trial: dict[str, Any], value: Any) -> None:
+    from lambdas.domain.trial import MAX_EFFECTIVE_BATCH_SIZE, json_schema
+
+    example_trial["effective_batch_size"] = value
+    found = problems(example_trial)
+    assert f"at most {MAX_EFFECTIVE_BATCH_SIZE} sequences per optimizer step" in found["effective_batch_size"], found
+    assert json_schema()["properties"]["effective_batch_size"]["maximum"] == MAX_EFFECTIVE_BATCH_SIZE == 65_536
+    example_trial["effective_batch_size"] = MAX_EFFECTIVE_BATCH_SIZE  # the bound itself is accepted
+    assert parse_trial(example_trial).effective_batch_size == MAX_EFFECTIVE_BATCH_SIZE

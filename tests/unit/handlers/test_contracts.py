@@ -35,6 +35,7 @@ def test_settings_name_the_missing_variable() -> None:
         ApiSettings.from_env(
             {
                 "LEDGER_TABLE": "l",
+                "USAGE_TABLE": "u",
                 "TRIALS_TABLE": "t",
                 "ARTIFACTS_BUCKET": "a",
                 "IDEMPOTENCY_TABLE": "i",
@@ -71,6 +72,7 @@ def test_every_handler_imports_without_environment_or_clients() -> None:
         "set_trial_status",
         "scheduled_cost_report",
         "vend_job_credentials",
+        "reconcile_trials",
     }
 
 

@@ -95,8 +95,8 @@ def test_writes_are_counted_per_object_and_the_trial_stopped_past_its_quota() ->
     limits = {"write_requests": {"value": "3", "source": "team team-nlp quota write_requests_per_trial"},
               "write_bytes": {"value": "1000000", "source": "team team-nlp quota write_bytes_per_trial"}}
     guard, trials, _ = _plane(limits)
-    assert [guard.after_write(TRIAL, 100, _at(i)) for i in range(3)] == [None, None, None]
-    hit = guard.after_write(TRIAL, 100, _at(3))
+    assert [guard.after_write(TRIAL, 100, _at(i), fact=f"o{i}") for i in range(3)] == [None, None, None]
+    hit = guard.after_write(TRIAL, 100, _at(3), fact="o3")
     assert hit is not None and hit.limit == "write_requests" and hit.observed == "4 objects written"
     item = trials.get(TRIAL)
     assert (item["written_objects"], item["written_bytes"], item["status"]) == (4, 400, "CANCELLED")  # type: ignore[index]
@@ -105,7 +105,7 @@ def test_writes_are_counted_per_object_and_the_trial_stopped_past_its_quota() ->
 @pytest.mark.parametrize("limits", [None, {"max_usd": {"value": "100", "source": "trial limits.max_usd"}}])
 def test_a_trial_without_the_limit_costs_no_writes(limits: dict[str, Any] | None) -> None:
     guard, trials, _ = _plane(limits)
-    assert guard.after_write(TRIAL, 10**12, _at(1)) is None
+    assert guard.after_write(TRIAL, 10**12, _at(1), fact="o1") is None
     if limits is None:
         assert guard.after_run_facts(TRIAL, "gpu", _running("gpu"), _at(600)) is None
     assert trials.tallies == 0 and trials.get(TRIAL)["status"] == "SUBMITTED"  # type: ignore[index]

@@ -89,3 +89,67 @@ def test_only_runs_of_trials_the_plane_started_are_recorded(settlement: RunSettl
     settlement.check_started("t-1", "gpu")
     settlement.check_started("t-1", "gpu")  # known now: no second read
     assert settlement.trials.reads == reads + 1  # type: ignore[attr-defined]
+
+
+def _ms(minutes: int) -> int:
+    return int((T0 + timedelta(minutes=minutes)).timestamp() * 1000)
+
+
+def test_an_impossible_attempt_record_settles_from_the_transitions_and_the_stored_cost_says_so(
+    settlement: RunSettlement,
+) -> None:
+    """AWS Batch "Job state change events" (https://docs.aws.amazon.com/batch/latest/userguide/batch_job_events.html):
+    the event's ``detail`` is the job as DescribeJobs returns it, whose ``attempts`` are AttemptDetail objects
+    (https://docs.aws.amazon.com/batch/latest/APIReference/API_AttemptDetail.html: ``startedAt`` STARTING ->
+    RUNNING, ``stoppedAt`` RUNNING -> terminal, epoch milliseconds). An attempt that stops before it starts cannot
+    settle the run at $0 when its transitions show an hour: the hour is billed and the stored cost marks the
+    attempt suspect."""
+    from lambdas.domain.events import BatchJobStateChangeDetail
+
+    def detail(status: str, attempts: list[dict[str, Any]]) -> BatchJobStateChangeDetail:
+        return BatchJobStateChangeDetail.model_validate({
+            "jobArn": "arn:aws:batch:us-east-1:123456789012:job/job-1", "jobName": "t-1-gpu", "jobId": "job-1",
+            "jobQueue": "q", "status": status, "createdAt": _ms(-1), "attempts": attempts,
+            "container": {"environment": [{"name": "DUALTRACK_TRIAL_ID", "value": "t-1"},
+                                          {"name": "DUALTRACK_RUN", "value": "gpu"}]}})
+
+    forged = {"container": {"exitCode": 1}, "startedAt": _ms(60), "stoppedAt": _ms(0)}
+    settlement.record_job_state(detail("RUNNING", []), T0)
+    settlement.record_job_state(detail("FAILED", [forged]), T0 + timedelta(minutes=60))
+    settled = settlement.settle_run("t-1", "gpu")
+    assert settled.cost is not None and settled.cost["complete"] is True
+    assert settled.cost["cost"]["billed_instance_seconds"] == "3600"
+    assert float(settled.cost["cost"]["total_usd"]) > 0
+    assert settled.cost["usage"]["attempts"][0]["suspect"] == ["attempt record stopped before it started"]
+
+
+def test_a_late_failed_after_success_is_no_new_outcome(settlement: RunSettlement) -> None:
+    """AWS Batch "Automated job retries" (https://docs.aws.amazon.com/batch/latest/userguide/job_retries.html): each
+    job moves to either SUCCEEDED or FAILED, and "Job states" (https://docs.aws.amazon.com/batch/latest/userguide/
+    job_states.html) ends it there. A FAILED read from DescribeJobs after the job's SUCCEEDED was recorded does not
+    change the run's outcome (a success wins), so the cost step reports no new outcome for it."""
+    from lambdas.domain.events import BatchJobStateChangeDetail
+
+    class Jobs:
+        def __init__(self, statuses: dict[str, str]) -> None:
+            self.statuses = statuses
+
+        def instance_type(self, job_queue: str) -> str | None:
+            return None
+
+        def terminate(self, job_id: str, reason: str) -> None:
+            self.statuses[job_id] = "FAILED"
+
+        def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
+            return BatchJobStateChangeDetail.model_validate({
+                "jobArn": f"arn:aws:batch:us-east-1:123456789012:job/{job_id}", "jobId": job_id,
+                "jobName": "t-1-gpu", "jobQueue": "q", "status": self.statuses[job_id], "createdAt": _ms(0),
+                "startedAt": _ms(1), "stoppedAt": _ms(61)})
+
+    jobs = Jobs({"job-1": "SUCCEEDED"})
+    settlement.jobs = jobs
+    assert settlement.reconcile_jobs("t-1", ["job-1"]) == ["SUCCEEDED"]
+    assert settlement.reconcile_jobs("t-1", ["job-1"]) == []
+    jobs.statuses["job-1"] = "FAILED"
+    assert settlement.reconcile_jobs("t-1", ["job-1"]) == []
+    assert settlement.settle_run("t-1", "gpu").cost["terminal_status"] == "SUCCEEDED"  # type: ignore[index]

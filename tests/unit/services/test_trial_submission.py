@@ -5,6 +5,7 @@ moto, no patching of the project's seams. The ports' behaviour is pinned against
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from lambdas.domain.governance import Caller, Governance, NotPermitted
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
 from lambdas.services.ports import Started
+from lambdas.services.trial_status import Stopper, set_status
 from lambdas.services.trial_submission import (
     DecisionConflict,
     Plane,
@@ -75,6 +77,10 @@ def _submit(spec: TrialSpec, ports: dict[str, Any], caller: str = NLP, now: date
     return submit(spec, caller=who(caller, stage.governance), stage=stage, plane=_plane(ports), now=now)
 
 
+def _stopper(ports: dict[str, Any]) -> Stopper:
+    return Stopper(ports["trials"], ports["workflow"], ports.setdefault("ledger", fakes.InMemoryLedger()))
+
+
 def _governed(**team_nlp: Any) -> Governance:
     data = {**GOVERNANCE, "teams": {**GOVERNANCE["teams"], "team-nlp": {**GOVERNANCE["teams"]["team-nlp"],
                                                                          **team_nlp}}}
@@ -121,13 +127,13 @@ def test_an_input_the_job_role_cannot_read_is_refused_before_anything_is_stored(
 def test_cancelling_stops_the_execution_once(spec: TrialSpec, ports: dict[str, Any]) -> None:
     _submit(spec, ports)
     caller = who(NLP)
-    first = cancel(spec.trial_id, caller=caller, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+    first = cancel(spec.trial_id, caller=caller, stopper=_stopper(ports), now=STAMP,
                    reason="not needed")
     assert first == {"trial_id": spec.trial_id, "status": "CANCELLED", "execution_status": "ABORTED",
                      "changed": True}
     item = ports["trials"].get(spec.trial_id)
     assert item["status_cause"] == "not needed" and item["cancelled_by"] == NLP
-    second = cancel(spec.trial_id, caller=caller, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+    second = cancel(spec.trial_id, caller=caller, stopper=_stopper(ports), now=STAMP,
                     reason="again")
     assert second == {"trial_id": spec.trial_id, "status": "CANCELLED", "changed": False}
 
@@ -160,7 +166,7 @@ def test_another_teams_trial_reads_as_missing(spec: TrialSpec, ports: dict[str, 
         lambda: visible(ports["trials"], spec.trial_id, vision),
         lambda: trial_status(spec.trial_id, caller=vision, trials=ports["trials"], ledger=fakes.InMemoryLedger(),
                              settlement=None),  # type: ignore[arg-type]
-        lambda: cancel(spec.trial_id, caller=vision, trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
+        lambda: cancel(spec.trial_id, caller=vision, stopper=_stopper(ports), now=STAMP,
                        reason="sabotage"),
         lambda: decide(spec.trial_id, approve=False, comment="nope", caller=vision, plane=_plane(ports), now=NOW),
     ):
@@ -236,7 +242,8 @@ def test_a_cancel_during_submission_is_never_lost(spec: TrialSpec, ports: dict[s
 
     class CancelledMeanwhile(fakes.InMemoryWorkflow):
         def start(self, name: str, payload: dict[str, Any]) -> Started:
-            cancel(name, caller=who(NLP), trials=trials, workflow=self, now=STAMP, reason="changed my mind")
+            cancel(name, caller=who(NLP), stopper=Stopper(trials, self, fakes.InMemoryLedger()), now=STAMP,
+                   reason="changed my mind")
             return super().start(name, payload)
 
     workflow = CancelledMeanwhile()
@@ -260,16 +267,19 @@ def test_quotas_refuse_a_submission_naming_the_quota_its_limit_use_and_when_it_f
     assert (month.quota, month.current) == ("usd_per_month", "3500.23 USD")
     assert month.retry_after_s == 27 * 86400 + 43200  # 4 December, noon, to 1 January
     assert "2027-01-01T00:00:00Z" in month.frees
-    cancel(spec.trial_id, caller=who(NLP, governance), trials=ports["trials"], workflow=ports["workflow"], now=STAMP,
-           reason="make room")
-    with pytest.raises(QuotaExceeded) as raised:  # it ran, so its worst case stays booked to the month
-        _submit(second, ports, governance=governance)
-    assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
-    ports["trials"].update(spec.trial_id, total_usd="210.50")  # settled: its real cost replaces the worst case
+    # The workflow closes the first trial's costs: its settled cost replaces its worst case in the month's booking,
+    # and its place is free.
+    set_status(ports["trials"], spec.trial_id, "SUCCEEDED", None, STAMP, settled_usd=Decimal("210.50"))
     assert _submit(second, ports, governance=governance).created is True
+    assert ports["trials"].usage_items["team-nlp"]["usd#2026-12"] == Decimal("3710.73")
+    cancel(second.trial_id, caller=who(NLP, governance), stopper=_stopper(ports), now=STAMP, reason="make room")
+    with pytest.raises(QuotaExceeded) as raised:  # it ran, so its worst case stays booked to the month
+        _submit(parse_trial({**example_trial, "name": "third"}), ports, governance=governance)
+    assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
+    assert ports["trials"].usage_items["team-nlp"]["active"] == 0
     per_trial = _governed(quotas={"max_usd_per_trial": "3000", "max_hours_per_trial": 8})
     with pytest.raises(QuotaExceeded) as raised:
-        _submit(parse_trial({**example_trial, "name": "third"}), ports, governance=per_trial)
+        _submit(parse_trial({**example_trial, "name": "fourth"}), ports, governance=per_trial)
     assert [b.quota for b in raised.value.breaches] == ["max_hours_per_trial", "max_usd_per_trial"]
     assert "set limits.max_hours to at most 8" in raised.value.breaches[0].frees
 

@@ -1,0 +1,321 @@
+"""Anything that spends is a recorded state that a retry or the reconciler finishes: stops that really stop,
+terminal trials that stay terminal, approvals that cannot strand a trial, quotas booked atomically. In-memory ports
+(``tests/fakes.py``), whose transactional behaviour ``tests/integration/test_port_contracts.py`` pins against
+DynamoDB on moto."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from lambdas.domain import ledger as L
+from lambdas.domain.governance import Governance
+from lambdas.domain.prices import load_price_table
+from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.services.limit_guard import LimitGuard
+from lambdas.services.ports import Started
+from lambdas.services.reconciliation import reconcile
+from lambdas.services.run_settlement import RunSettlement
+from lambdas.services.trial_status import Stopper, set_status
+from lambdas.services.trial_submission import (
+    Plane,
+    QuotaExceeded,
+    Stage,
+    TrialClosed,
+    cancel,
+    decide,
+    submit,
+)
+from tests import fakes
+from tests.stage import ACCOUNT, GOVERNANCE, job_targets, principal
+
+NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
+STAMP = "2026-12-04T12:00:00Z"
+NLP = f"arn:aws:iam::{ACCOUNT}:user/model-team"
+NLP_LEAD = principal("dualtrack-team-nlp-approver")
+
+
+def _governance(**team_nlp: Any) -> Governance:
+    return Governance.model_validate({**GOVERNANCE, "teams": {**GOVERNANCE["teams"], "team-nlp": {
+        **GOVERNANCE["teams"]["team-nlp"], **team_nlp}}})
+
+
+def _stage(governance: Governance | None = None) -> Stage:
+    return Stage(region="us-east-1", attempt_timeout_s=86400, data_buckets=["example-datasets"],
+                 artifacts_bucket="artifacts", targets=job_targets(), governance=governance or _governance(),
+                 max_attempts=2)
+
+
+class Plane_:
+    """The ports of one stage, shared by every call of a test."""
+
+    def __init__(self, workflow: fakes.InMemoryWorkflow | None = None) -> None:
+        self.trials = fakes.InMemoryTrials()
+        self.artifacts = fakes.InMemoryObjects()
+        self.workflow = workflow or fakes.InMemoryWorkflow()
+        self.ledger = fakes.InMemoryLedger()
+        self.jobs = fakes.InMemoryBatchJobs()
+
+    def plane(self, trials: Any = None, workflow: Any = None) -> Plane:
+        return Plane(trials=trials or self.trials, artifacts=self.artifacts, workflow=workflow or self.workflow,
+                     prices=load_price_table())
+
+    def stopper(self, workflow: Any = None, jobs: bool = False) -> Stopper:
+        return Stopper(self.trials, workflow or self.workflow, self.ledger, self.jobs if jobs else None)
+
+
+def _submit(ports: Plane_, spec: TrialSpec, caller: str = NLP, governance: Governance | None = None,
+            **plane: Any) -> Any:
+    stage = _stage(governance)
+    return submit(spec, caller=stage.governance.identify(caller, ACCOUNT), stage=stage, plane=ports.plane(**plane),
+                  now=NOW)
+
+
+def _who(arn: str, governance: Governance | None = None) -> Any:
+    return (governance or _governance()).identify(arn, ACCOUNT)
+
+
+@pytest.fixture
+def spec(example_trial: dict[str, Any]) -> TrialSpec:
+    return parse_trial(example_trial)
+
+
+class FailingOnce(fakes.InMemoryWorkflow):
+    """StopExecution throws once (a throttle, a timeout), then works."""
+
+    failures = 1
+
+    def stop(self, execution_arn: str, cause: str) -> str:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("states endpoint timed out")
+        return super().stop(execution_arn, cause)
+
+
+# 1. A stop that fails once is not forgotten -------------------------------------------------------------------------
+
+def test_a_cancel_whose_stop_fails_stays_stopping_and_the_same_cancel_finishes_it(spec: TrialSpec) -> None:
+    ports = Plane_(FailingOnce())
+    _submit(ports, spec)
+    with pytest.raises(ConnectionError):  # the API answers 503: send it again
+        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="not needed")
+    item = ports.trials.get(spec.trial_id)
+    assert item is not None and item["status"] == "STOPPING" and item["status_cause"] == "not needed"
+    assert ports.workflow.status(item["execution_arn"]) == "RUNNING"  # still billing: the stop is pending
+    again = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="again")
+    assert again["status"] == "CANCELLED" and again["changed"] is True
+    assert ports.workflow.status(item["execution_arn"]) == "ABORTED"
+    assert ports.trials.get(spec.trial_id)["status_cause"] == "not needed"  # type: ignore[index]
+
+
+def _job(ports: Plane_, trial_id: str, run: str, job_id: str, status: str, minutes: int = 0) -> None:
+    ports.ledger.append(L.transition_entry(trial_id, run, job_id=job_id, attempt=1, status=status,
+                                           at=NOW + timedelta(minutes=minutes)))
+    ports.jobs.statuses[job_id] = status
+
+
+def test_a_stop_waits_until_every_job_has_ended_and_terminates_those_still_running(spec: TrialSpec) -> None:
+    """StopExecution makes Step Functions terminate the job of the running task, best effort; a job it missed is
+    terminated here. The trial is CANCELLED only once the ledger (or Batch) shows every job ended."""
+    ports = Plane_()
+    _submit(ports, spec)
+    _job(ports, spec.trial_id, "gpu", "job-gpu", "RUNNING")
+    _job(ports, spec.trial_id, "trn2", "job-trn2", "RUNNING")
+    first = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+    assert first["status"] == "STOPPING" and len(first["pending"]) == 2  # the API does not reach Batch
+    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]  # still holds its place
+    swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=1), overdue_after_s=900)
+    assert sorted(ports.jobs.terminated) == ["job-gpu", "job-trn2"] and swept.stops_pending == [spec.trial_id]
+    _job(ports, spec.trial_id, "gpu", "job-gpu", "FAILED", 2)  # the terminations' events arrive
+    _job(ports, spec.trial_id, "trn2", "job-trn2", "FAILED", 2)
+    swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=5), overdue_after_s=900)
+    assert swept.stops_finished == [spec.trial_id]
+    assert ports.trials.get(spec.trial_id)["status"] == "CANCELLED"  # type: ignore[index]
+    assert ports.trials.usage("team-nlp")["active"] == 0  # type: ignore[index]  # released once
+
+
+def test_a_stop_left_pending_past_its_deadline_is_counted_for_the_alarm(spec: TrialSpec) -> None:
+    ports = Plane_(FailingOnce())
+    _submit(ports, spec)
+    ports.workflow.failures = 5  # type: ignore[attr-defined]
+    with pytest.raises(ConnectionError):
+        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+    soon = reconcile(ports.stopper(), NOW + timedelta(minutes=5), overdue_after_s=900)
+    assert soon.stops_pending == [spec.trial_id] and soon.stops_overdue == [] and spec.trial_id in soon.stop_errors
+    late = reconcile(ports.stopper(), NOW + timedelta(minutes=20), overdue_after_s=900)
+    assert late.stops_overdue == [spec.trial_id]
+
+
+def test_the_workflow_ending_while_a_stop_is_pending_completes_the_stop(spec: TrialSpec) -> None:
+    ports = Plane_(FailingOnce())
+    _submit(ports, spec)
+    with pytest.raises(ConnectionError):
+        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+    done = set_status(ports.trials, spec.trial_id, "SUCCEEDED", None, STAMP, settled_usd=Decimal("10"))
+    assert (done.status, done.changed) == ("CANCELLED", True)
+    assert ports.trials.usage("team-nlp")["active"] == 0  # type: ignore[index]
+
+
+def _guarded(ports: Plane_, workflow: Any) -> LimitGuard:
+    settlement = RunSettlement(ports.ledger, ports.trials, ports.artifacts, load_price_table(), "us-east-1")
+    return LimitGuard(settlement, workflow)
+
+
+def test_the_limit_guard_finishes_a_stop_that_failed_when_the_event_is_delivered_again(
+        spec: TrialSpec) -> None:
+    ports = Plane_(FailingOnce())
+    _submit(ports, spec, governance=_governance(quotas={"write_requests_per_trial": 1}))
+    guard = _guarded(ports, ports.workflow)
+    guard.after_write(spec.trial_id, 10, NOW, fact="a#v1")
+    with pytest.raises(ConnectionError):  # the write that crosses the quota: StopExecution fails
+        guard.after_write(spec.trial_id, 10, NOW, fact="b#v1")
+    item = ports.trials.get(spec.trial_id)
+    assert item is not None and item["status"] == "STOPPING" and item["stopped_by"]["limit"] == "write_requests"
+    # EventBridge delivers the event again (the invocation failed): the same environment, the same guard.
+    guard.after_write(spec.trial_id, 10, NOW, fact="b#v1")
+    item = ports.trials.get(spec.trial_id)
+    assert item is not None and item["status"] == "CANCELLED"
+    assert ports.workflow.status(item["execution_arn"]) == "ABORTED"
+    assert item["written_objects"] == 2  # the redelivered write was not counted again
+
+
+def test_a_redelivered_write_counts_once_toward_the_write_quota(spec: TrialSpec) -> None:
+    ports = Plane_()
+    _submit(ports, spec, governance=_governance(quotas={"write_requests_per_trial": 2}))
+    guard = _guarded(ports, ports.workflow)
+    for _ in range(3):  # one object, its event delivered three times
+        assert guard.after_write(spec.trial_id, 10, NOW, fact="trials/x/gpu/a.json#v1") is None
+    item = ports.trials.get(spec.trial_id)
+    assert item is not None and (item["written_objects"], item["status"]) == (1, "SUBMITTED")
+
+
+# 2. Terminal means terminal -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ending", ["REJECTED", "CANCELLED"])
+def test_a_rejected_or_cancelled_trial_is_never_started_by_resubmitting_it(spec: TrialSpec, ending: str) -> None:
+    ports = Plane_()
+    governance = _governance(approval_threshold_usd="1000")  # pending first: nothing started
+    _submit(ports, spec, governance=governance)
+    if ending == "REJECTED":
+        decide(spec.trial_id, approve=False, comment="no", caller=_who(NLP_LEAD, governance), plane=ports.plane(),
+               now=NOW)
+    else:
+        cancel(spec.trial_id, caller=_who(NLP, governance), stopper=ports.stopper(), now=STAMP, reason="no")
+    with pytest.raises(TrialClosed, match=f"is {ending}") as raised:
+        _submit(ports, spec, governance=_governance())  # the same body, now under the threshold
+    assert raised.value.status == ending and ports.workflow.executions == {}
+    assert ports.trials.usage("team-nlp") == {"active": 0, "usd#2026-12": 0, "jobs#dualtrack-test-gpu-p5-48xlarge": 0,
+                                              "jobs#dualtrack-test-trn2-trn2-48xlarge": 0}
+
+
+# 3. A failed approval does not strand the trial ---------------------------------------------------------------------
+
+class StartFails(fakes.InMemoryWorkflow):
+    failures = 1
+
+    def start(self, name: str, payload: dict[str, Any]) -> Started:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("states endpoint unreachable")
+        return super().start(name, payload)
+
+
+def test_an_approval_whose_start_fails_goes_back_to_pending_and_can_be_approved_again(spec: TrialSpec) -> None:
+    ports = Plane_(StartFails())
+    governance = _governance(approval_threshold_usd="1000")
+    _submit(ports, spec, governance=governance)
+    lead = _who(NLP_LEAD, governance)
+    with pytest.raises(ConnectionError):
+        decide(spec.trial_id, approve=True, comment="go", caller=lead, plane=ports.plane(), now=NOW)
+    item = ports.trials.get(spec.trial_id)
+    assert item is not None and item["status"] == "PENDING_APPROVAL" and item["approval"]["status"] == "PENDING"
+    approved = decide(spec.trial_id, approve=True, comment="go", caller=lead, plane=ports.plane(), now=NOW)
+    assert approved["status"] == "SUBMITTED" and len(ports.workflow.executions) == 1
+
+
+def test_an_approval_cut_short_after_its_decision_is_finished_by_approving_again_or_by_the_reconciler(
+        spec: TrialSpec) -> None:
+    """The function died between the decision and the start: the trial is SUBMITTING, approved, with no
+    execution. Approving again starts it; so does the reconciler once the start is overdue."""
+    ports = Plane_()
+    governance = _governance(approval_threshold_usd="1000")
+    _submit(ports, spec, governance=governance)
+    ports.trials.update(spec.trial_id, status="SUBMITTING", approval={"status": "APPROVED"})
+    again = decide(spec.trial_id, approve=True, comment="go", caller=_who(NLP_LEAD, governance),
+                   plane=ports.plane(), now=NOW)
+    assert again["status"] == "SUBMITTED" and len(ports.workflow.executions) == 1
+
+    other = parse_trial({**spec.model_dump(mode="json", exclude_none=True), "name": "other"})
+    _submit(ports, other, governance=governance)
+    ports.trials.update(other.trial_id, status="SUBMITTING", approval={"status": "APPROVED"})
+    swept = reconcile(ports.stopper(), NOW + timedelta(minutes=10), overdue_after_s=900)
+    assert swept.starts_finished == [other.trial_id]
+    assert ports.trials.get(other.trial_id)["status"] == "SUBMITTED"  # type: ignore[index]
+
+
+# 4. Quotas are booked atomically; 11. interleaved submissions ---------------------------------------------------------
+
+class Interleaving(fakes.InMemoryTrials):
+    """Runs ``during`` once, just before the first admission's conditional write: a submission racing this one."""
+
+    during: Any = None
+
+    def admit(self, item: dict[str, Any], additions: dict[str, Decimal], limits: dict[str, Decimal]) -> Any:
+        if self.during is not None:
+            race, self.during = self.during, None
+            race()
+        return super().admit(item, additions, limits)
+
+
+def test_two_interleaved_submissions_of_one_team_cannot_both_pass_concurrent_trials(
+        spec: TrialSpec, example_trial: dict[str, Any]) -> None:
+    ports = Plane_()
+    ports.trials = Interleaving()
+    governance = _governance(quotas={"concurrent_trials": 1})
+    other = parse_trial({**example_trial, "name": "other"})
+    ports.trials.during = lambda: _submit(ports, other, governance=governance)
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(ports, spec, governance=governance)  # read the team's usage before the other was booked
+    assert [b.quota for b in raised.value.breaches] == ["concurrent_trials"]
+    assert [i["trial_id"] for i in ports.trials.iter_all()] == [other.trial_id]
+    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]
+
+
+def test_two_interleaved_submissions_of_one_team_cannot_both_pass_the_monthly_dollars(
+        spec: TrialSpec, example_trial: dict[str, Any]) -> None:
+    ports = Plane_()
+    ports.trials = Interleaving()
+    governance = _governance(quotas={"usd_per_month": "6000"})  # one worst case (3,500.23 USD) fits, two do not
+    other = parse_trial({**example_trial, "name": "other"})
+    ports.trials.during = lambda: _submit(ports, other, governance=governance)
+    with pytest.raises(QuotaExceeded) as raised:
+        _submit(ports, spec, governance=governance)
+    assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
+    assert ports.trials.usage("team-nlp")["usd#2026-12"] == 3500.23  # type: ignore[index]
+
+
+def test_two_interleaved_submissions_of_one_trial_start_one_execution_and_answer_201_once(spec: TrialSpec) -> None:
+    ports = Plane_()
+    ports.trials = Interleaving()
+    answers: list[Any] = []
+    ports.trials.during = lambda: answers.append(_submit(ports, spec))
+    answers.append(_submit(ports, spec))
+    assert sorted(a.created for a in answers) == [False, True]
+    assert len(ports.workflow.executions) == 1
+    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]  # booked once
+
+
+def test_a_team_stored_before_bookings_is_seeded_from_its_trials_once(spec: TrialSpec,
+                                                                    example_trial: dict[str, Any]) -> None:
+    ports = Plane_()
+    ports.trials.create({"trial_id": "old-1", "team": "team-nlp", "status": "SUBMITTED", "created_at": STAMP,
+                         "execution_arn": "arn:old", "worst_case_usd": {"total": "100"}, "queues": {"gpu": "q-gpu"}})
+    _submit(ports, spec)
+    usage = ports.trials.usage("team-nlp")
+    assert usage is not None and usage["active"] == 2 and usage["usd#2026-12"] == 3600.23
+    assert ports.trials.get("old-1")["booking"]["usd"] == "100"  # type: ignore[index]  # its end releases it
+    set_status(ports.trials, "old-1", "SUCCEEDED", None, STAMP, settled_usd=Decimal("40"))
+    assert ports.trials.usage("team-nlp")["usd#2026-12"] == 3540.23  # type: ignore[index]
