@@ -15,7 +15,7 @@ class ClosedCosts:
     trial_id: str
     runs: dict[str, dict[str, Any]]  # run -> its cost, with "complete": False while a terminal event is missing
     total_usd: Decimal
-    new_terminal_statuses: list[str]  # terminal transitions this call was first to record (from DescribeJobs)
+    new_terminal_statuses: list[str]  # the outcome of each run this call made terminal (from DescribeJobs)
 
 
 def close_trial_costs(settlement: RunSettlement, trial_id: str, runs: list[str], job_ids: list[str]) -> ClosedCosts:
