@@ -8,11 +8,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/rehearsal
 
-.PHONY: help install demo check lint typecheck test test-fast bench check-xla check-gpu synth clean
+.PHONY: help install demo check lint typecheck test test-fast test-unit test-infra test-integration test-e2e bench \
+        check-xla check-gpu synth clean
 
 help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/latest/)"
 	@echo "make check      ruff + import layers + mypy + hadolint + the full test suite (what CI runs)"
+	@echo "make test-unit | test-infra | test-integration | test-e2e   one layer of the suite (docs/README.md)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
 	@echo "make check-xla  the retired PyTorch/XLA Trainium2 path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
 	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
@@ -42,8 +44,24 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# The 25 slowest tests are listed at the end, so a test that grows slow shows in CI's output.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
+
+# One layer each: unit (no AWS, no network; the trainer's CPU tests and the CLI's), infra (synthesized templates,
+# one synthesis per session), integration (handlers and adapters on moto, the CLI against the API, faults and bad
+# input), e2e (the local rehearsal end to end).
+test-unit: install
+	$(BIN)/python -m pytest -q --durations=10 tests/unit tests/trainer
+
+test-infra: install
+	$(BIN)/python -m pytest -q --durations=10 tests/infra
+
+test-integration: install
+	$(BIN)/python -m pytest -q --durations=10 tests/integration tests/client tests/reliability tests/security
+
+test-e2e: install
+	$(BIN)/python -m pytest -q --durations=10 tests/e2e
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -1,4 +1,7 @@
-"""`dualtrack` command line. Each command lives in dualtrack.commands.<name> and registers itself."""
+"""`dualtrack` command line. Each command lives in dualtrack.commands.<name> and registers itself.
+
+A command module imports what its command needs at its top; this module loads only the module of the command given
+(every module for the overall --help), so `dualtrack validate` never imports the local runtime or the CDK app."""
 
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "dualtrack.commands.openapi",
 )
 
+# Commands registered by a module of another name.
+MODULE_OF_COMMAND = {"reject": "approve"}
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 DESCRIPTION = """\
@@ -35,19 +41,32 @@ typical flow:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_module(argv: Sequence[str]) -> str | None:
+    """The module of the command ``argv`` names, or None (no command, or one this CLI does not have: then every
+    command is registered, so the help lists them all and argparse names the valid choices)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is None:
+        return None
+    module = f"dualtrack.commands.{MODULE_OF_COMMAND.get(first, first)}"
+    return module if module in COMMAND_MODULES else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dualtrack", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"dualtrack {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    only = chosen_module(argv) if argv is not None else None
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        if only is None or name == only:
+            importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -11,6 +11,8 @@ from typing import Any
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import cache_lines
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
+from dualtrack.commands._common import CommandError, load_trial
+from lambdas.domain.compile_cache import cache_key, explain
 
 HELP = describe(
     """\
@@ -68,8 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _trn2_trial(path: str) -> Any:
-    from dualtrack.commands._common import CommandError, load_trial
-
     try:
         spec = load_trial(path, local=True)
     except CommandError as exc:
@@ -94,8 +94,6 @@ def _image_env(path: str | None) -> dict[str, str] | None:
 
 @remote_command
 def run_key(args: argparse.Namespace) -> int:
-    from lambdas.domain.compile_cache import cache_key
-
     found = cache_key(_trn2_trial(args.trial), _image_env(args.image_env))
     if args.json:
         emit_json(found.model_dump(mode="json"))
@@ -110,8 +108,6 @@ def run_key(args: argparse.Namespace) -> int:
 
 @remote_command
 def run_explain(args: argparse.Namespace) -> int:
-    from lambdas.domain.compile_cache import explain
-
     result = explain(_trn2_trial(args.trial_a), _trn2_trial(args.trial_b))
     if args.json:
         emit_json(result.model_dump(mode="json"))

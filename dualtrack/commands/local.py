@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
+
+from dualtrack.commands._common import CommandError, load_trial, print_problems
+from dualtrack.local.progress import Progress
+from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
 
 HELP = """\
 Rehearse a trial on this machine before spending on capacity: the same state machine `cdk synth` produces runs on
@@ -65,9 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_local(args: argparse.Namespace) -> int:
-    from dualtrack.commands._common import CommandError, load_trial, print_problems
-    from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
-
     try:
         spec = load_trial(args.trial, local=True)
     except CommandError as exc:
@@ -77,10 +79,6 @@ def run_local(args: argparse.Namespace) -> int:
                                quiet=args.quiet or args.json, timeout_s=args.timeout, no_capacity=args.no_capacity)
     try:
         if args.json:
-            import io
-
-            from dualtrack.local.progress import Progress
-
             result = Rehearsal(spec, options, progress=Progress(io.StringIO(), quiet=True)).run()
             comparison = (result.report or {}).get("comparison") or {}
             print(json.dumps({"trial_id": result.trial_id, "status": result.status, "succeeded": result.succeeded,

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lambdas.handlers.on_trial_api import openapi_document
+
 HELP = """\
 Generate the OpenAPI document of the trial API from its routes. Without --write it prints the document;
 with --write it rewrites lambdas/openapi.json (the committed copy a test compares against); with --check it
@@ -34,8 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def document() -> str:
-    from lambdas.handlers.on_trial_api import openapi_document
-
     return openapi_document() + "\n"
 
 

@@ -14,6 +14,8 @@ from dualtrack.client.cli_support import add_connection_arguments, describe, emi
 from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 from lambdas.domain.canonical import json_text
+from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.services.cost_reporting import render_cost_markdown, team_row
 
 HELP = describe(
     """\
@@ -71,8 +73,6 @@ def choose_format(args: argparse.Namespace) -> str:
 
 
 def render(report: dict[str, Any], fmt: str) -> str:
-    from lambdas.domain.report_render import render_html, render_markdown
-
     if fmt == "json":
         return json_text(report, indent=2, sort_keys=True, default=str) + "\n"
     try:
@@ -93,7 +93,6 @@ def write(path: Path, text: str) -> None:
 
 def render_costs(report: dict[str, Any], fmt: str) -> str:
     """The cost report (every team's) or one team's section, as Markdown or JSON."""
-    from lambdas.services.cost_reporting import render_cost_markdown, team_row
 
     if fmt == "json":
         return json_text(report, indent=2, sort_keys=True) + "\n"

@@ -8,6 +8,11 @@ import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from dualtrack.client.display import align_markdown_tables
+from dualtrack.local.synth import REPO_ROOT, SynthFailed, synthesize
 from dualtrack.stage_cost import (
     ENDPOINT_GB,
     FLOW_LOG_GB,
@@ -22,6 +27,7 @@ from dualtrack.stage_cost import (
     load_platform_prices,
     money,
 )
+from infra.config import ConfigInvalid, stage_config
 
 EXIT_OK, EXIT_SYNTH_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -98,9 +104,6 @@ def _gb(text: str) -> Decimal:
 
 
 def run_cost(args: argparse.Namespace) -> int:
-    from dualtrack.local.synth import REPO_ROOT, SynthFailed, synthesize
-    from infra.config import ConfigInvalid, stage_config
-
     cdk_json = REPO_ROOT / "cdk.json"
     if not cdk_json.exists():
         print(f"no cdk.json at {REPO_ROOT}: `dualtrack stage cost` prices a stage of a dualtrack checkout",
@@ -181,9 +184,6 @@ def _footer(cost: StageCost) -> list[str]:
 
 
 def show(stage: str, region_from: str, cost: StageCost) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(highlight=False)
     if not console.is_terminal:
         console = Console(highlight=False, width=120)
@@ -224,8 +224,6 @@ def show(stage: str, region_from: str, cost: StageCost) -> None:
 
 
 def markdown(stage: str, region_from: str, cost: StageCost) -> str:
-    from dualtrack.client.display import align_markdown_tables
-
     out = [f"Stage `{stage}`, {cost.region} ({region_from}):", "",
            "| Billed every month | Quantity | Unit price | Periods | USD/month |",
            "|---|---|---|---|---:|"]

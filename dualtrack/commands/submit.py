@@ -11,6 +11,9 @@ from typing import Any
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TRIAL_FAILED
 from dualtrack.commands._common import CommandError, load_trial, print_problems, read_trial_text, usd
+from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
+from lambdas.domain.triage import submission_refusal, triage
+from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = describe(
     """\
@@ -37,9 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def preflight(spec: Any) -> dict[str, Any]:
     """Local triage and worst case: what the API will decide, shown before anything is spent."""
-    from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
-    from lambdas.domain.triage import submission_refusal, triage
-    from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
     result = triage(spec)
     table = load_price_table()

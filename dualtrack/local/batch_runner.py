@@ -182,6 +182,71 @@ def _env_pairs(rest: str, variables: Mapping[str, str], where: str) -> list[tupl
     return pairs
 
 
+def _declare_arg(rest: str, stages: list[_Stage], global_args: dict[str, str], build_args: Mapping[str, str],
+                 where: str) -> None:
+    """ARG NAME[=default]: global before the first FROM, else the current stage's; ``build_args`` win."""
+    name, sep, default = rest.partition("=")
+    name = name.strip()
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise DockerfileError(f"{where}: ARG {rest!r}: one NAME[=default] per ARG is supported")
+    scope = stages[-1].args if stages else global_args
+    variables = {**global_args, **(stages[-1].args if stages else {}),
+                 **(stages[-1].env if stages else {})}
+    value = build_args.get(name)
+    if value is None:
+        value = _expand(default.strip().strip('"'), variables, where) if sep else global_args.get(name, "")
+    scope[name] = value
+
+
+def _from_stage(rest: str, stages: list[_Stage], global_args: Mapping[str, str], where: str) -> _Stage:
+    """FROM image [AS name]: a new stage, inheriting the config of the earlier stage it is built from."""
+    words = _expand(rest, global_args, where).split()
+    words = [w for w in words if not w.startswith("--platform")]
+    if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
+        raise DockerfileError(f"{where}: FROM {rest!r}: expected `FROM image [AS name]`")
+    parent = next((s for s in stages if s.name and s.name == words[0].lower()), None)
+    stage = _Stage(name=words[2].lower() if len(words) == 3 else None)
+    if parent is not None:
+        stage.entrypoint, stage.cmd, stage.workdir = parent.entrypoint, parent.cmd, parent.workdir
+        stage.env, stage.shell = dict(parent.env), parent.shell
+    return stage
+
+
+def _apply_instruction(stage: _Stage, instruction: str, rest: str, where: str) -> None:
+    """An instruction inside a stage: ENV, WORKDIR, ENTRYPOINT, CMD, SHELL, or one that changes none of them."""
+    variables = {**stage.args, **stage.env}  # global ARGs reach a stage only when it redeclares them
+    if instruction == "ENV":
+        stage.env.update(_env_pairs(rest, variables, where))
+    elif instruction == "WORKDIR":
+        path = _expand(rest, variables, where)
+        stage.workdir = path if path.startswith("/") else f"{(stage.workdir or '/').rstrip('/')}/{path}"
+    elif instruction == "ENTRYPOINT":
+        stage.entrypoint = _exec_or_shell(rest, stage, where)
+        if not stage.cmd_set:  # an ENTRYPOINT resets a CMD inherited from the base (Dockerfile reference)
+            stage.cmd = ()
+    elif instruction == "CMD":
+        stage.cmd, stage.cmd_set = _exec_or_shell(rest, stage, where), True
+    elif instruction == "SHELL":
+        shell = _exec_or_shell(rest, stage, where)
+        if not rest.startswith("["):
+            raise DockerfileError(f"{where}: SHELL must use the JSON form")
+        stage.shell = shell
+    elif instruction not in _NO_OP:
+        raise DockerfileError(f"{where}: {instruction} is not understood by the local image reader")
+
+
+def _final_stage(stages: list[_Stage], target: str | None, source: str) -> _Stage:
+    """The stage the build produces: the last one, or the one named ``target``."""
+    if not stages:
+        raise DockerfileError(f"{source}: no FROM instruction")
+    final = stages[-1]
+    if target is not None:
+        final = next((s for s in stages if s.name == target.lower()), None)  # type: ignore[assignment]
+        if final is None:
+            raise DockerfileError(f"{source}: no stage named {target!r}")
+    return final
+
+
 def parse_dockerfile(text: str, *, build_args: Mapping[str, str] | None = None, target: str | None = None,
                      source: str = "Dockerfile") -> ImageConfig:
     """The image config the Dockerfile's final stage (or ``target``) builds.
@@ -201,61 +266,14 @@ def parse_dockerfile(text: str, *, build_args: Mapping[str, str] | None = None, 
         if "<<" in rest and instruction in ("RUN", "COPY", "ADD"):
             raise DockerfileError(f"{where}: heredocs are not supported")
         if instruction == "ARG":
-            name, sep, default = rest.partition("=")
-            name = name.strip()
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                raise DockerfileError(f"{where}: ARG {rest!r}: one NAME[=default] per ARG is supported")
-            scope = stages[-1].args if stages else global_args
-            variables = {**global_args, **(stages[-1].args if stages else {}),
-                         **(stages[-1].env if stages else {})}
-            value = build_args.get(name)
-            if value is None:
-                value = _expand(default.strip().strip('"'), variables, where) if sep else global_args.get(name, "")
-            scope[name] = value
-            continue
-        if instruction == "FROM":
-            words = _expand(rest, global_args, where).split()
-            words = [w for w in words if not w.startswith("--platform")]
-            if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
-                raise DockerfileError(f"{where}: FROM {rest!r}: expected `FROM image [AS name]`")
-            parent = next((s for s in stages if s.name and s.name == words[0].lower()), None)
-            stage = _Stage(name=words[2].lower() if len(words) == 3 else None)
-            if parent is not None:
-                stage.entrypoint, stage.cmd, stage.workdir = parent.entrypoint, parent.cmd, parent.workdir
-                stage.env, stage.shell = dict(parent.env), parent.shell
-            stages.append(stage)
-            continue
-        if not stages:
+            _declare_arg(rest, stages, global_args, build_args, where)
+        elif instruction == "FROM":
+            stages.append(_from_stage(rest, stages, global_args, where))
+        elif not stages:
             raise DockerfileError(f"{where}: {instruction} before the first FROM")
-        stage = stages[-1]
-        variables = {**stage.args, **stage.env}  # global ARGs reach a stage only when it redeclares them
-        if instruction == "ENV":
-            stage.env.update(_env_pairs(rest, variables, where))
-        elif instruction == "WORKDIR":
-            path = _expand(rest, variables, where)
-            stage.workdir = path if path.startswith("/") else f"{(stage.workdir or '/').rstrip('/')}/{path}"
-        elif instruction == "ENTRYPOINT":
-            stage.entrypoint = _exec_or_shell(rest, stage, where)
-            if not stage.cmd_set:  # an ENTRYPOINT resets a CMD inherited from the base (Dockerfile reference)
-                stage.cmd = ()
-        elif instruction == "CMD":
-            stage.cmd, stage.cmd_set = _exec_or_shell(rest, stage, where), True
-        elif instruction == "SHELL":
-            shell = _exec_or_shell(rest, stage, where)
-            if not rest.startswith("["):
-                raise DockerfileError(f"{where}: SHELL must use the JSON form")
-            stage.shell = shell
-        elif instruction in _NO_OP:
-            continue
         else:
-            raise DockerfileError(f"{where}: {instruction} is not understood by the local image reader")
-    if not stages:
-        raise DockerfileError(f"{source}: no FROM instruction")
-    final = stages[-1]
-    if target is not None:
-        final = next((s for s in stages if s.name == target.lower()), None)  # type: ignore[assignment]
-        if final is None:
-            raise DockerfileError(f"{source}: no stage named {target!r}")
+            _apply_instruction(stages[-1], instruction, rest, where)
+    final = _final_stage(stages, target, source)
     return ImageConfig(entrypoint=final.entrypoint, cmd=final.cmd, workdir=final.workdir, env=dict(final.env))
 
 
@@ -653,53 +671,15 @@ class LocalBatch:
             return self._unreachable_nodes(job, attempt, started, blocked)
         ordered = sorted(nodes, key=lambda n: n.index != main)  # the main node first
         port = _free_port() if multinode else None  # the same on every node of the attempt
-        launches: list[tuple[_Node, list[str], dict[str, str]]] = []
-        for node in ordered:
-            uri = str(node.props.get("image", ""))
-            image = self.images.get(uri)
-            if image is None:
-                # What ECS reports when an image cannot be pulled; the container never starts, so no exit code.
-                reason = (f"CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to "
-                          f"resolve ref {uri}: not found (no image config declared to the local runner)")
-            else:
-                try:
-                    command = substitute_parameters(self._command(image, node.props, node.overrides),
-                                                    {**job.job_definition.parameters, **(job.parameters or {})})
-                    reason = ""
-                except ValueError as exc:
-                    reason = str(exc)
-            if reason and node.index == main:
-                return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
-            if reason:  # a child node that cannot start is a failed child node: the others go on
-                self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
-                                              "attempt": attempt})
-                continue
-            assert image is not None
-            launches.append((node, command, self._environment(job, image, node.props, node.overrides, node.env,
-                                                              attempt, port)))
+        launches, reason = self._launches(job, ordered, main, attempt, port)
+        if reason is not None:
+            return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
         logs: list[Any] = []
         procs: dict[int, subprocess.Popen[str]] = {}
         try:
-            for node, command, env in launches:
-                log = None
-                if self.log_dir is not None:
-                    self.log_dir.mkdir(parents=True, exist_ok=True)
-                    per_node = f".node-{node.index}" if len(nodes) > 1 else ""
-                    name = f"{job.job_name}.attempt-{attempt}{per_node}"
-                    log = (self.log_dir / f"{name}.log").open("a", buffering=1)
-                    logs.append(log)
-                is_main = node.index == main
-                try:
-                    procs[node.index] = subprocess.Popen(
-                        command, cwd=ROOT, env=env, text=True, start_new_session=True,
-                        stdout=subprocess.PIPE if is_main else (log or subprocess.DEVNULL),
-                        stderr=log or subprocess.DEVNULL)
-                except OSError as exc:
-                    reason = f"CannotStartContainerError: {exc}"
-                    if is_main:
-                        return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
-                    self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
-                                                  "attempt": attempt})
+            reason = self._start_nodes(job, launches, main, attempt, len(nodes) > 1, logs, procs)
+            if reason is not None:
+                return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
             with self._lock:
                 self._procs[job.job_id] = list(procs.values())
             proc = procs[main]
@@ -733,6 +713,73 @@ class LocalBatch:
                                  timed_out=True)
         reason = "" if code == 0 else (f"terminated: {job.job_stopped_reason}" if job.stop else f"exit {code}")
         return AttemptResult(exit_code, reason, started, datetime.now())
+
+    def _node_command(self, job: Any, node: _Node) -> tuple[ImageConfig | None, list[str], str]:
+        """The node's image and command, or why its container cannot start (else an empty reason)."""
+        uri = str(node.props.get("image", ""))
+        image = self.images.get(uri)
+        if image is None:
+            # What ECS reports when an image cannot be pulled; the container never starts, so no exit code.
+            return None, [], (f"CannotPullContainerError: pull image manifest has been retried 1 time(s): failed to "
+                              f"resolve ref {uri}: not found (no image config declared to the local runner)")
+        try:
+            command = substitute_parameters(self._command(image, node.props, node.overrides),
+                                            {**job.job_definition.parameters, **(job.parameters or {})})
+        except ValueError as exc:
+            return image, [], str(exc)
+        return image, command, ""
+
+    def _launches(self, job: Any, ordered: list[_Node], main: int, attempt: int, port: int | None
+                  ) -> tuple[list[tuple[_Node, list[str], dict[str, str]]], str | None]:
+        """Each node's command and environment, main node first; with why the main node cannot start, if so.
+
+        A child node that cannot start is a failed child node (reported, left out): the others go on.
+        """
+        launches: list[tuple[_Node, list[str], dict[str, str]]] = []
+        for node in ordered:
+            image, command, reason = self._node_command(job, node)
+            if reason and node.index == main:
+                return launches, reason
+            if reason:
+                self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
+                                              "attempt": attempt})
+                continue
+            assert image is not None
+            launches.append((node, command, self._environment(job, image, node.props, node.overrides, node.env,
+                                                              attempt, port)))
+        return launches, None
+
+    def _open_log(self, job: Any, node: _Node, attempt: int, several_nodes: bool) -> Any:
+        """The node's log file for this attempt (None without a log directory)."""
+        if self.log_dir is None:
+            return None
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        per_node = f".node-{node.index}" if several_nodes else ""
+        name = f"{job.job_name}.attempt-{attempt}{per_node}"
+        return (self.log_dir / f"{name}.log").open("a", buffering=1)
+
+    def _start_nodes(self, job: Any, launches: list[tuple[_Node, list[str], dict[str, str]]], main: int,
+                     attempt: int, several_nodes: bool, logs: list[Any],
+                     procs: dict[int, subprocess.Popen[str]]) -> str | None:
+        """Start each node's process (into ``procs``, its open log into ``logs``); why the main node could not
+        start, if so. A child node that cannot start is reported and the others go on."""
+        for node, command, env in launches:
+            log = self._open_log(job, node, attempt, several_nodes)
+            if log is not None:
+                logs.append(log)
+            is_main = node.index == main
+            try:
+                procs[node.index] = subprocess.Popen(
+                    command, cwd=ROOT, env=env, text=True, start_new_session=True,
+                    stdout=subprocess.PIPE if is_main else (log or subprocess.DEVNULL),
+                    stderr=log or subprocess.DEVNULL)
+            except OSError as exc:
+                reason = f"CannotStartContainerError: {exc}"
+                if is_main:
+                    return reason
+                self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
+                                              "attempt": attempt})
+        return None
 
     def _unreachable_nodes(self, job: Any, attempt: int, started: datetime, problem: str) -> AttemptResult:
         """The nodes cannot reach each other: on AWS every node starts and the rendezvous waits for peers that never

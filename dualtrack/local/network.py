@@ -155,6 +155,15 @@ class VpcModel:
         by_type: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for logical_id, resource in resources.items():
             by_type.setdefault(resource["Type"], []).append((f"{stack}/{logical_id}", resource.get("Properties") or {}))
+        self._read_vpcs(stack, by_type)
+        self._read_routing(stack, by_type)
+        self._read_security_groups(stack, by_type)
+        self._read_endpoints(stack, by_type)
+        self._read_compute_environments(stack, by_type)
+        self._read_job_queues(stack, by_type)
+
+    def _read_vpcs(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """Each VPC's CIDR and default security group (its rules revoked where CDK restricts it)."""
         for rid, props in by_type.get("AWS::EC2::VPC", []):
             self.vpc_cidr[rid] = ipaddress.IPv4Network(str(props.get("CidrBlock", "0.0.0.0/0")))
             # AWS's default group: inbound from its own members, all outbound.
@@ -169,6 +178,9 @@ class VpcModel:
                 group.egress.clear()
                 group.note += (" (its default rules revoked by Custom::VpcRestrictDefaultSG, CDK's "
                                "restrictDefaultSecurityGroup)")
+
+    def _read_routing(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """The subnets, their route tables, and the route tables with a route to the internet."""
         for rid, props in by_type.get("AWS::EC2::Subnet", []):
             self.subnet_cidr[rid] = ipaddress.IPv4Network(str(props.get("CidrBlock", "0.0.0.0/0")))
             self.subnet_vpc[rid] = str(self._id(stack, props.get("VpcId")))
@@ -178,6 +190,9 @@ class VpcModel:
             if props.get("DestinationCidrBlock") == "0.0.0.0/0" and (props.get("GatewayId") or
                                                                      props.get("NatGatewayId")):
                 self.internet_tables.add(str(self._id(stack, props["RouteTableId"])))
+
+    def _read_security_groups(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """The security groups and their rules, inline and as separate ingress and egress resources."""
         for rid, props in by_type.get("AWS::EC2::SecurityGroup", []):
             group = self.groups.setdefault(rid, Group(rid))
             group.ingress += [self._rule(stack, r, "Source") for r in props.get("SecurityGroupIngress") or []]
@@ -191,6 +206,9 @@ class VpcModel:
                 group_id = str(self._id(stack, props["GroupId"]))
                 getattr(self.groups.setdefault(group_id, Group(group_id)), side).append(
                     self._rule(stack, props, peer))
+
+    def _read_endpoints(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """The VPC endpoints: each one's service, kind, subnets, route tables and security groups."""
         for _, props in by_type.get("AWS::EC2::VPCEndpoint", []):
             service = str(self._id(stack, props["ServiceName"]))
             name = re.sub(r"^com\.amazonaws\.[a-z0-9-]+\.", "", service)
@@ -199,6 +217,10 @@ class VpcModel:
                 subnets=frozenset(str(s) for s in self._id(stack, props.get("SubnetIds") or [])),
                 route_tables=frozenset(str(t) for t in self._id(stack, props.get("RouteTableIds") or [])),
                 groups=tuple(str(g) for g in self._id(stack, props.get("SecurityGroupIds") or []))))
+
+    def _read_compute_environments(self, stack: str,
+                                   by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """Each compute environment's subnets and the security groups of its hosts and of its tasks."""
         templates = {rid: props.get("LaunchTemplateData") or {}
                      for rid, props in by_type.get("AWS::EC2::LaunchTemplate", [])}
         for rid, props in by_type.get("AWS::Batch::ComputeEnvironment", []):
@@ -219,6 +241,9 @@ class VpcModel:
                 reason = ("the VPC's default security group (the compute environment names none"
                           + (", as an EFA launch template's interfaces require" if interfaces else "") + ")")
             self.environments[rid] = Environment(rid, subnets, host or (f"{vpc}#default",), task, reason)
+
+    def _read_job_queues(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+        """Each job queue's compute environments, in order."""
         for _, props in by_type.get("AWS::Batch::JobQueue", []):
             name = str(props.get("JobQueueName") or "")
             self.queue_environments[name] = [str(self._id(stack, item["ComputeEnvironment"]))

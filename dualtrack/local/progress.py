@@ -61,58 +61,24 @@ class Progress:
 
     def job(self, job_name: str, record: dict[str, Any]) -> None:
         run, kind = run_of(job_name), record.get("event")
-        attempt = record.get("attempt")
         if kind in ("step", "eval") and run == COMPILE_RUN:
             return  # the warm-up compile stage's few steps only build graphs: its "compiled" line says how it went
-        if kind == "step":
-            step, total = record.get("step"), record.get("max_steps") or self.max_steps
-            if not isinstance(step, int) or (step % self.step_every and step != total):
-                return
-            loss, tps = record.get("loss"), record.get("tokens_per_s")
-            text = f"step {step}/{total}" if total else f"step {step}"
-            if isinstance(loss, int | float):
-                text += f"  loss {loss:.4f}"
-            if isinstance(tps, int | float):
-                text += f"  {tps:,.0f} tok/s"
-            self._print(run, text)
-        elif kind == "checkpoint":
-            size = record.get("bytes")
-            mb = f"{size / 1e6:.2f} MB" if isinstance(size, int | float) else ""
-            secs = record.get("save_s")
-            self._print(run, f"checkpoint step {record.get('step')} {mb}"
-                             + (f" in {secs:.2f} s" if isinstance(secs, int | float) else ""))
-        elif kind == "compiling":
-            cached = record.get("cached_files")
-            self._print(run, "compiling the training step "
-                             + ("(the cache holds earlier graphs: seconds if this one is among them)"
-                                if isinstance(cached, int) and cached > 0 else "(first time, about a minute)"))
-        elif kind == "compiled":
-            secs = record.get("compile_s")
-            self._print(run, f"warm-up compile stage: {record.get('steps')} steps compiled"
-                             + (f" in {secs:.1f} s" if isinstance(secs, int | float) else "")
-                             + f", cache {record.get('cache')}; the entry is published for the training job")
-        elif kind == "compile":
-            secs = record.get("first_step_s", record.get("seconds"))
-            self._print(run, "first step with graph compilation"
-                             + (f": {secs:.1f} s" if isinstance(secs, int | float) else ""))
-        elif kind == "fault":
-            self._print(run, f"fault injected after step {record.get('step', record.get('at_step'))} "
-                             f"(exit {record.get('exit_code', '')}) on attempt {attempt}")
-        elif kind == "retry":
-            self._print(run, f"attempt {attempt} exited {record.get('exit_code')}: Batch {record.get('action')}")
-        elif kind == "resume":
-            self._print(run, f"attempt {attempt} resumed from checkpoint step {record.get('from_step')}"
-                             f" ({record.get('samples_consumed')} samples consumed, none repeated)")
-        elif kind == "eval":
-            loss = record.get("loss", record.get("eval_loss"))
-            if isinstance(loss, int | float):
-                self._print(run, f"eval at step {record.get('step')}: validation loss {loss:.4f}")
-        elif kind == "done":
-            self._print(run, f"done: {record.get('status', 'finished')} at step {record.get('global_step', '')}")
-        elif kind == "checkpoint_skipped":
-            self._print(run, f"skipped checkpoint step {record.get('step')}: {record.get('reason')}", force=True)
-        elif kind in ("error", "failed"):
-            self._print(run, f"error: {record.get('message', record.get('error', ''))}", force=True)
+        text = self._step_text(record) if kind == "step" else _event_text(kind, record)
+        if text is not None:
+            self._print(run, text, force=kind in ("checkpoint_skipped", "error", "failed"))
+
+    def _step_text(self, record: dict[str, Any]) -> str | None:
+        """A step's line, for every ``step_every``-th step and the last one (None for the others)."""
+        step, total = record.get("step"), record.get("max_steps") or self.max_steps
+        if not isinstance(step, int) or (step % self.step_every and step != total):
+            return None
+        loss, tps = record.get("loss"), record.get("tokens_per_s")
+        text = f"step {step}/{total}" if total else f"step {step}"
+        if isinstance(loss, int | float):
+            text += f"  loss {loss:.4f}"
+        if isinstance(tps, int | float):
+            text += f"  {tps:,.0f} tok/s"
+        return text
 
     def summary(self, result: Any) -> None:
         report = result.report or {}
@@ -149,6 +115,55 @@ class Progress:
             lines.append(f"  the emulated plane's own output (library logs, metric lines, warnings): {plane_log}")
         with self._lock:
             print("\n".join(lines), file=self.stream, flush=True)
+
+
+def _event_text(kind: Any, record: dict[str, Any]) -> str | None:
+    """The line a job's event other than a step prints (None for an event that prints none)."""
+    attempt = record.get("attempt")
+    if kind == "checkpoint":
+        size = record.get("bytes")
+        mb = f"{size / 1e6:.2f} MB" if isinstance(size, int | float) else ""
+        secs = record.get("save_s")
+        return (f"checkpoint step {record.get('step')} {mb}"
+                + (f" in {secs:.2f} s" if isinstance(secs, int | float) else ""))
+    if kind in ("compiling", "compiled", "compile"):
+        return _compile_text(kind, record)
+    if kind == "fault":
+        return (f"fault injected after step {record.get('step', record.get('at_step'))} "
+                f"(exit {record.get('exit_code', '')}) on attempt {attempt}")
+    if kind == "retry":
+        return f"attempt {attempt} exited {record.get('exit_code')}: Batch {record.get('action')}"
+    if kind == "resume":
+        return (f"attempt {attempt} resumed from checkpoint step {record.get('from_step')}"
+                f" ({record.get('samples_consumed')} samples consumed, none repeated)")
+    if kind == "eval":
+        loss = record.get("loss", record.get("eval_loss"))
+        if not isinstance(loss, int | float):
+            return None
+        return f"eval at step {record.get('step')}: validation loss {loss:.4f}"
+    if kind == "done":
+        return f"done: {record.get('status', 'finished')} at step {record.get('global_step', '')}"
+    if kind == "checkpoint_skipped":
+        return f"skipped checkpoint step {record.get('step')}: {record.get('reason')}"
+    if kind in ("error", "failed"):
+        return f"error: {record.get('message', record.get('error', ''))}"
+    return None
+
+
+def _compile_text(kind: str, record: dict[str, Any]) -> str:
+    """The line of a compile event: the step's compilation starting, the warm-up stage's, the first step's."""
+    if kind == "compiling":
+        cached = record.get("cached_files")
+        return ("compiling the training step "
+                + ("(the cache holds earlier graphs: seconds if this one is among them)"
+                   if isinstance(cached, int) and cached > 0 else "(first time, about a minute)"))
+    if kind == "compiled":
+        secs = record.get("compile_s")
+        return (f"warm-up compile stage: {record.get('steps')} steps compiled"
+                + (f" in {secs:.1f} s" if isinstance(secs, int | float) else "")
+                + f", cache {record.get('cache')}; the entry is published for the training job")
+    secs = record.get("first_step_s", record.get("seconds"))
+    return "first step with graph compilation" + (f": {secs:.1f} s" if isinstance(secs, int | float) else "")
 
 
 def _seconds(value: object) -> str:

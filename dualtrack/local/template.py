@@ -108,7 +108,7 @@ class TemplateResolver:
         return name
 
     def _name(self, stack: str, logical_id: str, kind: str) -> None:
-        r, a, name = self.region, ACCOUNT, self.physical_name(stack, logical_id)
+        name = self.physical_name(stack, logical_id)
         key = (stack, logical_id)
         # A name the template fixes is the name AWS uses (and what other stacks and functions refer to).
         properties = self.templates[stack]["Resources"][logical_id].get("Properties") or {}
@@ -117,52 +117,61 @@ class TemplateResolver:
             name = fixed
         if kind == "AWS::S3::Bucket":
             name = re.sub(r"[^a-z0-9-]", "-", self.physical_name(stack, logical_id, 63).lower())
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:s3:::{name}", "DomainName": f"{name}.s3.amazonaws.com",
-                                    "RegionalDomainName": f"{name}.s3.{r}.amazonaws.com"}
-        elif kind == "AWS::DynamoDB::Table":
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:dynamodb:{r}:{a}:table/{name}"}
-        elif kind == "AWS::IAM::Role":
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:iam::{a}:role/{name}", "RoleId": name}
-        elif kind == "AWS::SQS::Queue":
+        attributes = self._name_ref_attributes(kind, name)
+        if attributes is not None:
+            self.refs[key], self.attributes[key] = name, attributes
+            return
+        ids = self._other_ref_ids(kind, name)
+        if ids is not None:
+            self.refs[key] = ids[0]
+            if ids[1] is not None:
+                self.attributes[key] = ids[1]
+
+    def _name_ref_attributes(self, kind: str, name: str) -> dict[str, str] | None:
+        """The attributes of a resource whose Ref is its name (None for the other kinds)."""
+        r, a = self.region, ACCOUNT
+        if kind == "AWS::S3::Bucket":
+            return {"Arn": f"arn:aws:s3:::{name}", "DomainName": f"{name}.s3.amazonaws.com",
+                    "RegionalDomainName": f"{name}.s3.{r}.amazonaws.com"}
+        if kind == "AWS::DynamoDB::Table":
+            return {"Arn": f"arn:aws:dynamodb:{r}:{a}:table/{name}"}
+        if kind == "AWS::IAM::Role":
+            return {"Arn": f"arn:aws:iam::{a}:role/{name}", "RoleId": name}
+        if kind == "AWS::Lambda::Function":
+            return {"Arn": f"arn:aws:lambda:{r}:{a}:function:{name}"}
+        if kind == "AWS::Events::Rule":
+            return {"Arn": f"arn:aws:events:{r}:{a}:rule/{name}"}
+        if kind == "AWS::Logs::LogGroup":
+            return {"Arn": f"arn:aws:logs:{r}:{a}:log-group:{name}:*"}
+        return None
+
+    def _other_ref_ids(self, kind: str, name: str) -> tuple[str, dict[str, str] | None] | None:
+        """The Ref (a URL, an ARN, a key id) and the attributes, if any, of a resource whose Ref is not its name
+        (None for the other kinds)."""
+        r, a = self.region, ACCOUNT
+        if kind == "AWS::SQS::Queue":
             url = f"https://sqs.{r}.amazonaws.com/{a}/{name}"
-            self.refs[key] = url
-            self.attributes[key] = {"Arn": f"arn:aws:sqs:{r}:{a}:{name}", "QueueName": name, "QueueUrl": url}
-        elif kind == "AWS::SNS::Topic":
+            return url, {"Arn": f"arn:aws:sqs:{r}:{a}:{name}", "QueueName": name, "QueueUrl": url}
+        if kind == "AWS::SNS::Topic":
             arn = f"arn:aws:sns:{r}:{a}:{name}"
-            self.refs[key] = arn
-            self.attributes[key] = {"TopicArn": arn, "TopicName": name}
-        elif kind == "AWS::Batch::ComputeEnvironment":
+            return arn, {"TopicArn": arn, "TopicName": name}
+        if kind == "AWS::Batch::ComputeEnvironment":
             arn = f"arn:aws:batch:{r}:{a}:compute-environment/{name}"
-            self.refs[key] = arn
-            self.attributes[key] = {"ComputeEnvironmentArn": arn}
-        elif kind == "AWS::Batch::JobQueue":
+            return arn, {"ComputeEnvironmentArn": arn}
+        if kind == "AWS::Batch::JobQueue":
             arn = f"arn:aws:batch:{r}:{a}:job-queue/{name}"
-            self.refs[key] = arn
-            self.attributes[key] = {"JobQueueArn": arn}
-        elif kind == "AWS::Batch::JobDefinition":
-            self.refs[key] = f"arn:aws:batch:{r}:{a}:job-definition/{name}:1"  # fixed up when registered
-        elif kind == "AWS::Lambda::Function":
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:lambda:{r}:{a}:function:{name}"}
-        elif kind == "AWS::Lambda::LayerVersion":
-            self.refs[key] = f"arn:aws:lambda:{r}:{a}:layer:{name}:1"
-        elif kind == "AWS::StepFunctions::StateMachine":
+            return arn, {"JobQueueArn": arn}
+        if kind == "AWS::Batch::JobDefinition":
+            return f"arn:aws:batch:{r}:{a}:job-definition/{name}:1", None  # fixed up when registered
+        if kind == "AWS::Lambda::LayerVersion":
+            return f"arn:aws:lambda:{r}:{a}:layer:{name}:1", None
+        if kind == "AWS::StepFunctions::StateMachine":
             arn = f"arn:aws:states:{r}:{a}:stateMachine:{name}"
-            self.refs[key] = arn
-            self.attributes[key] = {"Arn": arn, "Name": name}
-        elif kind == "AWS::Events::Rule":
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:events:{r}:{a}:rule/{name}"}
-        elif kind == "AWS::Logs::LogGroup":
-            self.refs[key] = name
-            self.attributes[key] = {"Arn": f"arn:aws:logs:{r}:{a}:log-group:{name}:*"}
-        elif kind == "AWS::KMS::Key":
+            return arn, {"Arn": arn, "Name": name}
+        if kind == "AWS::KMS::Key":
             key_id = hashlib.sha256(name.encode()).hexdigest()[:32]
-            self.refs[key] = key_id
-            self.attributes[key] = {"Arn": f"arn:aws:kms:{r}:{a}:key/{key_id}", "KeyId": key_id}
+            return key_id, {"Arn": f"arn:aws:kms:{r}:{a}:key/{key_id}", "KeyId": key_id}
+        return None
 
     # ---- intrinsic functions ------------------------------------------------------------------------------
     def resolve(self, stack: str, value: Any) -> Any:

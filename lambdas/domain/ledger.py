@@ -311,12 +311,7 @@ def fold_run(
         else:
             checkpoints[fact.step] = fact
 
-    job_ended: dict[str, int] = {}
-    for slot in attempts.values():
-        for ending in BATCH_TERMINAL:
-            if ending in slot.transitions:
-                at = _ms(slot.transitions[ending].at)
-                job_ended[slot.job_id] = max(job_ended.get(slot.job_id, at), at)
+    job_ended = _job_ends(attempts)
 
     ordered = sorted(attempts.values(), key=lambda a: (job_created.get(a.job_id, 0), a.job_id, a.attempt))
     usages: list[AttemptUsage] = []
@@ -329,39 +324,16 @@ def fold_run(
         reason = _impossible(slot.record, job_created.get(slot.job_id), job_ended.get(slot.job_id))
         if reason is not None:
             suspect[index] = [reason]
-        later = attempts.get((slot.job_id, slot.attempt + 1))
-        retried = min((_ms(t.at) for t in later.transitions.values()), default=None) if later else None
-        start, end = _bounds(slot, trust_record=reason is None, retried_at=retried)
+        start, end, bounded = _billing_interval(slot, attempts.get((slot.job_id, slot.attempt + 1)),
+                                                trust_record=reason is None, open_until=open_until)
         status = next((s for s in BATCH_TERMINAL if s in slot.transitions), None)
         if status is not None:
             terminal = status  # type: ignore[assignment]
             ended_at = slot.transitions[status].at
-        if start is None or end is None:
-            complete = False
-        if end is None and start is not None and open_until is not None:
-            end = max(start, int(open_until.timestamp() * 1000))
-        queue_from = previous_end if previous_end is not None else job_created.get(slot.job_id)
-        submitted = slot.transitions.get("SUBMITTED")
-        if previous_end is None and submitted is not None:
-            queue_from = submitted.created_at_ms or _ms(submitted.at)
-        summary = summaries.get(slot.attempt)
-        fallback = metrics.get(slot.attempt)
-        phases = (summary.phases if summary else None) or (fallback.phases if fallback else None) or {}
-        exit_code = slot.record.exit_code if slot.record else None
-        usages.append(
-            AttemptUsage(
-                attempt=index,
-                billed_seconds=_seconds(start, end),
-                queue_seconds=_seconds(queue_from, start),
-                phases=Phases(**{k: float(v) for k, v in phases.items() if k in Phases.model_fields}),
-                start_step=(summary.start_step if summary else None) or 0,
-                end_step=(summary.global_step if summary else None) or (fallback.global_step if fallback else None)
-                or 0,
-                resumed_from_step=summary.resumed_from_step if summary else None,
-                rerun_steps=(summary.rerun_steps if summary else None) or 0,
-                succeeded=status == "SUCCEEDED" or (exit_code == 0 and status is None),
-            )
-        )
+        complete = complete and bounded
+        queue_from = _queue_start(slot, previous_end, job_created.get(slot.job_id))
+        usages.append(_attempt_usage(index, slot, start=start, end=end, queue_from=queue_from, status=status,
+                                     summary=summaries.get(slot.attempt), fallback=metrics.get(slot.attempt)))
         previous_end = end
     if terminal is None or not ordered:
         complete = False
@@ -369,13 +341,7 @@ def fold_run(
     if ordered and not any(s in ordered[-1].transitions for s in BATCH_TERMINAL):
         terminal, complete = None, False
 
-    puts = sum(c.files + 1 for c in checkpoints.values())
-    gets = 0
-    for attempt_usage in usages:
-        step = attempt_usage.resumed_from_step
-        restored = checkpoints.get(step) if step is not None else None
-        if restored is not None:
-            gets += restored.files + 1
+    puts, gets = _checkpoint_requests(checkpoints, usages)
     run_usage = RunUsage(
         trial_id=trial_id,
         run=run,
@@ -399,6 +365,72 @@ def fold_run(
         ended_at=ended_at,
         suspect=suspect,
     )
+
+
+def _job_ends(attempts: Mapping[tuple[str, int], _Attempt]) -> dict[str, int]:
+    """Job id -> the latest terminal transition of any of its attempts."""
+    job_ended: dict[str, int] = {}
+    for slot in attempts.values():
+        for ending in BATCH_TERMINAL:
+            if ending in slot.transitions:
+                at = _ms(slot.transitions[ending].at)
+                job_ended[slot.job_id] = max(job_ended.get(slot.job_id, at), at)
+    return job_ended
+
+
+def _billing_interval(slot: _Attempt, later: _Attempt | None, *, trust_record: bool, open_until: datetime | None
+                      ) -> tuple[int | None, int | None, bool]:
+    """An attempt's billed (start, end), and whether both were known before ``open_until`` closed an attempt that
+    has started and not ended. ``later`` is the job's next attempt, whose first transition ends an attempt whose
+    record is not trusted."""
+    retried = min((_ms(t.at) for t in later.transitions.values()), default=None) if later else None
+    start, end = _bounds(slot, trust_record=trust_record, retried_at=retried)
+    bounded = start is not None and end is not None
+    if end is None and start is not None and open_until is not None:
+        end = max(start, int(open_until.timestamp() * 1000))
+    return start, end, bounded
+
+
+def _queue_start(slot: _Attempt, previous_end: int | None, created: int | None) -> int | None:
+    """Where an attempt's queue time starts: the run's previous attempt's end, else the job's SUBMITTED, else its
+    creation."""
+    submitted = slot.transitions.get("SUBMITTED")
+    if previous_end is None and submitted is not None:
+        return submitted.created_at_ms or _ms(submitted.at)
+    return previous_end if previous_end is not None else created
+
+
+def _attempt_usage(index: int, slot: _Attempt, *, start: int | None, end: int | None, queue_from: int | None,
+                   status: str | None, summary: SummaryFact | None, fallback: MetricsFact | None) -> AttemptUsage:
+    """One attempt's usage: its billed and queued time, and its steps and phases from its summary (else its
+    metrics)."""
+    phases = (summary.phases if summary else None) or (fallback.phases if fallback else None) or {}
+    exit_code = slot.record.exit_code if slot.record else None
+    return AttemptUsage(
+        attempt=index,
+        billed_seconds=_seconds(start, end),
+        queue_seconds=_seconds(queue_from, start),
+        phases=Phases(**{k: float(v) for k, v in phases.items() if k in Phases.model_fields}),
+        start_step=(summary.start_step if summary else None) or 0,
+        end_step=(summary.global_step if summary else None) or (fallback.global_step if fallback else None)
+        or 0,
+        resumed_from_step=summary.resumed_from_step if summary else None,
+        rerun_steps=(summary.rerun_steps if summary else None) or 0,
+        succeeded=status == "SUCCEEDED" or (exit_code == 0 and status is None),
+    )
+
+
+def _checkpoint_requests(checkpoints: Mapping[int, CheckpointFact], usages: Iterable[AttemptUsage]
+                         ) -> tuple[int, int]:
+    """(PUT, GET) requests: every checkpoint's files and manifest written once; read again by each resume."""
+    puts = sum(c.files + 1 for c in checkpoints.values())
+    gets = 0
+    for attempt_usage in usages:
+        step = attempt_usage.resumed_from_step
+        restored = checkpoints.get(step) if step is not None else None
+        if restored is not None:
+            gets += restored.files + 1
+    return puts, gets
 
 
 def _impossible(record: AttemptFact | None, created: int | None, ended: int | None) -> str | None:

@@ -557,99 +557,142 @@ def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None, *,
     problems: list[Problem] = model_problems(spec, allow_local_paths=allow_local_paths)
     add = lambda path, message: problems.append(Problem(path, message))  # noqa: E731
 
-    if spec.method in ("lora", "qlora") and spec.lora is None:
-        add("lora", f"required when method is {spec.method!r}; add rank, alpha and target_modules")
-    if spec.method not in ("lora", "qlora") and spec.lora is not None:
-        add("lora", f"only valid for method lora or qlora; remove it for method {spec.method!r}")
+    problems += _method_problems(spec)
 
     names = spec.track_names()
     if not names:
         add("tracks", "at least one track is required: add tracks.gpu and/or tracks.trn2")
 
     for name in names:
-        track = spec.track(name)
-        base = f"tracks.{name}"
-        if track.instance_type not in cat.instances:
-            valid = ", ".join(cat.types_for(name))
-            add(f"{base}.instance_type", f"unknown instance type {track.instance_type!r}; known {name} types: {valid}")
-            continue
-        family = cat.get(track.instance_type).family
-        if family != name:
-            valid = ", ".join(cat.types_for(name))
-            add(f"{base}.instance_type",
-                f"{track.instance_type} is a {family} instance; the {name} track takes only: {valid}")
-            continue
-        devices = devices_per_node(track, cat)
-        unit = "logical NeuronCores" if name == "trn2" else "GPUs"
-        world = devices * track.nodes
-        mp = track.tensor_parallel * track.pipeline_parallel
-        if track.tensor_parallel > devices:
-            add(f"{base}.tensor_parallel",
-                f"tensor_parallel {track.tensor_parallel} does not fit in one node of {track.instance_type} "
-                f"({devices} {unit}); use a divisor of {devices}")
-        elif devices % track.tensor_parallel:
-            add(f"{base}.tensor_parallel",
-                f"tensor_parallel {track.tensor_parallel} must divide the {devices} {unit} of one "
-                f"{track.instance_type} node; use one of {_divisors(devices)}")
-        elif world % mp:
-            add(f"{base}.pipeline_parallel",
-                f"tensor_parallel x pipeline_parallel = {mp} must divide {world} {unit} ({track.nodes} node(s) x "
-                f"{devices}); use pipeline_parallel in {[d for d in _divisors(world // track.tensor_parallel)]}")
-        else:
-            if track.pipeline_parallel > 1:
-                add(f"{base}.pipeline_parallel",
-                    f"pipeline_parallel {track.pipeline_parallel} is not run by the trainer (it splits a model with "
-                    f"tensor_parallel only); use pipeline_parallel 1 and tensor_parallel in {_divisors(devices)}")
-            if spec.model.config is not None and track.tensor_parallel > 1:
-                cfg = spec.model.config
-                texts = [text for _field, text in tensor_parallel_problems(
-                    track.tensor_parallel, num_attention_heads=cfg.num_attention_heads,
-                    num_key_value_heads=cfg.num_key_value_heads, intermediate_size=cfg.intermediate_size)]
-                if texts:
-                    add(f"{base}.tensor_parallel", "; ".join(texts))
-            dp = world // mp
-            per_step = spec.micro_batch_size * dp
-            if spec.effective_batch_size % per_step:
-                add("effective_batch_size",
-                    f"{spec.effective_batch_size} is not a multiple of micro_batch_size x data_parallel = "
-                    f"{spec.micro_batch_size} x {dp} = {per_step} on the {name} track; use a multiple of {per_step} "
-                    f"(e.g. {per_step * max(1, round(spec.effective_batch_size / per_step))}) or change the layout")
+        problems += _track_problems(spec, name, cat)
 
     if "trn2" in names and spec.method == "qlora":
         add("method", "qlora needs CUDA-only 4-bit kernels and cannot run on the trn2 track; use method 'lora' "
                       "(or drop tracks.trn2)")
 
-    for path, value in (("checkpoint_interval_steps", spec.checkpoint_interval_steps),
-                        ("evaluation.interval_steps", spec.evaluation.interval_steps)):
-        if value > spec.max_steps:
-            add(path, f"{value} exceeds max_steps ({spec.max_steps}); use a value in [1, {spec.max_steps}]")
-
-    fault = spec.fault_injection
-    if fault is not None:
-        if fault.track not in names:
-            add("fault_injection.track", f"the trial has no {fault.track} track; use one of {names}")
-        elif fault.mode == "permanent" and (fault.track != "trn2" or "gpu" not in names):
-            add("fault_injection.mode",
-                f"a permanent fault on the {fault.track} track has no track to fall back to (only a trn2 run falls "
-                "back, onto the gpu track's instance): use mode 'retryable', or a trn2 fault in a trial with a gpu "
-                "track")
-        first_ckpt = spec.checkpoint_interval_steps
-        if fault.at_step <= first_ckpt:
-            add("fault_injection.at_step",
-                f"step {fault.at_step} comes before the first checkpoint (step {first_ckpt}), so a resume would have "
-                f"nothing to load; use a step in ({first_ckpt}, {spec.max_steps})")
-        elif fault.at_step >= spec.max_steps:
-            add("fault_injection.at_step",
-                f"step {fault.at_step} is not before the last step ({spec.max_steps}); use a step in "
-                f"({first_ckpt}, {spec.max_steps})")
-
-    if spec.limits is not None and spec.limits.max_hours is not None:
-        seconds = int(spec.limits.max_hours * 3600)
-        if seconds < MIN_ATTEMPT_TIMEOUT_S:
-            add("limits.max_hours",
-                f"{spec.limits.max_hours} h is {seconds} s, and max_hours becomes the AWS Batch attempt timeout, "
-                f"which must be at least {MIN_ATTEMPT_TIMEOUT_S} s; use at least 0.0167 h (60 s)")
+    problems += _interval_problems(spec)
+    problems += _fault_problems(spec, names)
+    problems += _limits_problems(spec)
     return problems
+
+
+def _method_problems(spec: TrialSpec) -> list[Problem]:
+    """The ``lora`` block is given exactly when the method is lora or qlora."""
+    if spec.method in ("lora", "qlora") and spec.lora is None:
+        return [Problem("lora", f"required when method is {spec.method!r}; add rank, alpha and target_modules")]
+    if spec.method not in ("lora", "qlora") and spec.lora is not None:
+        return [Problem("lora", f"only valid for method lora or qlora; remove it for method {spec.method!r}")]
+    return []
+
+
+def _track_problems(spec: TrialSpec, name: TrackName, cat: InstanceCatalogue) -> list[Problem]:
+    """One track's rules: its instance type first, then (on a known instance of the right family) its layout."""
+    track = spec.track(name)
+    wrong_instance = _instance_problem(name, track, cat)
+    if wrong_instance is not None:
+        return [wrong_instance]
+    return _layout_problems(spec, name, track, devices_per_node(track, cat))
+
+
+def _instance_problem(name: TrackName, track: GpuTrack | Trn2Track, cat: InstanceCatalogue) -> Problem | None:
+    """The track's instance type is in the catalogue and of the track's family."""
+    path = f"tracks.{name}.instance_type"
+    if track.instance_type not in cat.instances:
+        valid = ", ".join(cat.types_for(name))
+        return Problem(path, f"unknown instance type {track.instance_type!r}; known {name} types: {valid}")
+    family = cat.get(track.instance_type).family
+    if family != name:
+        valid = ", ".join(cat.types_for(name))
+        return Problem(path, f"{track.instance_type} is a {family} instance; the {name} track takes only: {valid}")
+    return None
+
+
+def _layout_problems(spec: TrialSpec, name: TrackName, track: GpuTrack | Trn2Track, devices: int) -> list[Problem]:
+    """The track's parallel layout fits its nodes, the trainer runs it, and the batch size divides over it."""
+    problems: list[Problem] = []
+    add = lambda path, message: problems.append(Problem(path, message))  # noqa: E731
+    base = f"tracks.{name}"
+    unit = "logical NeuronCores" if name == "trn2" else "GPUs"
+    world = devices * track.nodes
+    mp = track.tensor_parallel * track.pipeline_parallel
+    if track.tensor_parallel > devices:
+        add(f"{base}.tensor_parallel",
+            f"tensor_parallel {track.tensor_parallel} does not fit in one node of {track.instance_type} "
+            f"({devices} {unit}); use a divisor of {devices}")
+    elif devices % track.tensor_parallel:
+        add(f"{base}.tensor_parallel",
+            f"tensor_parallel {track.tensor_parallel} must divide the {devices} {unit} of one "
+            f"{track.instance_type} node; use one of {_divisors(devices)}")
+    elif world % mp:
+        add(f"{base}.pipeline_parallel",
+            f"tensor_parallel x pipeline_parallel = {mp} must divide {world} {unit} ({track.nodes} node(s) x "
+            f"{devices}); use pipeline_parallel in {[d for d in _divisors(world // track.tensor_parallel)]}")
+    else:
+        if track.pipeline_parallel > 1:
+            add(f"{base}.pipeline_parallel",
+                f"pipeline_parallel {track.pipeline_parallel} is not run by the trainer (it splits a model with "
+                f"tensor_parallel only); use pipeline_parallel 1 and tensor_parallel in {_divisors(devices)}")
+        if spec.model.config is not None and track.tensor_parallel > 1:
+            cfg = spec.model.config
+            texts = [text for _field, text in tensor_parallel_problems(
+                track.tensor_parallel, num_attention_heads=cfg.num_attention_heads,
+                num_key_value_heads=cfg.num_key_value_heads, intermediate_size=cfg.intermediate_size)]
+            if texts:
+                add(f"{base}.tensor_parallel", "; ".join(texts))
+        dp = world // mp
+        per_step = spec.micro_batch_size * dp
+        if spec.effective_batch_size % per_step:
+            add("effective_batch_size",
+                f"{spec.effective_batch_size} is not a multiple of micro_batch_size x data_parallel = "
+                f"{spec.micro_batch_size} x {dp} = {per_step} on the {name} track; use a multiple of {per_step} "
+                f"(e.g. {per_step * max(1, round(spec.effective_batch_size / per_step))}) or change the layout")
+    return problems
+
+
+def _interval_problems(spec: TrialSpec) -> list[Problem]:
+    """Checkpoint and evaluation intervals fall within ``max_steps``."""
+    return [Problem(path, f"{value} exceeds max_steps ({spec.max_steps}); use a value in [1, {spec.max_steps}]")
+            for path, value in (("checkpoint_interval_steps", spec.checkpoint_interval_steps),
+                                ("evaluation.interval_steps", spec.evaluation.interval_steps))
+            if value > spec.max_steps]
+
+
+def _fault_problems(spec: TrialSpec, names: list[TrackName]) -> list[Problem]:
+    """An injected fault targets a track of the trial, can be recovered from, and falls between checkpoints."""
+    fault = spec.fault_injection
+    if fault is None:
+        return []
+    problems: list[Problem] = []
+    add = lambda path, message: problems.append(Problem(path, message))  # noqa: E731
+    if fault.track not in names:
+        add("fault_injection.track", f"the trial has no {fault.track} track; use one of {names}")
+    elif fault.mode == "permanent" and (fault.track != "trn2" or "gpu" not in names):
+        add("fault_injection.mode",
+            f"a permanent fault on the {fault.track} track has no track to fall back to (only a trn2 run falls "
+            "back, onto the gpu track's instance): use mode 'retryable', or a trn2 fault in a trial with a gpu "
+            "track")
+    first_ckpt = spec.checkpoint_interval_steps
+    if fault.at_step <= first_ckpt:
+        add("fault_injection.at_step",
+            f"step {fault.at_step} comes before the first checkpoint (step {first_ckpt}), so a resume would have "
+            f"nothing to load; use a step in ({first_ckpt}, {spec.max_steps})")
+    elif fault.at_step >= spec.max_steps:
+        add("fault_injection.at_step",
+            f"step {fault.at_step} is not before the last step ({spec.max_steps}); use a step in "
+            f"({first_ckpt}, {spec.max_steps})")
+    return problems
+
+
+def _limits_problems(spec: TrialSpec) -> list[Problem]:
+    """``limits.max_hours`` is long enough to be an AWS Batch attempt timeout."""
+    if spec.limits is None or spec.limits.max_hours is None:
+        return []
+    seconds = int(spec.limits.max_hours * 3600)
+    if seconds < MIN_ATTEMPT_TIMEOUT_S:
+        return [Problem("limits.max_hours",
+                        f"{spec.limits.max_hours} h is {seconds} s, and max_hours becomes the AWS Batch attempt "
+                        f"timeout, which must be at least {MIN_ATTEMPT_TIMEOUT_S} s; use at least 0.0167 h (60 s)")]
+    return []
 
 
 def model_problems(spec: TrialSpec, *, allow_local_paths: bool = False) -> list[Problem]:

@@ -1,7 +1,8 @@
 """EventBridge "Batch Job State Change" -> ledger facts for the attempt; on a terminal state, the run's cost.
 
 Follow one event: this module (parse, once per fact, metrics) -> ``lambdas.services.run_settlement`` (facts, fold,
-cost) -> ``lambdas.adapters.ledger_table`` (conditional writes).
+cost) -> ``lambdas.adapters.ledger_table`` (conditional writes); then the limit guard and the compile-cache
+observation (docs/architecture.md lists every file on the way).
 """
 
 from __future__ import annotations

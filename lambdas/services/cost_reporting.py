@@ -50,15 +50,7 @@ def cost_report(
     runs = 0
     for entry in costs:
         if entry.get("kind") == "summary":
-            compile_record = entry.get("compile") or {}
-            outcome, key = compile_record.get("cache"), compile_record.get("cache_key")
-            day = str(entry.get("ended_at") or "")[:10]
-            if outcome in ("hit", "miss") and day and start.date().isoformat() <= day <= end.date().isoformat():
-                hits_by_day[day][0 if outcome == "hit" else 1] += 1
-            if key and outcome == "hit":
-                hit_by[key].add(entry["run_key"].rsplit("#", 1)[0])
-            elif key and outcome == "miss":
-                compiled[entry["run_key"]].add(key)
+            _tally_compile(entry, start=start, end=end, hits_by_day=hits_by_day, hit_by=hit_by, compiled=compiled)
             continue
         ended = entry.get("ended_at")
         if not ended:
@@ -89,39 +81,63 @@ def cost_report(
             shared = Decimal(str(cost["compile_usd"]))
             teams[team_of.get(trial_id, "unknown")]["compile_shared_usd"] += shared
             shared_total += shared
-    share = lambda part, whole: float(part / whole) if whole else None  # noqa: E731
-    as_text = lambda d: {k: str(v) for k, v in d.items()}  # noqa: E731
-    team_view: dict[str, Any] = {}
-    for name, team in sorted(teams.items()):
-        spent, before = team["total"]["total_usd"], team["previous_total_usd"]
-        budget = (budgets or {}).get(name)
-        team_view[name] = {
-            "total": as_text(team["total"]),
-            "by_track": {k: as_text(v) for k, v in sorted(team["by_track"].items())},
-            "previous_total_usd": str(before),
-            "trend": share(spent - before, before),
-            "month_to_date_usd": str(team["month_to_date_usd"]),
-            "usd_per_month": None if budget is None else str(budget),
-            "budget_burn": None if budget is None else share(team["month_to_date_usd"], Decimal(budget)),
-            "rerun_share": share(team["total"]["failed_reruns_usd"], spent),
-            "compile_booked_usd": str(team["total"]["compile_usd"] - team["compile_shared_usd"]),
-            "compile_shared_usd": str(team["compile_shared_usd"]),
-        }
+    team_view = {name: _team_view(team, (budgets or {}).get(name)) for name, team in sorted(teams.items())}
     return {
         "period": period,
         "start": start.isoformat(),
         "end": end.isoformat(),
         "previous_start": previous_start.isoformat() if previous_start else None,
         "runs": runs,
-        "total": as_text(total),
-        "by_owner": {k: as_text(v) for k, v in sorted(by_owner.items())},
-        "by_track": {k: as_text(v) for k, v in sorted(by_track.items())},
+        "total": _as_text(total),
+        "by_owner": {k: _as_text(v) for k, v in sorted(by_owner.items())},
+        "by_track": {k: _as_text(v) for k, v in sorted(by_track.items())},
         "teams": team_view,
         "compile": {"booked_usd": str(total["compile_usd"] - shared_total), "shared_usd": str(shared_total),
                     "rule": "a compile whose cache entry another trial has hit is shared infrastructure"},
-        "rerun_share": share(total["failed_reruns_usd"], total["total_usd"]),
-        "compile_share": share(total["compile_usd"], total["total_usd"]),
+        "rerun_share": _share(total["failed_reruns_usd"], total["total_usd"]),
+        "compile_share": _share(total["compile_usd"], total["total_usd"]),
         "cache_hit_rate_by_day": {d: (h / (h + m) if h + m else None) for d, (h, m) in sorted(hits_by_day.items())},
+    }
+
+
+def _tally_compile(
+    entry: Mapping[str, Any], *, start: datetime, end: datetime, hits_by_day: dict[str, list[int]],
+    hit_by: dict[str, set[str]], compiled: dict[str, set[str]],
+) -> None:
+    """Count a summary entry's compile-cache outcome: by day within the period, and by cache key."""
+    compile_record = entry.get("compile") or {}
+    outcome, key = compile_record.get("cache"), compile_record.get("cache_key")
+    day = str(entry.get("ended_at") or "")[:10]
+    if outcome in ("hit", "miss") and day and start.date().isoformat() <= day <= end.date().isoformat():
+        hits_by_day[day][0 if outcome == "hit" else 1] += 1
+    if key and outcome == "hit":
+        hit_by[key].add(entry["run_key"].rsplit("#", 1)[0])
+    elif key and outcome == "miss":
+        compiled[entry["run_key"]].add(key)
+
+
+def _share(part: Decimal, whole: Decimal) -> float | None:
+    return float(part / whole) if whole else None
+
+
+def _as_text(amounts: Mapping[str, Decimal]) -> dict[str, str]:
+    return {k: str(v) for k, v in amounts.items()}
+
+
+def _team_view(team: Mapping[str, Any], budget: Decimal | None) -> dict[str, Any]:
+    """One team's section of the report: spend, trend, budget burn, rerun share and compile split."""
+    spent, before = team["total"]["total_usd"], team["previous_total_usd"]
+    return {
+        "total": _as_text(team["total"]),
+        "by_track": {k: _as_text(v) for k, v in sorted(team["by_track"].items())},
+        "previous_total_usd": str(before),
+        "trend": _share(spent - before, before),
+        "month_to_date_usd": str(team["month_to_date_usd"]),
+        "usd_per_month": None if budget is None else str(budget),
+        "budget_burn": None if budget is None else _share(team["month_to_date_usd"], Decimal(budget)),
+        "rerun_share": _share(team["total"]["failed_reruns_usd"], spent),
+        "compile_booked_usd": str(team["total"]["compile_usd"] - team["compile_shared_usd"]),
+        "compile_shared_usd": str(team["compile_shared_usd"]),
     }
 
 

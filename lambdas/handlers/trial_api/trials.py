@@ -173,12 +173,13 @@ def get_report(
     report = app.artifacts.get_json(key)
     if report is None and item.get("status") == "CANCELLED" and item.get("execution_arn"):
         # A stopped workflow never reaches its report step: the report is written here once the runs have settled.
-        from lambdas.services.cache_resolution import load_spec
-        from lambdas.services.trial_reporting import report_stopped_trial
+        # The one path of this function that builds a report: its modules load here, so the routes every request
+        # takes never pay for them at cold start.
+        from lambdas.adapters.sources import UriSources  # noqa: PLC0415
+        from lambdas.services.cache_resolution import load_spec  # noqa: PLC0415
+        from lambdas.services.trial_reporting import report_stopped_trial  # noqa: PLC0415
 
         spec = load_spec(app.artifacts, item["spec_uri"])
-        from lambdas.adapters.sources import UriSources
-
         if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec, UriSources(),
                                 app.registry) is not None:
             report = app.artifacts.get_json(key)
