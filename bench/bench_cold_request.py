@@ -27,7 +27,7 @@ from typing import Any
 
 from stage_env import ENV, REGION  # bench/ is the script directory, first on sys.path
 
-from dualtrack.local.tables import create_tables
+from dualtrack.local.aws.tables import create_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / "tests" / "events"

@@ -37,8 +37,8 @@ def main() -> int:
     from bench_ledger import _tables
     from moto import mock_aws
 
+    from dualtrack.local.plane_load import simulate
     from lambdas.runtime.composition import reset_environment
-    from tests.reliability.plane_load import simulate
 
     with mock_aws():
         _tables()

@@ -31,7 +31,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, int | None]]] = {
 
 
 def _handlers() -> Any:
-    from dualtrack.local.moto_shims import InProcessLambdas
+    from dualtrack.local.aws.moto_shims import InProcessLambdas
 
     def resolve(event: dict[str, Any], _: Any) -> dict[str, Any]:
         prefix = "neuron/bench/2.26/abc/"
@@ -61,8 +61,8 @@ def run_scenario(assembly: Any, tracks: list[str], codes: dict[str, int | None])
     import boto3
     from moto import mock_aws
 
-    from dualtrack.local.moto_shims import MOTO_CONFIG, ScriptedJobs, moto_shims
-    from dualtrack.local.template import deploy_locally
+    from dualtrack.local.aws.moto_shims import MOTO_CONFIG, ScriptedJobs, moto_shims
+    from dualtrack.local.aws.template import deploy_locally
 
     jobs, lambdas = ScriptedJobs(dict(codes)), _handlers()
     with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
@@ -113,7 +113,7 @@ def _count_states(definition: dict[str, Any]) -> int:
 
 
 def main() -> int:
-    from dualtrack.local.synth import synthesize
+    from infra.synth import synthesize
 
     assembly = synthesize("dev")
     results = {name: run_scenario(assembly, tracks, codes) for name, (tracks, codes) in SCENARIOS.items()}

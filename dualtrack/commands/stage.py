@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from dualtrack.client.display import align_markdown_tables
-from dualtrack.local.synth import REPO_ROOT, SynthFailed, synthesize
 from dualtrack.stage_cost import (
     ENDPOINT_GB,
     FLOW_LOG_GB,
@@ -28,6 +27,7 @@ from dualtrack.stage_cost import (
     money,
 )
 from infra.config import ConfigInvalid, stage_config
+from infra.synth import REPO_ROOT, SynthFailed, synthesize
 
 EXIT_OK, EXIT_SYNTH_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -1,8 +1,13 @@
-"""Local execution layer: synthesize the CDK app once, stand its resources up on moto, run its workflow.
+"""Local execution layer: stand the synthesized CDK app's resources up on moto, run its workflow.
 
-- :mod:`dualtrack.local.synth`: synthesize the app into a cache keyed by the sources (``synthesize``).
-- :mod:`dualtrack.local.template`: read the synthesized templates and create buckets, tables, queues, job
-  definitions, functions and the state machine through moto's APIs (``deploy_locally``).
-- :mod:`dualtrack.local.moto_shims`: the few moto behaviours the workflow needs that moto 5.2.5 lacks
-  (``moto_shims``), each with a test that fails once moto fixes it.
+The app is synthesized once per source state by :mod:`infra.synth` (``synthesize``, cached by source hash).
+
+- :mod:`dualtrack.local.aws`: the AWS emulation: the moto shims, the template deployer (``deploy_locally``), the
+  IAM session policies, the event router, the network rules and the tables.
+- :mod:`dualtrack.local.rehearsal`: the rehearsal end to end (``Rehearsal``), on the loopback AWS of
+  :mod:`dualtrack.local.server`.
+- :mod:`dualtrack.local.batch_runner`: Batch jobs run as local processes (``LocalBatch``): attempts, retries,
+  timeouts and status transitions; :mod:`dualtrack.local.dockerfile` reads what an image's container runs from its
+  Dockerfile (``parse_dockerfile``), :mod:`dualtrack.local.processes` starts and stops the nodes' processes.
+- :mod:`dualtrack.local.plane_load`: many trials' events through the ledger path at once, on moto (``simulate``).
 """

@@ -1,5 +1,5 @@
 """What AWS Batch refuses, as the local stage checks it: when it creates resources from the templates
-(``template.py``) and on requests made to moto (``moto_shims``)."""
+(``aws/template.py``) and on requests made to moto (``aws/moto_shims.py``)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,19 @@
-"""Run AWS Batch jobs as local subprocesses inside moto, the way Batch would.
+"""Run AWS Batch jobs as local subprocesses inside moto, the way Batch would: the job lifecycle.
 
 moto's Docker-less Batch marks every submitted job SUCCEEDED at once, ignores retry strategies and emits no
 "Batch Job State Change" events. :class:`LocalBatch` replaces that one step: a submitted job walks the real status
 sequence (SUBMITTED, PENDING, RUNNABLE, STARTING, RUNNING, then SUCCEEDED or FAILED); each attempt runs what ECS
-would run in the job's container, as a subprocess: the image's ENTRYPOINT (read from the image's Dockerfile, see
-:class:`ImageConfig`) followed by the job's command, which replaces only the image's CMD, with the image's ENV, then
-the job definition's environment, then the submission's overrides. The retry strategy (the submission's when it
-sends one, else the definition's) decides between RETRY and EXIT exactly as Batch documents it (first
-``evaluateOnExit`` match wins; no match retries while attempts remain); an attempt that outlives
+would run in the job's container, as a subprocess: the image's ENTRYPOINT (read from the image's Dockerfile:
+:mod:`dualtrack.local.dockerfile`) followed by the job's command, which replaces only the image's CMD, with the
+image's ENV, then the job definition's environment, then the submission's overrides. The retry strategy (the
+submission's when it sends one, else the definition's) decides between RETRY and EXIT exactly as Batch documents it
+(first ``evaluateOnExit`` match wins; no match retries while attempts remain); an attempt that outlives
 ``timeout.attemptDurationSeconds`` is stopped and not retried; ``TerminateJob``/``CancelJob`` stop the job; a queue
 without capacity keeps its jobs RUNNABLE until a ``jobStateTimeLimitActions`` entry cancels them; a multi-node
 parallel job runs one process group per node, and its main node decides the attempt (see
-:meth:`LocalBatch._run_attempt`); every transition is published as a real-shaped EventBridge event. Requests AWS
-refuses (a timeout under 60 s, malformed time-limit actions) are refused here too, with ``ClientException``.
+:meth:`LocalBatch._run_attempt`; the processes are started and stopped by :mod:`dualtrack.local.processes`); every
+transition is published as a real-shaped EventBridge event. Requests AWS refuses (a timeout under 60 s, malformed
+time-limit actions) are refused here too, with ``ClientException``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ import fnmatch
 import json
 import os
 import re
-import shlex
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -36,13 +34,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from dualtrack.local.moto_shims import attempt_duration_s, job_status
-from dualtrack.local.network import JobNetwork
+from dualtrack.local.aws.moto_shims import attempt_duration_s, job_status
+from dualtrack.local.aws.network import JobNetwork
+from dualtrack.local.dockerfile import ImageConfig
+from dualtrack.local.processes import LOOPBACK, ROOT, free_port, start_nodes, stop_nodes
 from lambdas.domain.vocabulary import FAILURE_EXIT_CODE
 
-ROOT = Path(__file__).resolve().parents[2]
 ESSENTIAL_EXITED = "Essential container in task exited"
 TIMED_OUT = "Job attempt duration exceeded timeout"
 INSUFFICIENT_CAPACITY = "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY"
@@ -52,7 +49,6 @@ CANCELED_BY_TIME_LIMIT = "Canceled by JobStateTimeLimit action due to reason: {}
 # https://docs.aws.amazon.com/batch/latest/userguide/job_env_vars.html: set on multi-node parallel job nodes only.
 NODE_VARIABLES = ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_MAIN_NODE_INDEX",
                   "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS")
-LOOPBACK = "127.0.0.1"  # every node's address here: the main node's, as child nodes see it
 RENDEZVOUS_PORT_VARIABLE = "DUALTRACK_RENDEZVOUS_PORT"  # read by containers/trainer/launch.py
 TIME_LIMIT_REASONS = (INSUFFICIENT_CAPACITY, "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
                       "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
@@ -83,231 +79,6 @@ def evaluate_on_exit(rules: list[Mapping[str, str]], exit_code: int | None, stat
     return None
 
 
-# ---- images ---------------------------------------------------------------------------------------------------
-class DockerfileError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class ImageConfig:
-    """What ECS takes from an image to start its container: ENTRYPOINT, CMD, WORKDIR and ENV."""
-
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    workdir: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    def argv(self, command: Sequence[str] | None) -> list[str]:
-        """ENTRYPOINT followed by the job's command, which replaces CMD only (the image's CMD when none is given).
-
-        https://docs.docker.com/reference/dockerfile/#understand-how-cmd-and-entrypoint-interact
-        """
-        return [*self.entrypoint, *(command if command else self.cmd)]
-
-
-_NO_OP = frozenset({"RUN", "COPY", "ADD", "USER", "LABEL", "EXPOSE", "VOLUME", "HEALTHCHECK", "STOPSIGNAL",
-                    "MAINTAINER"})
-_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-
-
-@dataclass
-class _Stage:
-    name: str | None
-    entrypoint: tuple[str, ...] = ()
-    cmd: tuple[str, ...] = ()
-    cmd_set: bool = False
-    workdir: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    args: dict[str, str] = field(default_factory=dict)
-    shell: tuple[str, ...] = ("/bin/sh", "-c")
-
-
-def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
-        if line.lstrip().startswith("#") or (not line.strip() and pending):
-            continue  # comments (and parser directives) and blank lines inside a continuation are dropped
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        pending += line
-        if pending.strip():
-            yield start, pending.strip()
-        pending = ""
-    if pending.strip():
-        yield start, pending.strip()
-
-
-def _expand(value: str, variables: Mapping[str, str], where: str) -> str:
-    def replace(match: re.Match[str]) -> str:
-        name, modifier = match.group(1) or match.group(3), match.group(2) or ""
-        if modifier:
-            raise DockerfileError(f"{where}: variable modifier in ${{{name}{modifier}}} is not supported")
-        return variables.get(name, "")
-
-    return _VARIABLE.sub(replace, value)
-
-
-def _exec_or_shell(rest: str, stage: _Stage, where: str) -> tuple[str, ...]:
-    if rest.startswith("["):
-        try:
-            parsed = json.loads(rest)
-        except json.JSONDecodeError as exc:
-            raise DockerfileError(f"{where}: malformed exec form {rest!r}: {exc}") from exc
-        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
-            raise DockerfileError(f"{where}: the exec form must be a JSON array of strings: {rest!r}")
-        return tuple(parsed)
-    return (*stage.shell, rest)  # shell form: run by the image's shell, variables left to it
-
-
-def _env_pairs(rest: str, variables: Mapping[str, str], where: str) -> list[tuple[str, str]]:
-    try:
-        words = shlex.split(rest, posix=True)
-    except ValueError as exc:
-        raise DockerfileError(f"{where}: cannot parse {rest!r}: {exc}") from exc
-    if not words:
-        raise DockerfileError(f"{where}: ENV needs a value")
-    if "=" not in words[0].split(" ")[0]:  # legacy `ENV NAME value with spaces`
-        name, _, value = rest.partition(" ")
-        return [(name, _expand(value.strip(), variables, where))]
-    pairs = []
-    for word in words:
-        name, sep, value = word.partition("=")
-        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
-            raise DockerfileError(f"{where}: expected NAME=value, got {word!r}")
-        pairs.append((name, _expand(value, variables, where)))
-    return pairs
-
-
-def _declare_arg(rest: str, stages: list[_Stage], global_args: dict[str, str], build_args: Mapping[str, str],
-                 where: str) -> None:
-    """ARG NAME[=default]: global before the first FROM, else the current stage's; ``build_args`` win."""
-    name, sep, default = rest.partition("=")
-    name = name.strip()
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-        raise DockerfileError(f"{where}: ARG {rest!r}: one NAME[=default] per ARG is supported")
-    scope = stages[-1].args if stages else global_args
-    variables = {**global_args, **(stages[-1].args if stages else {}),
-                 **(stages[-1].env if stages else {})}
-    value = build_args.get(name)
-    if value is None:
-        value = _expand(default.strip().strip('"'), variables, where) if sep else global_args.get(name, "")
-    scope[name] = value
-
-
-def _from_stage(rest: str, stages: list[_Stage], global_args: Mapping[str, str], where: str) -> _Stage:
-    """FROM image [AS name]: a new stage, inheriting the config of the earlier stage it is built from."""
-    words = _expand(rest, global_args, where).split()
-    words = [w for w in words if not w.startswith("--platform")]
-    if len(words) not in (1, 3) or (len(words) == 3 and words[1].upper() != "AS"):
-        raise DockerfileError(f"{where}: FROM {rest!r}: expected `FROM image [AS name]`")
-    parent = next((s for s in stages if s.name and s.name == words[0].lower()), None)
-    stage = _Stage(name=words[2].lower() if len(words) == 3 else None)
-    if parent is not None:
-        stage.entrypoint, stage.cmd, stage.workdir = parent.entrypoint, parent.cmd, parent.workdir
-        stage.env, stage.shell = dict(parent.env), parent.shell
-    return stage
-
-
-def _apply_instruction(stage: _Stage, instruction: str, rest: str, where: str) -> None:
-    """An instruction inside a stage: ENV, WORKDIR, ENTRYPOINT, CMD, SHELL, or one that changes none of them."""
-    variables = {**stage.args, **stage.env}  # global ARGs reach a stage only when it redeclares them
-    if instruction == "ENV":
-        stage.env.update(_env_pairs(rest, variables, where))
-    elif instruction == "WORKDIR":
-        path = _expand(rest, variables, where)
-        stage.workdir = path if path.startswith("/") else f"{(stage.workdir or '/').rstrip('/')}/{path}"
-    elif instruction == "ENTRYPOINT":
-        stage.entrypoint = _exec_or_shell(rest, stage, where)
-        if not stage.cmd_set:  # an ENTRYPOINT resets a CMD inherited from the base (Dockerfile reference)
-            stage.cmd = ()
-    elif instruction == "CMD":
-        stage.cmd, stage.cmd_set = _exec_or_shell(rest, stage, where), True
-    elif instruction == "SHELL":
-        shell = _exec_or_shell(rest, stage, where)
-        if not rest.startswith("["):
-            raise DockerfileError(f"{where}: SHELL must use the JSON form")
-        stage.shell = shell
-    elif instruction not in _NO_OP:
-        raise DockerfileError(f"{where}: {instruction} is not understood by the local image reader")
-
-
-def _final_stage(stages: list[_Stage], target: str | None, source: str) -> _Stage:
-    """The stage the build produces: the last one, or the one named ``target``."""
-    if not stages:
-        raise DockerfileError(f"{source}: no FROM instruction")
-    final = stages[-1]
-    if target is not None:
-        final = next((s for s in stages if s.name == target.lower()), None)  # type: ignore[assignment]
-        if final is None:
-            raise DockerfileError(f"{source}: no stage named {target!r}")
-    return final
-
-
-def parse_dockerfile(text: str, *, build_args: Mapping[str, str] | None = None, target: str | None = None,
-                     source: str = "Dockerfile") -> ImageConfig:
-    """The image config the Dockerfile's final stage (or ``target``) builds.
-
-    Handles FROM (a stage built FROM an earlier stage inherits its config; a registry base image is assumed to
-    set no ENTRYPOINT/CMD/WORKDIR/ENV of its own), ARG (global and per stage, with defaults and ``build_args``),
-    ENV (``A=b C=d`` and legacy ``A b``), WORKDIR, ENTRYPOINT/CMD (exec and shell form), SHELL, and ignores the
-    instructions that do not change those (RUN, COPY, USER, ...). Anything else raises :class:`DockerfileError`.
-    """
-    build_args = dict(build_args or {})
-    global_args: dict[str, str] = {}
-    stages: list[_Stage] = []
-    for number, line in _logical_lines(text):
-        where = f"{source}:{number}"
-        instruction, _, rest = line.partition(" ")
-        instruction, rest = instruction.upper(), rest.strip()
-        if "<<" in rest and instruction in ("RUN", "COPY", "ADD"):
-            raise DockerfileError(f"{where}: heredocs are not supported")
-        if instruction == "ARG":
-            _declare_arg(rest, stages, global_args, build_args, where)
-        elif instruction == "FROM":
-            stages.append(_from_stage(rest, stages, global_args, where))
-        elif not stages:
-            raise DockerfileError(f"{where}: {instruction} before the first FROM")
-        else:
-            _apply_instruction(stages[-1], instruction, rest, where)
-    final = _final_stage(stages, target, source)
-    return ImageConfig(entrypoint=final.entrypoint, cmd=final.cmd, workdir=final.workdir, env=dict(final.env))
-
-
-def asset_image_configs(assembly_dir: Path, *, account: str, region: str, partition: str = "aws",
-                        url_suffix: str = "amazonaws.com") -> dict[str, ImageConfig]:
-    """The image config of every container image asset of a cloud assembly, by the ECR URI CDK publishes it at.
-
-    ``*.assets.json`` lists ``dockerImages`` by asset hash, with the build context (``source.directory``), the
-    Dockerfile in it (``source.dockerFile``), build args and target, and the ECR repository and tag each is
-    published to; the job definitions name the image by that URI.
-    """
-    placeholders = {"${AWS::AccountId}": account, "${AWS::Region}": region, "${AWS::Partition}": partition,
-                    "${AWS::URLSuffix}": url_suffix}
-
-    def fill(text: str) -> str:
-        for key, value in placeholders.items():
-            text = text.replace(key, value)
-        return text
-
-    images: dict[str, ImageConfig] = {}
-    for manifest in sorted(assembly_dir.glob("*.assets.json")):
-        for asset_hash, asset in (json.loads(manifest.read_text()).get("dockerImages") or {}).items():
-            src = asset.get("source") or {}
-            if "directory" not in src:
-                raise DockerfileError(f"{manifest.name}: image asset {asset_hash} is not built from a directory")
-            dockerfile = assembly_dir / src["directory"] / src.get("dockerFile", "Dockerfile")
-            config = parse_dockerfile(dockerfile.read_text(), build_args=src.get("dockerBuildArgs"),
-                                      target=src.get("dockerBuildTarget"), source=str(dockerfile))
-            for destination in (asset.get("destinations") or {}).values():
-                repository, tag = fill(destination["repositoryName"]), fill(destination["imageTag"])
-                images[f"{account}.dkr.ecr.{region}.{url_suffix}/{repository}:{tag}"] = config
-    return images
-
-
 # ---- running jobs ---------------------------------------------------------------------------------------------
 def substitute_parameters(command: list[str], parameters: Mapping[str, str]) -> list[str]:
     """Batch's parameter substitution: each ``Ref::name`` in the command becomes the submission's value for
@@ -335,12 +106,6 @@ def _targets(target_nodes: str, index: int) -> bool:
     return (not low or int(low) <= index) and (not high or index <= int(high))
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class _Node:
     """One node's container: its container properties, overrides and the Batch node variables it gets."""
@@ -349,8 +114,6 @@ class _Node:
     props: Mapping[str, Any]
     overrides: Mapping[str, Any]
     env: dict[str, str]
-
-
 
 
 @dataclass
@@ -365,7 +128,7 @@ class AttemptResult:
 
 @dataclass
 class LocalBatch:
-    """Executes moto Batch jobs locally: a ``BatchJobRunner`` for :func:`dualtrack.local.moto_shims.moto_shims`."""
+    """Executes moto Batch jobs locally: a ``BatchJobRunner`` for :func:`dualtrack.local.aws.moto_shims.moto_shims`."""
 
     events: EventSink
     progress: ProgressFn | None = None
@@ -387,7 +150,7 @@ class LocalBatch:
     time_scale: float = 1.0
     # The same for jobStateTimeLimitActions alone, when set (a rehearsal waits seconds, not 10 minutes).
     queue_time_scale: float | None = None
-    # The app's network (dualtrack.local.network): which services a job's container reaches, and whether the nodes
+    # The app's network (dualtrack.local.aws.network): which services a job's container reaches, and whether the nodes
     # of a multi-node job reach each other. None: every job reaches everything (no VPC to model).
     network: JobNetwork | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -670,14 +433,17 @@ class LocalBatch:
         if blocked:
             return self._unreachable_nodes(job, attempt, started, blocked)
         ordered = sorted(nodes, key=lambda n: n.index != main)  # the main node first
-        port = _free_port() if multinode else None  # the same on every node of the attempt
+        port = free_port() if multinode else None  # the same on every node of the attempt
         launches, reason = self._launches(job, ordered, main, attempt, port)
         if reason is not None:
             return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
         logs: list[Any] = []
         procs: dict[int, subprocess.Popen[str]] = {}
         try:
-            reason = self._start_nodes(job, launches, main, attempt, len(nodes) > 1, logs, procs)
+            reason = start_nodes([(node.index, command, env) for node, command, env in launches], main=main,
+                                 job_name=job.job_name, attempt=attempt, log_dir=self.log_dir,
+                                 several_nodes=len(nodes) > 1, logs=logs, procs=procs,
+                                 note=lambda kind, data: self._note(job, kind, data))
             if reason is not None:
                 return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
             with self._lock:
@@ -749,38 +515,6 @@ class LocalBatch:
                                                               attempt, port)))
         return launches, None
 
-    def _open_log(self, job: Any, node: _Node, attempt: int, several_nodes: bool) -> Any:
-        """The node's log file for this attempt (None without a log directory)."""
-        if self.log_dir is None:
-            return None
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        per_node = f".node-{node.index}" if several_nodes else ""
-        name = f"{job.job_name}.attempt-{attempt}{per_node}"
-        return (self.log_dir / f"{name}.log").open("a", buffering=1)
-
-    def _start_nodes(self, job: Any, launches: list[tuple[_Node, list[str], dict[str, str]]], main: int,
-                     attempt: int, several_nodes: bool, logs: list[Any],
-                     procs: dict[int, subprocess.Popen[str]]) -> str | None:
-        """Start each node's process (into ``procs``, its open log into ``logs``); why the main node could not
-        start, if so. A child node that cannot start is reported and the others go on."""
-        for node, command, env in launches:
-            log = self._open_log(job, node, attempt, several_nodes)
-            if log is not None:
-                logs.append(log)
-            is_main = node.index == main
-            try:
-                procs[node.index] = subprocess.Popen(
-                    command, cwd=ROOT, env=env, text=True, start_new_session=True,
-                    stdout=subprocess.PIPE if is_main else (log or subprocess.DEVNULL),
-                    stderr=log or subprocess.DEVNULL)
-            except OSError as exc:
-                reason = f"CannotStartContainerError: {exc}"
-                if is_main:
-                    return reason
-                self._note(job, "node_exit", {"node": node.index, "exit_code": None, "reason": reason,
-                                              "attempt": attempt})
-        return None
-
     def _unreachable_nodes(self, job: Any, attempt: int, started: datetime, problem: str) -> AttemptResult:
         """The nodes cannot reach each other: on AWS every node starts and the rendezvous waits for peers that never
         connect until it times out, and the main node's launcher exits 1. Here the same end comes without starting
@@ -831,41 +565,3 @@ class LocalBatch:
     def _note(self, job: Any, kind: str, data: dict[str, Any]) -> None:
         if self.progress:
             self.progress(job.job_name, {"event": kind, **data})
-
-
-def _terminate(proc: subprocess.Popen[str], grace_s: float) -> None:
-    """SIGTERM (the trainer checkpoints if it can), then SIGKILL after the grace period, like ECS's stop timeout."""
-    stop_nodes([proc], grace_s)
-
-
-def stop_nodes(procs: Sequence[subprocess.Popen[str]], grace_s: float) -> None:
-    """:func:`_terminate` for several nodes of one job at once: one grace period for all.
-
-    A node is its launcher and every process under it. ``torchrun`` starts its ranks in sessions of their own, so
-    signalling the launcher's process group alone would orphan them; a stopped container takes every process in
-    it, so the ranks found under each launcher before the SIGTERM are killed with it at the end of the grace."""
-    live = [proc for proc in procs if proc.poll() is None]
-    trees = [_descendants(proc.pid) for proc in live]
-    if grace_s > 0:
-        for proc in live:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in live:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for proc, tree in zip(live, trees, strict=True):
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        for child in tree:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        psutil.wait_procs(tree, timeout=5)
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []

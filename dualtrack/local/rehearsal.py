@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dualtrack.local.aws.moto_shims import emit_service_event, lambda_function
+from dualtrack.local.aws.session_policies import SessionPolicies, enforce_session_policies
 from dualtrack.local.environment import overlay
-from dualtrack.local.moto_shims import emit_service_event, lambda_function
 from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
-from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies
 from lambdas.domain import telemetry
 from lambdas.domain.compile_cache import EntryRejected, entry_name
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
@@ -97,7 +97,7 @@ class RehearsalResult:
     write_sessions: list[tuple[str, str]] = field(default_factory=list)
     access_denied: list[tuple[str, str, str]] = field(default_factory=list)
     # What the app's network refused a job (job, service or "rendezvous", why): an AWS service its subnets and
-    # groups do not reach, or nodes of a multi-node job that cannot reach each other (dualtrack.local.network).
+    # groups do not reach, or nodes of a multi-node job that cannot reach each other (dualtrack.local.aws.network).
     network_denied: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
@@ -120,13 +120,14 @@ class Rehearsal:
 
     # ---- the whole run ------------------------------------------------------------------------------------
     def run(self) -> RehearsalResult:
-        from dualtrack.local.batch_runner import LocalBatch, asset_image_configs
-        from dualtrack.local.event_router import EventRouter
-        from dualtrack.local.moto_shims import InProcessLambdas, moto_shims
-        from dualtrack.local.network import JobNetwork, VpcModel
+        from dualtrack.local.aws.event_router import EventRouter
+        from dualtrack.local.aws.moto_shims import InProcessLambdas, moto_shims
+        from dualtrack.local.aws.network import JobNetwork, VpcModel
+        from dualtrack.local.aws.template import ACCOUNT, deploy_locally
+        from dualtrack.local.batch_runner import LocalBatch
+        from dualtrack.local.dockerfile import asset_image_configs
         from dualtrack.local.server import local_aws
-        from dualtrack.local.synth import synthesize
-        from dualtrack.local.template import ACCOUNT, deploy_locally
+        from infra.synth import synthesize
 
         started = time.monotonic()
         # Each rehearsal writes its own directory: the last one's reports are never overwritten.
@@ -266,8 +267,8 @@ class Rehearsal:
         buckets the job role may read (the stage's ``data_buckets``)."""
         import boto3
 
-        from dualtrack.local.synth import REPO_ROOT
         from infra.config import stage_config
+        from infra.synth import REPO_ROOT
         from lambdas.domain.trial import parse_trial
 
         context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

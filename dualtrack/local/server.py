@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dualtrack.local.aws.moto_shims import moto_settings, reset_moto
 from dualtrack.local.environment import overlay
-from dualtrack.local.moto_shims import moto_settings, reset_moto
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account

@@ -12,7 +12,7 @@ import pytest
 from botocore.credentials import Credentials
 from moto import mock_aws
 
-from dualtrack.local.tables import create_tables
+from dualtrack.local.aws.tables import create_tables
 from tests.client.dualtrack_api_shim import ApiShim
 from tests.stage import API_STAGE_ENV
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local import synth
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
+from infra import synth
 from lambdas.domain.trial import parse_trial
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

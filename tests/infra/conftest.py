@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 
-from dualtrack.local.synth import Assembly, synthesize
+from infra.synth import Assembly, synthesize
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local.batch_runner import parse_dockerfile
+from dualtrack.local.dockerfile import parse_dockerfile
 from lambdas.domain.neuron_stack import (
     DRIVER_SHIPPED,
     driver_problem,

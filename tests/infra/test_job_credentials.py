@@ -21,10 +21,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dualtrack.local.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, moto_shims
-from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies, evaluate
-from dualtrack.local.synth import Assembly
-from dualtrack.local.template import LocalDeployment, deploy_locally
+from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, moto_shims
+from dualtrack.local.aws.session_policies import SessionPolicies, enforce_session_policies, evaluate
+from dualtrack.local.aws.template import LocalDeployment, deploy_locally
+from infra.synth import Assembly
 from lambdas.domain import job_access
 from lambdas.runtime.composition import reset_environment
 from tests.infra.conftest import resources

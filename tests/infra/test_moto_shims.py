@@ -14,8 +14,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local import moto_shims as shims
-from dualtrack.local.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, moto_shims
+from dualtrack.local.aws import moto_shims as shims
+from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, moto_shims
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/local"
@@ -69,7 +69,7 @@ def test_plain_moto_cannot_run_batch_submit_job_sync(aws: None) -> None:
     _, described = _run(_machine(*_batch()), {"run": "gpu"})
     assert described["status"] == "FAILED", (
         "moto now runs batch:submitJob.sync by itself: delete _normalise_parameters/_normalise_response "
-        "from dualtrack.local.moto_shims")
+        "from dualtrack.local.aws.moto_shims")
 
 
 def test_plain_moto_lambda_only_echoes(aws: None) -> None:
@@ -78,7 +78,7 @@ def test_plain_moto_lambda_only_echoes(aws: None) -> None:
                            Code={"ZipFile": b"PK\x05\x06" + b"\0" * 18})
     payload = client.invoke(FunctionName="f", Payload=json.dumps({"ping": 1}))["Payload"].read()
     assert json.loads(payload) == {"ping": 1}, (
-        "moto's Docker-free Lambda now runs handlers: reconsider the invoke seam in dualtrack.local.moto_shims")
+        "moto's Docker-free Lambda now runs handlers: reconsider the invoke seam in dualtrack.local.aws.moto_shims")
 
 
 def test_plain_moto_batch_succeeds_every_job_at_submit(aws: None) -> None:
@@ -108,7 +108,7 @@ def test_plain_moto_stop_leaves_the_sync_job_running(aws: None) -> None:
         time.sleep(1.5)  # three of moto's sync polling periods
         assert jobs.submitted[0].status == "RUNNING" and not jobs.terminated, (
             "moto now terminates the job of a stopped .sync state: delete _eval_sync/_build_sync_resolver "
-            "from dualtrack.local.moto_shims")
+            "from dualtrack.local.aws.moto_shims")
         jobs.terminate(jobs.submitted[0], "cleanup")
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local.synth import Assembly, synthesize
+from infra.synth import Assembly, synthesize
 
 pytestmark = pytest.mark.slow
 

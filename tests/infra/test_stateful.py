@@ -102,11 +102,11 @@ def test_tables_keys_pitr_and_encryption(stateful: dict[str, Any]) -> None:
 
 
 def test_the_tables_tests_stand_up_are_the_tables_the_stack_defines(stateful: dict[str, Any]) -> None:
-    """``dualtrack.local.tables`` (what the moto-backed tests and benchmarks create) has the key schema, attribute
+    """``dualtrack.local.aws.tables`` (what the moto-backed tests and benchmarks create) has the key schema, attribute
     definitions and global secondary indexes of the synthesized tables, so an index the code queries exists in both
     ("AWS::DynamoDB::Table", CloudFormation template reference: KeySchema, AttributeDefinitions,
     GlobalSecondaryIndexes)."""
-    from dualtrack.local.tables import TABLES, create_table_request
+    from dualtrack.local.aws.tables import TABLES, create_table_request
 
     logical = {"trials": "TrialsTable", "ledger": "LedgerTable", "cache-registry": "CacheRegistryTable",
                "idempotency": "IdempotencyTable", "usage": "UsageTable"}

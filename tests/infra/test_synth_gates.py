@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local.synth import Assembly, synthesize
 from infra.config import ConfigInvalid, stage_config
+from infra.synth import Assembly, synthesize
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,10 +12,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, job_environment, moto_shims
-from dualtrack.local.synth import Assembly
-from dualtrack.local.template import LocalDeployment, deploy_locally
+from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, job_environment, moto_shims
+from dualtrack.local.aws.template import LocalDeployment, deploy_locally
 from infra.config import batch_name
+from infra.synth import Assembly
 
 pytestmark = pytest.mark.slow
 # moto's task-token listener thread of a .sync state raises when its execution is stopped; the stop itself works.

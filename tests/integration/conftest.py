@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local.tables import create_tables
+from dualtrack.local.aws.tables import create_tables
 from tests.stage import API_STAGE_ENV
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"

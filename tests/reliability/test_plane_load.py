@@ -1,4 +1,4 @@
-"""Many trials' events interleaved through the ledger path (``tests/reliability/plane_load.py``, at 1,000 trials in
+"""Many trials' events interleaved through the ledger path (``dualtrack/local/plane_load.py``, at 1,000 trials in
 ``bench/bench_plane_load.py``): every run's cost converges to what its events say it used, no trial is stopped by
 limits it stays inside, and no partition key carries more than its own trial's share of the DynamoDB requests."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.reliability.plane_load import simulate
+from dualtrack.local.plane_load import simulate
 
 
 def test_interleaved_trials_converge_and_spread_over_their_partitions(aws: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def assembly() -> Any:
-    from dualtrack.local.synth import synthesize
+    from infra.synth import synthesize
 
     return synthesize("dev")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local.batch_runner import stop_nodes
+from dualtrack.local.processes import stop_nodes
 from tests.trainer.conftest import ROOT
 
 pytestmark = pytest.mark.slow

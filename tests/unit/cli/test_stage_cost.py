@@ -175,7 +175,7 @@ def test_the_shipped_table_prices_both_us_east_regions_with_sources() -> None:
 
 
 def test_stage_cost_command(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import dualtrack.local.synth as synth
+    import infra.synth as synth
 
     class FakeAssembly:
         def templates(self) -> dict[str, dict[str, Any]]:

@@ -15,18 +15,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
-from dualtrack.local.batch_runner import (
-    CANCELED_BY_TIME_LIMIT,
-    INSUFFICIENT_CAPACITY,
-    TIMED_OUT,
-    DockerfileError,
-    ImageConfig,
-    LocalBatch,
-    asset_image_configs,
-    parse_dockerfile,
-)
-from dualtrack.local.moto_shims import moto_shims
+from dualtrack.local.batch_runner import CANCELED_BY_TIME_LIMIT, INSUFFICIENT_CAPACITY, TIMED_OUT, LocalBatch
+from dualtrack.local.dockerfile import DockerfileError, ImageConfig, asset_image_configs, parse_dockerfile
 
 MOTO = {"batch": {"use_docker": False}}
 IMAGE = "registry.example/trainer:1"
@@ -374,8 +366,8 @@ def _template(timeout: int) -> dict[str, Any]:
 def test_template_keeps_time_limit_actions_and_refuses_short_timeouts(timeout: int) -> None:
     """https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-batch-jobqueue-jobstatetimelimitaction.html
     and https://docs.aws.amazon.com/batch/latest/userguide/job_timeouts.html (at least 60 seconds)."""
+    from dualtrack.local.aws.template import LocalDeployment, TemplateResolver, _batch
     from dualtrack.local.batch_rules import BatchClientError
-    from dualtrack.local.template import LocalDeployment, TemplateResolver, _batch
 
     resolver = TemplateResolver({"App-Compute": _template(timeout)}, region="us-east-1")
     out = LocalDeployment(region="us-east-1", state_machine_arn="arn")

@@ -10,8 +10,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local.batch_runner import ImageConfig, LocalBatch, evaluate_on_exit
-from dualtrack.local.moto_shims import moto_shims
+from dualtrack.local.aws.moto_shims import moto_shims
+from dualtrack.local.batch_runner import LocalBatch, evaluate_on_exit
+from dualtrack.local.dockerfile import ImageConfig
 
 IMAGES = {"trainer": ImageConfig()}  # no ENTRYPOINT: the job's command is the whole argv
 RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*", "action": "RETRY"},

@@ -19,8 +19,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dualtrack.local.batch_runner import ImageConfig, LocalBatch
-from dualtrack.local.moto_shims import moto_shims
+from dualtrack.local.aws.moto_shims import moto_shims
+from dualtrack.local.batch_runner import LocalBatch
+from dualtrack.local.dockerfile import ImageConfig
 from tests.trainer.conftest import tiny_trial, write_tiny_data
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
-from dualtrack.local.event_router import EventRouter
+from dualtrack.local.aws.event_router import EventRouter
 
 REGION = "us-east-1"
 FN = f"arn:aws:lambda:{REGION}:123456789012:function:"

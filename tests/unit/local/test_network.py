@@ -1,4 +1,4 @@
-"""The rehearsal's model of the VPC (dualtrack.local.network) on small templates: the rules AWS applies to a job's
+"""The rehearsal's model of the VPC (dualtrack.local.aws.network) on small templates: the rules AWS applies to a job's
 calls and to the nodes of a multi-node job, each with the page it comes from."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dualtrack.local.network import JobNetwork, VpcModel
+from dualtrack.local.aws.network import JobNetwork, VpcModel
 
 REGION = "us-east-1"
 SUBNET = {"Ref": "Subnet"}

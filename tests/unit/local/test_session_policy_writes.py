@@ -1,5 +1,5 @@
 """The local runtime holds every way of writing an object to the tagged session's policy, as IAM does
-(``dualtrack.local.session_policies``), not only PutObject.
+(``dualtrack.local.aws.session_policies``), not only PutObject.
 
 S3 authorizes CreateMultipartUpload, UploadPart and CompleteMultipartUpload as ``s3:PutObject`` on the object
 ("Multipart upload and permissions", https://docs.aws.amazon.com/AmazonS3/latest/userguide/mpuoverview.html#mpuAndPermissions),
@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dualtrack.local.session_policies import SessionPolicies, enforce_session_policies
+from dualtrack.local.aws.session_policies import SessionPolicies, enforce_session_policies
 
 REGION = "us-east-1"
 OWN = "neuron/m/c/" + "a" * 64

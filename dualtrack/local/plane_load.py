@@ -12,6 +12,7 @@ converged to what its events say it used (billed instance seconds, attempts, che
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import time
@@ -19,17 +20,80 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from tests.builders import run_summary
-from tests.integration.conftest import Context, batch_event, s3_event
-from tests.integration.test_run_events import T0, iso
+from lambdas.domain.run_summary import RunSummary
+from lambdas.domain.vocabulary import track_of
 
 PARTITION_KEYS = {"trials": "trial_id", "ledger": "run_key", "idempotency": "id", "cache-registry": "cache_key"}
 INSTANCE = {"gpu": "p5.48xlarge", "trn2": "trn2.48xlarge"}
 SHARD_BYTES = 4096
+T0 = 1_795_168_800_000  # 2026-11-20T10:00:00Z in ms: the first submission's earliest event time
+REGION = "us-east-1"
 Event = tuple[str, dict[str, Any]]
+
+# The EventBridge events the simulation delivers, as AWS sends them: a "Batch Job State Change" of a Trn2 job and an
+# S3 "Object Created"; each event copies one and sets its job, status, attempts, object and time.
+_BATCH_EVENT: dict[str, Any] = {
+    "version": "0",
+    "id": "c8f9c4b5-76e5-d76a-f980-7011e206042b",
+    "detail-type": "Batch Job State Change",
+    "source": "aws.batch",
+    "account": "123456789012",
+    "time": "2026-11-20T10:00:00Z",
+    "region": REGION,
+    "resources": ["arn:aws:batch:us-east-1:123456789012:job/4c7599ae-0a82-49aa-ba5a-4727fcce14a8"],
+    "detail": {
+        "jobArn": "arn:aws:batch:us-east-1:123456789012:job/4c7599ae-0a82-49aa-ba5a-4727fcce14a8",
+        "jobName": "event-test",
+        "jobId": "4c7599ae-0a82-49aa-ba5a-4727fcce14a8",
+        "jobQueue": "arn:aws:batch:us-east-1:123456789012:job-queue/dualtrack-trn2",
+        "status": "RUNNABLE",
+        "attempts": [],
+        "createdAt": 1795168800000,
+        "retryStrategy": {"attempts": 2, "evaluateOnExit": [{"onExitCode": "75", "action": "RETRY"},
+                                                            {"onExitCode": "*", "action": "EXIT"}]},
+        "dependsOn": [],
+        "jobDefinition": "arn:aws:batch:us-east-1:123456789012:job-definition/dualtrack-trainer:1",
+        "parameters": {},
+        "container": {
+            "image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/dualtrack-neuron:2.26.0",
+            "command": ["python", "-m", "trainer", "run"],
+            "volumes": [],
+            "environment": [],
+            "mountPoints": [],
+            "ulimits": [],
+            "networkInterfaces": [],
+            "resourceRequirements": [{"value": "192", "type": "VCPU"}, {"value": "1900000", "type": "MEMORY"}],
+            "secrets": [],
+        },
+        "tags": {"resourceArn": "arn:aws:batch:us-east-1:123456789012:job/4c7599ae-0a82-49aa-ba5a-4727fcce14a8"},
+        "propagateTags": True,
+        "platformCapabilities": ["EC2"],
+    },
+}
+_S3_EVENT: dict[str, Any] = {
+    "version": "0",
+    "id": "17793124-05d4-b198-2fde-7ededc63b103",
+    "detail-type": "Object Created",
+    "source": "aws.s3",
+    "account": "123456789012",
+    "time": "2026-11-20T10:05:00Z",
+    "region": REGION,
+    "resources": ["arn:aws:s3:::example-bucket"],
+    "detail": {
+        "version": "0",
+        "bucket": {"name": "example-bucket"},
+        "object": {"key": "example-key", "size": 5, "etag": "b1946ac92492d2347c6235b4d2611184",
+                   "sequencer": "00617F08299329D189"},
+        "request-id": "N4N7GDK58NMKJ12R",
+        "requester": "123456789012",
+        "source-ip-address": "1.2.3.4",
+        "reason": "PutObject",
+    },
+}
 
 
 @dataclass
@@ -79,6 +143,59 @@ class Figures:
         return key, count / sum(scope.values())
 
 
+class _Context:
+    """The parts of the Lambda context object that Powertools and the handlers read."""
+
+    function_name = "dualtrack-test"
+    memory_limit_in_mb = 512
+    invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:dualtrack-test"
+    aws_request_id = "req-1"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def _batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str,
+                attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A "Batch Job State Change" of ``run``'s job in ``trial_id``, with the variables the job is submitted with."""
+    event = copy.deepcopy(_BATCH_EVENT)
+    detail = event["detail"]
+    event["time"] = time
+    detail.update(jobId=job_id, jobName=f"{trial_id}-{run}", status=status, attempts=attempts or [],
+                  jobArn=f"arn:aws:batch:us-east-1:123456789012:job/{job_id}")
+    detail["container"]["environment"] = [
+        {"name": "DUALTRACK_TRIAL_ID", "value": trial_id},
+        {"name": "DUALTRACK_RUN", "value": run},
+        {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"},
+    ]
+    return event
+
+
+def _s3_event(bucket: str, key: str, size: int, etag: str, time: str) -> dict[str, Any]:
+    """An S3 "Object Created" of an unversioned object."""
+    event = copy.deepcopy(_S3_EVENT)
+    event["time"] = time
+    event["detail"]["bucket"]["name"] = bucket
+    event["detail"]["object"].update(key=key, size=size, etag=etag)
+    return event
+
+
+def _run_summary(run: str, **fields: Any) -> RunSummary:
+    """The summary ``run``'s trainer writes for one attempt on the CPU stand-in, with ``fields`` over it."""
+    base: dict[str, Any] = {
+        "trial_id": "trial-1", "run": run, "track": track_of(run), "attempt": 1,
+        "backend": "cpu", "stand_in": True, "precision": "bf16", "status": "succeeded", "exit_code": 0,
+        "global_step": 1000, "max_steps": 1000, "start_step": 0,
+        "environment": {"python": "3.11.9", "torch": "2.5.1", "hostname": "test-host"},
+        "started_at": "2026-11-20T09:00:00Z", "ended_at": "2026-11-20T10:00:00Z",
+    }
+    return RunSummary.model_validate({**base, **fields})
+
+
 def _item(trial_id: str, team: str) -> dict[str, Any]:
     return {"trial_id": trial_id, "team": team, "owner": team, "status": "SUBMITTED",
             "created_at": "2026-11-20T10:00:00Z", "updated_at": "2026-11-20T10:00:00Z",
@@ -100,7 +217,7 @@ def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Ran
     finished: list[dict[str, Any]] = []
 
     def transition(status: str, ms: int, **kw: Any) -> None:
-        out.append(("batch", batch_event(trial_id=trial_id, run=run, job_id=job, status=status, time=iso(ms),
+        out.append(("batch", _batch_event(trial_id=trial_id, run=run, job_id=job, status=status, time=_iso(ms),
                                          attempts=[dict(a) for a in finished], **kw)))
 
     transition("SUBMITTED", start_ms)
@@ -114,7 +231,7 @@ def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Ran
         steps = 300 if code else 1000
         step = 200 if code else 1000
         base = f"trials/{trial_id}/{run}"
-        summary = run_summary(run, trial_id=trial_id, attempt=number, global_step=steps,
+        summary = _run_summary(run, trial_id=trial_id, attempt=number, global_step=steps,
                               status="failed" if code else "succeeded", exit_code=code,
                               start_step=0 if number == 1 else 200,
                               resumed_from_step=None if number == 1 else 200)
@@ -129,7 +246,7 @@ def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Ran
         ]
         for key, body in objects:
             s3.put_object(Bucket="artifacts", Key=key, Body=body)
-            out.append(("s3", s3_event("artifacts", key, len(body), f"{key}-{number}", time=iso(stop))))
+            out.append(("s3", _s3_event("artifacts", key, len(body), f"{key}-{number}", time=_iso(stop))))
         truth.billed_ms += stop - at
         truth.checkpoint_bytes += 2 * SHARD_BYTES
         finished.append({"container": {"exitCode": code}, "startedAt": at + 30_000, "stoppedAt": stop,
@@ -210,7 +327,7 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
     rng.shuffle(stream)
 
     figures = Figures(trials=trials, teams=teams, events=len(stream), duplicates=len(duplicates), wall_s=0.0)
-    original = BaseClient._make_api_call
+    original = BaseClient._make_api_call  # type: ignore[attr-defined]
     minute = [""]
 
     def counted(client: Any, operation: str, params: Any) -> Any:
@@ -222,18 +339,18 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
                 figures.key_minutes[(*key, minute[0])] += 1
         return original(client, operation, params)
 
-    BaseClient._make_api_call = counted  # type: ignore[method-assign]
+    BaseClient._make_api_call = counted  # type: ignore[attr-defined]
     started = time.perf_counter()
     try:
         with partitioned_queries():
             for index, (kind, event) in enumerate(stream):
                 minute[0] = str(event["time"])[:16]
                 figures.events_by_minute[minute[0]] += 1
-                (on_batch if kind == "batch" else on_artifact)(event, Context())
+                (on_batch if kind == "batch" else on_artifact)(event, _Context())
                 if progress is not None and index % 500 == 0:
                     progress(index, len(stream))
     finally:
-        BaseClient._make_api_call = original  # type: ignore[method-assign]
+        BaseClient._make_api_call = original  # type: ignore[attr-defined]
     figures.wall_s = time.perf_counter() - started
     _check(figures, truth)
     return figures

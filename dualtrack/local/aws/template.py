@@ -21,7 +21,7 @@ from typing import Any
 
 import boto3
 
-from dualtrack.local.synth import Assembly
+from infra.synth import Assembly
 
 ACCOUNT = "123456789012"  # moto's default account
 PSEUDO = {"AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com", "AWS::AccountId": ACCOUNT}
@@ -267,7 +267,7 @@ def _camel(value: Any, keep: frozenset[str] = frozenset({"Tags", "Options", "Par
 def _empty_zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("README", "handlers run in-process; see dualtrack.local.moto_shims")
+        archive.writestr("README", "handlers run in-process; see dualtrack.local.aws.moto_shims")
     return buffer.getvalue()
 
 

@@ -112,7 +112,7 @@ def _matches(statement: dict[str, Any], action: str, resource: str, tags: dict[s
              context: dict[str, str]) -> bool:
     for unsupported in ("NotAction", "NotResource", "NotPrincipal"):
         if unsupported in statement:
-            raise PolicyUnsupported(f"{unsupported} is not modelled; add it to dualtrack/local/session_policies.py")
+            raise PolicyUnsupported(f"{unsupported} is not modelled; add it to dualtrack/local/aws/session_policies.py")
     if not any(_glob(pattern, action, case=False) for pattern in _listed(statement.get("Action"))):
         return False
     resources = [_substitute(p, tags) for p in _listed(statement.get("Resource"))]
@@ -210,7 +210,7 @@ def enforce_session_policies(policies: SessionPolicies) -> Iterator[SessionPolic
     from moto.s3.responses import S3Response
     from moto.sts.responses import TokenResponse
 
-    from dualtrack.local.moto_shims import _patched as patched
+    from dualtrack.local.aws.moto_shims import _patched as patched
 
     with ExitStack() as stack:
         stack.enter_context(patched(TokenResponse, "assume_role",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from dualtrack.local.moto_shims import deliver_rule_targets
+from dualtrack.local.aws.moto_shims import deliver_rule_targets
 
 Invoke = Callable[[str, dict[str, Any]], Any]  # (function ARN, event) -> handler result
 
