@@ -11,7 +11,7 @@ STAGE = "test"
 INSTANCE_TYPES = {"gpu": ("p5.48xlarge", "g6e.48xlarge"), "trn2": ("trn2.48xlarge",)}
 
 
-def job_targets(stage: str = STAGE) -> dict[str, dict[str, dict[str, Any]]]:
+def job_targets(stage: str = STAGE) -> dict[str, dict[str, dict[str, Any]]]:  # the JOB_TARGETS setting's JSON
     """Like prod: Trainium2 pinned to one zone (multi-node definitions for 2 and 4 nodes), the GPU track on Spot."""
     return {track: {t: {"queue": batch_name(stage, track, t), "single_node": batch_name(stage, track, t, "single"),  # type: ignore[arg-type]
                         "multi_node": ({str(n): batch_name(stage, track, t, f"multi-{n}") for n in (2, 4)}  # type: ignore[arg-type]

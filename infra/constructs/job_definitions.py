@@ -12,9 +12,6 @@ other exit, including the permanent-fault code 76, EXITs so the workflow's GPU f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import aws_cdk as cdk
 from aws_cdk import aws_batch as batch
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -30,6 +27,7 @@ from infra.constructs.batch_compute import DOCKERFILES, REPO_ROOT, QueueTarget, 
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import job_access, telemetry
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.job_targets import JobTarget
 from lambdas.domain.vocabulary import FAULT_EXIT_CODE, trn2_backend
 
 
@@ -86,22 +84,6 @@ def trainer_image(scope: Construct, track: Track, family: ComputeFamily) -> ecs.
     # The hosts are x86_64; building on an arm64 laptop must still produce an amd64 image.
     return ecs.ContainerImage.from_asset(str(REPO_ROOT), file=dockerfile, exclude=CONTEXT_EXCLUDES,
                                          platform=ecr_assets.Platform.LINUX_AMD64)
-
-
-@dataclass(frozen=True)
-class JobTarget:
-    """What the workflow submits for one instance type: queue and job definition names (not ARNs)."""
-
-    instance_type: str
-    queue: str
-    single_node: str
-    multi_node: dict[int, str]  # node count -> multi-node job definition name (empty: no multi-node here)
-    compile_queue: str | None = None  # the warm-up compile stage's queue (same job definitions, same hosts)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"queue": self.queue, "single_node": self.single_node,
-                "multi_node": {str(n): name for n, name in sorted(self.multi_node.items())},
-                **({"compile_queue": self.compile_queue} if self.compile_queue else {})}
 
 
 class TrainerJobDefinitions(Construct):
@@ -228,8 +210,8 @@ class TrainerJobDefinitions(Construct):
                     timeout=attempt_timeout,
                     skip_deregister_on_update=True,  # as the single-node definitions: queued jobs keep theirs
                 )
-            self.targets[instance_type] = JobTarget(instance_type, queue.queue_name, single_name, multi_names,
-                                                    queue.compile_queue_name)
+            self.targets[instance_type] = JobTarget(queue=queue.queue_name, single_node=single_name,
+                                                    multi_node=multi_names, compile_queue=queue.compile_queue_name)
         policy = self.execution_role.node.try_find_child("DefaultPolicy")
         if policy is not None:  # only an image built from containers/ needs ECR pull rights
             acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

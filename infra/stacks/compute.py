@@ -13,10 +13,11 @@ from constructs import Construct
 
 from infra.config import StageConfig, Track
 from infra.constructs.batch_compute import AcceleratorCapacity
-from infra.constructs.job_definitions import JobTarget, TrainerJobDefinitions
+from infra.constructs.job_definitions import TrainerJobDefinitions
 from infra.constructs.network import TrainingNetwork
 from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
+from lambdas.domain.job_targets import JobTarget
 
 
 class ComputeStack(cdk.Stack):

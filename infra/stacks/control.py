@@ -16,7 +16,6 @@ from constructs import Construct
 from infra.config import StageConfig, Track
 from infra.constructs.event_rules import TrialEventRules
 from infra.constructs.functions import FunctionFactory
-from infra.constructs.job_definitions import JobTarget
 from infra.constructs.monitoring import TrialMonitoring
 from infra.constructs.nag import GrantFindings, acknowledge, arn_prefix, arn_ref
 from infra.constructs.retention import log_key, retention_days
@@ -24,6 +23,7 @@ from infra.constructs.storage import TrialStorage
 from infra.constructs.trial_api import TrialApi
 from infra.constructs.trial_workflow import TrialWorkflow
 from lambdas.domain import job_access
+from lambdas.domain.job_targets import JobTarget, job_targets_json
 
 
 class ControlStack(cdk.Stack):
@@ -74,8 +74,8 @@ class ControlStack(cdk.Stack):
         }
         # Where the API sends each run: per track and instance type, the queue and job definitions (by name).
         api_environment = {
-            "JOB_TARGETS": json.dumps({track: {t: target.as_json() for t, target in sorted(by_type.items())}
-                                       for track, by_type in sorted(targets.items())}, sort_keys=True),
+            "JOB_TARGETS": json.dumps(job_targets_json({str(t): by_type for t, by_type in targets.items()}),
+                                     sort_keys=True),
             "ATTEMPT_TIMEOUT_S": str(config.attempt_timeout_s),
             "COMPILE_TIMEOUT_S": str(config.compile_timeout_s),
             "DATA_BUCKETS": ",".join(config.data_buckets),

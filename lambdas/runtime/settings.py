@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lambdas.domain.governance import Governance
 from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
+from lambdas.domain.job_targets import JobTargets
 from lambdas.domain.periods import Period
 from lambdas.domain.prices import load_price_table
 
@@ -122,7 +123,7 @@ class ApiSettings(ArtifactEventSettings):
         description="the warm-up compile stage's attempt timeout in seconds (the stage's compile_timeout_hours, "
         "within its attempt timeout)",
     )
-    JOB_TARGETS: dict[str, dict[str, dict[str, Any]]] = Field(
+    JOB_TARGETS: JobTargets = Field(
         description="JSON: per track and instance type the stage offers, its Batch queue and job definition names "
         '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": {"2": ..., "4": ...}}}}); '
         'a trn2 type also names its "compile_queue" when the stage runs the warm-up compile stage',

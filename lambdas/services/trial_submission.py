@@ -34,6 +34,7 @@ from lambdas.domain.governance import (
     approval_reasons,
     quota_breaches,
 )
+from lambdas.domain.job_targets import JobTarget
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.run_limits import RunLimits, tighter
 from lambdas.domain.triage import effective_route, planned_tracks, submission_refusal, triage
@@ -74,7 +75,7 @@ class Submitted:
 RUN_OF_TARGET = {"fallback": FALLBACK_RUN, COMPILE_TARGET: COMPILE_RUN}
 
 
-def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]]) -> dict[str, dict[str, Any]]:
     """Queue and job definition (by name) for every run of ``spec``, from the stage's targets
     (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
 
@@ -98,7 +99,7 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str,
                 f"of those or add it to dualtrack:stages.<stage>.{track}.instance_types")})
             continue
         if config.nodes > 1:
-            multi = {int(n): str(name) for n, name in (target.get("multi_node") or {}).items()}
+            multi = target.multi_node
             if config.nodes not in multi:
                 counts = (f"it runs {', '.join(str(n) for n in sorted(multi))} nodes of {config.instance_type}"
                            if multi else
@@ -109,12 +110,12 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, Mapping[str,
                     f"or add it to dualtrack:stages.<stage>.{track}.multi_node_counts")})
                 continue
             # One multi-node job definition per node count: Step Functions cannot override a job's node count.
-            jobs[track] = {"queue": str(target["queue"]), "definition": multi[config.nodes], "nodes": config.nodes}
+            jobs[track] = {"queue": target.queue, "definition": multi[config.nodes], "nodes": config.nodes}
         else:
-            jobs[track] = {"queue": str(target["queue"]), "definition": str(target["single_node"])}
-        if track == "trn2" and target.get("compile_queue"):
+            jobs[track] = {"queue": target.queue, "definition": target.single_node}
+        if track == "trn2" and target.compile_queue:
             # The warm-up compile stage: the training job's definition and node count, on the compile queue.
-            jobs[COMPILE_TARGET] = {**jobs[track], "queue": str(target["compile_queue"])}
+            jobs[COMPILE_TARGET] = {**jobs[track], "queue": target.compile_queue}
     if problems:
         raise SubmissionRefused("placement", {"errors": problems})
     if "gpu" in jobs and "trn2" in jobs:
@@ -245,7 +246,7 @@ class Stage:
     attempt_timeout_s: int
     data_buckets: Sequence[str]
     artifacts_bucket: str
-    targets: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    targets: Mapping[str, Mapping[str, JobTarget]]
     governance: Governance
     max_attempts: int = 1
     image_versions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # per track: what its image pins

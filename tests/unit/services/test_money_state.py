@@ -13,6 +13,7 @@ import pytest
 
 from lambdas.domain import ledger as L
 from lambdas.domain.governance import Governance
+from lambdas.domain.job_targets import parse_job_targets
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
 from lambdas.services.limit_guard import LimitGuard
@@ -45,8 +46,8 @@ def _governance(**team_nlp: Any) -> Governance:
 
 def _stage(governance: Governance | None = None) -> Stage:
     return Stage(region="us-east-1", attempt_timeout_s=86400, data_buckets=["example-datasets"],
-                 artifacts_bucket="artifacts", targets=job_targets(), governance=governance or _governance(),
-                 max_attempts=2)
+                 artifacts_bucket="artifacts", targets=parse_job_targets(job_targets()),
+                 governance=governance or _governance(), max_attempts=2)
 
 
 class Plane_:

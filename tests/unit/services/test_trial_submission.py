@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lambdas.domain.governance import Caller, Governance, NotPermitted
+from lambdas.domain.job_targets import JobTargets, parse_job_targets
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
 from lambdas.services.ports import Started
@@ -66,8 +67,8 @@ def _plane(ports: dict[str, Any]) -> Plane:
 def _stage(**overrides: Any) -> Stage:
     settings: dict[str, Any] = {"region": "us-east-1", "attempt_timeout_s": 86400,
                                 "data_buckets": ["example-datasets"], "artifacts_bucket": "artifacts",
-                                "targets": job_targets(), "governance": Governance.model_validate(GOVERNANCE),
-                                "max_attempts": 2}
+                                "targets": parse_job_targets(job_targets()),
+                                "governance": Governance.model_validate(GOVERNANCE), "max_attempts": 2}
     return Stage(**{**settings, **overrides})
 
 
@@ -353,11 +354,11 @@ def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_
     assert flow["components"] == ["sequence_length"]
 
 
-def _with_compile_queue() -> dict[str, Any]:
+def _with_compile_queue() -> JobTargets:
     targets = job_targets()
     for target in targets["trn2"].values():
         target["compile_queue"] = target["queue"] + "-compile"
-    return targets
+    return parse_job_targets(targets)
 
 
 def test_a_stage_with_a_compile_queue_plans_the_warm_up_compile_stage(spec: TrialSpec, ports: dict[str, Any]) -> None:
