@@ -23,7 +23,7 @@ ACCOUNT = "123456789012"  # moto's default account, the API's own
 # Two teams in one account: team-nlp's members are the test users (tests/events/api_gateway_rest.json, the client
 # tests' API Gateway stand-in) and any role
 # named dualtrack-team-nlp-submitter; approvers by the dualtrack-<team>-approver convention.
-GOVERNANCE = {
+GOVERNANCE: dict[str, Any] = {
     "platform_admins": [f"arn:aws:iam::{ACCOUNT}:role/platform-admin"],
     "member_roles": ["dualtrack-{team}-submitter"],
     "approver_roles": ["dualtrack-{team}-approver"],

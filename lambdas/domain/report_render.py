@@ -178,8 +178,10 @@ def loss_chart(tracks: Mapping[str, Any], width: int = 720, height: int = 300) -
     """The loss chart's geometry: one line per run, its validation points, and the fault, retry, resume and
     fallback marked where they happened."""
     left, right, top, bottom = 56, width - 16, 16, height - 40
-    series = {run: [(p["step"], p["loss"]) for p in t["loss"]["per_step"]] for run, t in tracks.items()}
-    evals = {run: [(p["step"], p["loss"]) for p in t["loss"]["eval"]] for run, t in tracks.items()}
+    series: dict[str, list[tuple[float, float]]] = {
+        run: [(p["step"], p["loss"]) for p in t["loss"]["per_step"]] for run, t in tracks.items()}
+    evals: dict[str, list[tuple[float, float]]] = {
+        run: [(p["step"], p["loss"]) for p in t["loss"]["eval"]] for run, t in tracks.items()}
     points = [p for s in (*series.values(), *evals.values()) for p in s]
     if not points:
         return {"series": []}

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from functools import cache, wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -23,6 +23,9 @@ from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
 from lambdas.domain.job_targets import JobTargets
 from lambdas.domain.periods import Period
 from lambdas.domain.prices import load_price_table
+
+if TYPE_CHECKING:
+    from functools import _lru_cache_wrapper
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -232,7 +235,7 @@ def with_settings(model: type[_Settings]) -> Callable[[F], F]:
     return decorate
 
 
-def per_environment(build: Callable[[], T]) -> Callable[[], T]:
+def per_environment(build: Callable[[], T]) -> _lru_cache_wrapper[T]:
     """A composition: built by its first call, then the same object for the life of the execution environment."""
     built = cache(build)
     _compositions.append(built)

@@ -68,7 +68,10 @@ def real_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 def served(aws: dict[str, Any]) -> Iterator[ApiShim]:
     """The real API handler behind the local API Gateway stand-in, verifying the credentials the CLI will sign
     with (boto3's chain; under moto these are its fake keys)."""
-    frozen = boto3.Session().get_credentials().get_frozen_credentials()
+    credentials = boto3.Session().get_credentials()
+    assert credentials is not None
+    frozen = credentials.get_frozen_credentials()
+    assert frozen.access_key is not None and frozen.secret_key is not None
     shim = ApiShim(real_handler, Credentials(frozen.access_key, frozen.secret_key, frozen.token)).start()
     yield shim
     shim.stop()

@@ -134,6 +134,7 @@ class ApiShim:
     def url(self) -> str:
         assert self._server is not None
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)
         return f"http://{host}:{port}/{STAGE}"
 
     def fail_next(self, times: int, status: int = 503) -> None:

@@ -56,7 +56,12 @@ def test_report_open_writes_html_and_opens_it(cli: Any, served: Any, settled: di
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     settled["store"]()
     opened: list[str] = []
-    monkeypatch.setattr("webbrowser.open", lambda uri: opened.append(uri) or True)
+
+    def fake_open(uri: str) -> bool:
+        opened.append(uri)
+        return True
+
+    monkeypatch.setattr("webbrowser.open", fake_open)
     target = tmp_path / "view.html"
     code, out, _ = cli("report", settled["trial_id"], "--endpoint", served.url, "--open", "--out", str(target))
     assert code == 0 and opened == [target.resolve().as_uri()] and out.strip().endswith("and opened it")

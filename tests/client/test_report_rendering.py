@@ -104,7 +104,10 @@ def test_the_html_report_screenshot_is_legible(html_file: Path, tmp_path: Path) 
     assert background < total * 0.98 and len(colours) > 50  # not a single colour: text, lines, bars
     dark = sum(n for (r, g, b), n in colours.items() if r + g + b < 200)
     assert dark > 2_000  # black text is on the page
-    rgb = lambda h: tuple(int(h[i:i + 2], 16) for i in (1, 3, 5))  # noqa: E731
+
+    def rgb(h: str) -> tuple[int, int, int]:
+        return int(h[1:3], 16), int(h[3:5], 16), int(h[5:7], 16)
+
     for name, colour in COMPONENT_COLOURS.items():
         assert colours.get(rgb(colour), 0) >= 50, f"cost chart: no {name} swatch or bar drawn"
     for run in ("gpu", "trn2"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -53,9 +54,9 @@ def prod_control(prod_assembly: Assembly) -> dict[str, Any]:
     return prod_assembly.template(prod_assembly.stack("Control"))
 
 
-def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+def resources(template: Mapping[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
 
 
-def props(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+def props(template: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
     return [v.get("Properties", {}) for v in resources(template, kind).values()]

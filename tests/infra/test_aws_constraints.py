@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def _cdk_context() -> dict[str, Any]:
     return json.loads((REPO / "cdk.json").read_text())["context"]  # type: ignore[no-any-return]
 
 
-def _api_environment(control: dict[str, Any]) -> dict[str, Any]:
+def _api_environment(control: Mapping[str, Any]) -> dict[str, Any]:
     fn = next(p for p in props(control, "AWS::Lambda::Function") if p["Handler"].endswith("on_trial_api.handler"))
     return fn["Environment"]["Variables"]  # type: ignore[no-any-return]
 
@@ -167,7 +168,7 @@ def test_control_plane_refers_to_batch_by_name_not_by_export(control_of: dict[st
 
 
 # ---- 5 and 7: the workflow's SubmitJob -------------------------------------------------------------------------
-def _workflow(control: dict[str, Any]) -> dict[str, Any]:
+def _workflow(control: Mapping[str, Any]) -> dict[str, Any]:
     (machine,) = props(control, "AWS::StepFunctions::StateMachine")
     parts = machine["DefinitionString"]["Fn::Join"][1]
     return json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))  # type: ignore[no-any-return]

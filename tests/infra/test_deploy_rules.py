@@ -156,7 +156,7 @@ def test_efa_hosts_load_the_efa_driver_and_check_every_device(prod_compute: dict
 def test_a_trainium2_image_of_your_own_states_its_neuron_sdk() -> None:
     """The Neuron SDK an image carries decides its training stack ("Neuron no longer supports PyTorch/XLA for
     training starting with Neuron 2.30"): without it the job definition could not tell TorchNeuron from XLA."""
-    trn2 = {"instance_types": ["trn2.48xlarge"], "ami_ssm_parameter": "/a/b", "multi_node_counts": [],
+    trn2: dict[str, Any] = {"instance_types": ["trn2.48xlarge"], "ami_ssm_parameter": "/a/b", "multi_node_counts": [],
             "availability_zone": "us-east-2b", "image_uri": "123456789012.dkr.ecr.us-east-2.amazonaws.com/t:1"}
     stage = {"region": "us-east-2", "availability_zones": ["us-east-2b"], "trn2": trn2}
     with pytest.raises(ConfigInvalid, match=r"image_versions\.neuron_sdk is needed"):

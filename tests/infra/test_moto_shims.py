@@ -8,7 +8,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -16,6 +16,10 @@ from moto import mock_aws
 
 from dualtrack.local.aws import moto_shims as shims
 from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, ScriptedJobs, moto_shims
+
+if TYPE_CHECKING:
+    from mypy_boto3_batch.type_defs import JobStateTimeLimitActionTypeDef
+    from mypy_boto3_stepfunctions.type_defs import DescribeExecutionOutputTypeDef
 
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/local"
@@ -52,7 +56,7 @@ def _machine(queue: str, definition: str) -> str:
         name="m", definition=json.dumps(asl), roleArn=ROLE)["stateMachineArn"]
 
 
-def _run(machine: str, payload: dict[str, Any], *, wait: bool = True) -> tuple[str, dict[str, Any]]:
+def _run(machine: str, payload: dict[str, Any], *, wait: bool = True) -> tuple[str, DescribeExecutionOutputTypeDef]:
     sfn = boto3.client("stepfunctions", region_name=REGION)
     arn = sfn.start_execution(stateMachineArn=machine, name=f"run-{uuid.uuid4().hex[:8]}",
                               input=json.dumps(payload))["executionArn"]
@@ -122,9 +126,12 @@ def test_plain_moto_accepts_batch_requests_aws_refuses(aws: None) -> None:
                                   containerProperties={"image": "busybox", "vcpus": 1, "memory": 128})
     batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition, timeout={"attemptDurationSeconds": 5})
     env = batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["computeEnvironmentOrder"]
-    batch.create_job_queue(jobQueueName="odd-limits", state="ENABLED", priority=1, computeEnvironmentOrder=env,
-                           jobStateTimeLimitActions=[{"reason": "r", "state": "RUNNING", "maxTimeSeconds": 5,
-                                                      "action": "CANCEL"}])
+    # A time-limit state and time AWS refuses (and the client's types rule out): sent as a plain request.
+    odd: dict[str, Any] = {"jobQueueName": "odd-limits", "state": "ENABLED", "priority": 1,
+                           "computeEnvironmentOrder": env,
+                           "jobStateTimeLimitActions": [{"reason": "r", "state": "RUNNING", "maxTimeSeconds": 5,
+                                                         "action": "CANCEL"}]}
+    batch.create_job_queue(**odd)
     # Reaching here means moto accepted all three: keep _submit_job, _register_job_definition, _create_job_queue.
 
 
@@ -232,9 +239,13 @@ def test_in_process_lambda_applies_env_and_reports_errors(aws: None) -> None:
 def test_shimmed_batch_refuses_what_aws_refuses_and_hands_over_what_moto_drops(aws: None) -> None:
     queue, definition = _batch()
     batch = boto3.client("batch", region_name=REGION)
-    jobs = ScriptedJobs()
     seen: dict[str, Any] = {}
-    jobs.queue_created = lambda name, actions: seen.update({name: actions})  # type: ignore[method-assign]
+
+    class RecordingJobs(ScriptedJobs):
+        def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None:
+            seen[name] = time_limit_actions
+
+    jobs = RecordingJobs()
     with moto_shims(batch=jobs):
         with pytest.raises(batch.exceptions.ClientException, match="minimum value for the timeout is 60"):
             batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition,
@@ -244,11 +255,15 @@ def test_shimmed_batch_refuses_what_aws_refuses_and_hands_over_what_moto_drops(a
                                           timeout={"attemptDurationSeconds": 10},
                                           containerProperties={"image": "busybox", "vcpus": 1, "memory": 128})
         order = batch.describe_job_queues(jobQueues=[queue])["jobQueues"][0]["computeEnvironmentOrder"]
+        # A time-limit state AWS refuses (and the client's types rule out): sent as a plain request.
+        odd: dict[str, Any] = {"jobQueueName": "odd", "state": "ENABLED", "priority": 1,
+                               "computeEnvironmentOrder": order,
+                               "jobStateTimeLimitActions": [{"reason": "r", "state": "RUNNING", "maxTimeSeconds": 600,
+                                                             "action": "CANCEL"}]}
         with pytest.raises(batch.exceptions.ClientException, match="must be RUNNABLE"):
-            batch.create_job_queue(jobQueueName="odd", state="ENABLED", priority=1, computeEnvironmentOrder=order,
-                                   jobStateTimeLimitActions=[{"reason": "r", "state": "RUNNING",
-                                                              "maxTimeSeconds": 600, "action": "CANCEL"}])
-        limits = [{"reason": "r", "state": "RUNNABLE", "maxTimeSeconds": 600, "action": "CANCEL"}]
+            batch.create_job_queue(**odd)
+        limits: list[JobStateTimeLimitActionTypeDef] = [
+            {"reason": "r", "state": "RUNNABLE", "maxTimeSeconds": 600, "action": "CANCEL"}]
         batch.create_job_queue(jobQueueName="limited", state="ENABLED", priority=1, computeEnvironmentOrder=order,
                                jobStateTimeLimitActions=limits)
         job = batch.submit_job(jobName="j", jobQueue=queue, jobDefinition=definition, retryStrategy={"attempts": 3},

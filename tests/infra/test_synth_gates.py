@@ -75,7 +75,8 @@ def test_config_errors_name_the_field_and_fix() -> None:
         stage_config(bad, "x")
     with pytest.raises(ConfigInvalid, match=r"log_retention_days: .*must be one of"):
         stage_config({"dualtrack:stages": {"x": {"log_retention_days": 8}}}, "x")
-    assert stage_config(context, "prod").gpu.spot is True
+    gpu = stage_config(context, "prod").gpu
+    assert gpu is not None and gpu.spot is True
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -16,6 +16,9 @@ from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, Script
 from dualtrack.local.aws.template import LocalDeployment, deploy_locally
 from infra.config import batch_name
 from infra.synth import Assembly
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.type_defs import DescribeExecutionOutputTypeDef
 
 pytestmark = pytest.mark.slow
 # moto's task-token listener thread of a .sync state raises when its execution is stopped; the stop itself works.
@@ -82,12 +85,12 @@ class Harness:
         return self.sfn.start_execution(stateMachineArn=self.deployment.state_machine_arn, name=name,
                                         input=json.dumps(payload))["executionArn"]  # type: ignore[no-any-return]
 
-    def wait(self, arn: str, timeout_s: float = 60) -> dict[str, Any]:
+    def wait(self, arn: str, timeout_s: float = 60) -> DescribeExecutionOutputTypeDef:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             described = self.sfn.describe_execution(executionArn=arn)
             if described["status"] != "RUNNING":
-                return described  # type: ignore[no-any-return]
+                return described
             time.sleep(0.2)
         raise AssertionError(f"execution {arn} still RUNNING after {timeout_s} s")
 

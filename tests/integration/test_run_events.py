@@ -240,7 +240,7 @@ def test_each_batch_event_reads_the_ledger_once(aws: dict[str, Any], example: di
     from botocore.client import BaseClient
 
     _, events = scenario(aws, example)
-    original = BaseClient._make_api_call
+    original = BaseClient._make_api_call  # type: ignore[attr-defined]  # botocore-stubs omit this private method
     calls: Counter[str] = Counter()
 
     def counted(client: Any, operation: str, params: Any) -> Any:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.integration.conftest import Context, api_event
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 
 @pytest.fixture(autouse=True)
@@ -265,12 +268,14 @@ def test_status_shows_each_runs_progress_against_max_steps(aws: dict[str, Any], 
     assert view["runs"]["trn2"]["step"] is None and view["runs"]["trn2"]["status"] == "RUNNING"
 
     # The trainer publishes step and loss as it goes: the running attempt's newest values are its progress.
-    dims = [{"Name": "TrialId", "Value": trial_id}, {"Name": "Run", "Value": "trn2"}, {"Name": "Attempt", "Value": "1"}]
+    dims: list[DimensionTypeDef] = [{"Name": "TrialId", "Value": trial_id}, {"Name": "Run", "Value": "trn2"},
+                                    {"Name": "Attempt", "Value": "1"}]
     points = [(step, 2.5 - step / 100, now - timedelta(minutes=12 - step // 10)) for step in (10, 20, 30, 40)]
-    boto3.client("cloudwatch", region_name="us-east-1").put_metric_data(Namespace="Dualtrack", MetricData=[
-        datum for step, loss, when in points for datum in (
-            {"MetricName": "GlobalStep", "Value": step, "Dimensions": dims, "Timestamp": when, "Unit": "Count"},
-            {"MetricName": "Loss", "Value": loss, "Dimensions": dims, "Timestamp": when})])
+    data: list[MetricDatumTypeDef] = []
+    for step, loss, when in points:
+        data += [{"MetricName": "GlobalStep", "Value": step, "Dimensions": dims, "Timestamp": when, "Unit": "Count"},
+                 {"MetricName": "Loss", "Value": loss, "Dimensions": dims, "Timestamp": when}]
+    boto3.client("cloudwatch", region_name="us-east-1").put_metric_data(Namespace="Dualtrack", MetricData=data)
     status, view = call(api_event("GET", f"/trials/{trial_id}"))
     trn2 = view["runs"]["trn2"]
     assert (trn2["step"], trn2["progress_source"], trn2["attempt"]) == (40, "metrics", 1)

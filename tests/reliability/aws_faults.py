@@ -36,14 +36,16 @@ def _dynamodb_throttle(url: str) -> AWSResponse:
     body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException",
                        "message": "Rate of requests exceeds the allowed throughput."}).encode()
     headers = {"x-amzn-RequestId": "throttled", "Content-Type": "application/x-amz-json-1.0"}
+    # botocore-stubs declare headers as HTTPHeaders; AWSResponse wraps any mapping in a HeadersDict.
     return AWSResponse(url, 400, headers, _Raw(body))  # type: ignore[arg-type]
 
 
 def _s3_slow_down(url: str) -> AWSResponse:
     body = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message><RequestId>slow</RequestId></Error>")
-    return AWSResponse(url, 503, {"x-amz-request-id": "slow", "Content-Type": "application/xml"},
-                       _Raw(body))  # type: ignore[arg-type]
+    headers = {"x-amz-request-id": "slow", "Content-Type": "application/xml"}
+    # botocore-stubs declare headers as HTTPHeaders; AWSResponse wraps any mapping in a HeadersDict.
+    return AWSResponse(url, 503, headers, _Raw(body))  # type: ignore[arg-type]
 
 
 RESPONSES: dict[str, Callable[[str], AWSResponse]] = {"dynamodb": _dynamodb_throttle, "s3": _s3_slow_down}

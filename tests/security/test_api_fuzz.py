@@ -9,6 +9,7 @@ names) are sent the same way; what the handler does with them is checked in S3, 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +155,7 @@ def _post(body: str | bytes) -> dict[str, Any]:
     return handler(event, Context())  # type: ignore[no-any-return]
 
 
-HOSTILE_BODIES = {
+HOSTILE_BODIES: dict[str, Callable[[dict[str, Any]], str | bytes]] = {
     "10 MB string field": lambda example: json.dumps({**example, "owner": "x" * 10_000_000}),
     "100k array": lambda example: json.dumps({**example, "evaluation": {"interval_steps": 1,
                                                                         "prompts": ["p"] * 100_000}}),

@@ -57,6 +57,7 @@ def test_sharded_weights_gather_whole_and_load_back(one_process: str, write_spec
 
     with torch.no_grad():
         for p in model.parameters():
+            assert isinstance(p, DTensor)
             p.to_local().zero_()
     sharded.load_full(model, reference)
     again = sharded.full_state(model, main=True)
@@ -80,13 +81,14 @@ def test_optimizer_state_goes_to_the_host_and_back_to_the_parameters_device(one_
     optimizer.step()
     twin = sharded.CpuTwin(mesh)
     param = next(iter(model.parameters()))
+    assert isinstance(param, DTensor)
     state = optimizer.state[param]["exp_avg"]
     host = twin.to_cpu(state)
     assert isinstance(host, DTensor) and host.to_local().device.type == "cpu"
     assert host.placements == state.placements and host.shape == state.shape
     assert host.device_mesh.device_type == "cpu" and host.device_mesh.mesh_dim_names == ("dp",)
     empty = twin.empty_like(param, torch.float32)
-    assert empty.shape == param.shape and empty.to_local().device.type == "cpu"
+    assert isinstance(empty, DTensor) and empty.shape == param.shape and empty.to_local().device.type == "cpu"
     back = sharded.to_param(host, param)
     assert isinstance(back, DTensor) and back.to_local().device == param.to_local().device
     assert torch.equal(back.to_local(), state.to_local())

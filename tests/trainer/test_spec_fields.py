@@ -28,7 +28,11 @@ def test_lora_dropout_comes_from_the_spec(write_spec: Any) -> None:
     found = _lora_dropouts(model)
     assert len(found) == 2  # q_proj and v_proj of the one layer
     assert all(isinstance(m, torch.nn.Dropout) and m.p == pytest.approx(0.25) for m in found)
-    assert model.peft_config["default"].lora_dropout == pytest.approx(0.25)  # type: ignore[index]
+    from peft import LoraConfig, PeftModel
+
+    assert isinstance(model, PeftModel)
+    config = model.peft_config["default"]
+    assert isinstance(config, LoraConfig) and config.lora_dropout == pytest.approx(0.25)
 
 
 def test_zero_lora_dropout_is_the_identity(write_spec: Any) -> None:

@@ -44,13 +44,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
 from dualtrack.local.environment import overlay
 from lambdas.domain.vocabulary import SIGTERM_EXIT_CODE
 
-MOTO_CONFIG: dict[str, Any] = {
+if TYPE_CHECKING:
+    from moto.core.config import DefaultConfig
+
+MOTO_CONFIG: DefaultConfig = {
     "stepfunctions": {"execute_state_machine": True},
     "batch": {"use_docker": False},
     "lambda": {"use_docker": False},

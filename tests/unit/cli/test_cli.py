@@ -115,7 +115,8 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
 
 class FakePricing:
     def __init__(self, rows: dict[str, str]):
-        self.rows, self.calls = rows, []
+        self.rows = rows
+        self.calls: list[dict[str, Any]] = []
 
     def get_products(self, **kw: Any) -> dict[str, Any]:
         self.calls.append(kw)

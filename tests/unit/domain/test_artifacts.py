@@ -22,12 +22,17 @@ def manifest(**over: Any) -> dict[str, Any]:
 
 
 def test_a_well_formed_manifest_and_summary_become_facts() -> None:
-    fact = artifact_fact(MANIFEST_KEY, manifest(), f"s3://artifacts/{MANIFEST_KEY}").fact
+    entry = artifact_fact(MANIFEST_KEY, manifest(), f"s3://artifacts/{MANIFEST_KEY}")
+    assert entry is not None
+    fact = entry.fact
     assert isinstance(fact, CheckpointFact) and (fact.step, fact.bytes, fact.files) == (200, 5000, 2)
     assert fact.uri == "s3://artifacts/trials/t-1/gpu/checkpoints/step-200/"
     summary = run_summary("gpu", trial_id="t-1", attempt=2, phases={"train_s": 100.0}).model_dump(mode="json")
-    fact = artifact_fact(SUMMARY_KEY, summary, "s3://artifacts/x").fact
-    assert isinstance(fact, SummaryFact) and fact.attempt == 2 and fact.phases["train_s"] == 100.0
+    entry = artifact_fact(SUMMARY_KEY, summary, "s3://artifacts/x")
+    assert entry is not None
+    fact = entry.fact
+    assert isinstance(fact, SummaryFact) and fact.attempt == 2
+    assert fact.phases is not None and fact.phases["train_s"] == 100.0
     assert artifact_fact("trials/t-1/gpu/attempt-2/metrics.jsonl", {}, "s3://x") is None
 
 

@@ -13,8 +13,8 @@ import pytest
 from lambdas.domain.periods import PERIODS, SCHEDULES, label, last_whole, previous
 
 
-def at(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
+def at(year: int, month: int, day: int, hour: int = 0) -> datetime:
+    return datetime(year, month, day, hour, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(("period", "now", "start", "end", "name"), [

@@ -14,13 +14,14 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
+from moto.core.config import DefaultConfig
 
 from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
 from dualtrack.local.batch_runner import CANCELED_BY_TIME_LIMIT, INSUFFICIENT_CAPACITY, TIMED_OUT, LocalBatch
 from dualtrack.local.dockerfile import DockerfileError, ImageConfig, asset_image_configs, parse_dockerfile
 
-MOTO = {"batch": {"use_docker": False}}
+MOTO: DefaultConfig = {"batch": {"use_docker": False}}
 IMAGE = "registry.example/trainer:1"
 # A stand-in for the trainer's CLI: `run` is its only command; it reports its argv and environment.
 TINY = textwrap.dedent("""
@@ -218,7 +219,7 @@ def test_submitted_retry_strategy_replaces_the_definitions(tiny: ImageConfig, su
     """https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html (retryStrategy: "When a retry
     strategy is specified here, it overrides the retry strategy defined in the job definition"): the definition's
     rule EXIT on 76 goes with it, so exit 76 is retried."""
-    extra = {"retryStrategy": submitted} if submitted else {}
+    extra: dict[str, Any] = {"retryStrategy": submitted} if submitted else {}
     job, ran = _run(LocalBatch(events=lambda e: None, images={IMAGE: tiny}), ["run"],
                     definition={"retryStrategy": {"attempts": 2,
                                                   "evaluateOnExit": [{"onExitCode": "76", "action": "EXIT"}]}},

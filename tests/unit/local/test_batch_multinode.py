@@ -13,17 +13,21 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.config import DefaultConfig
 
 from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_runner import LocalBatch
 from dualtrack.local.dockerfile import ImageConfig
 
-MOTO = {"batch": {"use_docker": False}}
+if TYPE_CHECKING:
+    from mypy_boto3_batch.type_defs import ContainerPropertiesTypeDef, NodeRangePropertyTypeDef
+
+MOTO: DefaultConfig = {"batch": {"use_docker": False}}
 IMAGE = "registry.example/node:1"
 CHILD_IMAGE = "registry.example/child:1"
 KEYS = ("AWS_BATCH_JOB_NODE_INDEX", "AWS_BATCH_JOB_NUM_NODES", "AWS_BATCH_JOB_MAIN_NODE_INDEX",
@@ -102,11 +106,15 @@ def _queue(batch: Any) -> str:
                                       computeEnvironmentOrder=[{"order": 1, "computeEnvironment": ce}])["jobQueueArn"])
 
 
-def _container(image: str, behaviour: str, marks: Path, **extra: Any) -> dict[str, Any]:
-    return {"image": image,
-            "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}],
-            "environment": [{"name": "BEHAVIOUR", "value": behaviour}, {"name": "MARKS", "value": str(marks)}],
-            **extra}
+def _container(image: str, behaviour: str, marks: Path,
+               command: list[str] | None = None) -> ContainerPropertiesTypeDef:
+    container: ContainerPropertiesTypeDef = {
+        "image": image,
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}],
+        "environment": [{"name": "BEHAVIOUR", "value": behaviour}, {"name": "MARKS", "value": str(marks)}]}
+    if command is not None:
+        container["command"] = command
+    return container
 
 
 def _wait(batch: Any, job_id: str, timeout: float = 10) -> dict[str, Any]:
@@ -119,7 +127,7 @@ def _wait(batch: Any, job_id: str, timeout: float = 10) -> dict[str, Any]:
     raise AssertionError("job did not finish")
 
 
-def _run(runner: LocalBatch, ranges: list[dict[str, Any]], *, num_nodes: int = 2, main: int = 0,
+def _run(runner: LocalBatch, ranges: list[NodeRangePropertyTypeDef], *, num_nodes: int = 2, main: int = 0,
          terminate_after: float | None = None, **submit: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     progress: list[dict[str, Any]] = []
     runner.progress = lambda job, record: progress.append(record)

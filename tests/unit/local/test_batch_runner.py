@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import pytest
@@ -14,9 +15,13 @@ from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_runner import LocalBatch, evaluate_on_exit
 from dualtrack.local.dockerfile import ImageConfig
 
+if TYPE_CHECKING:
+    from mypy_boto3_batch.type_defs import EvaluateOnExitTypeDef
+
 IMAGES = {"trainer": ImageConfig()}  # no ENTRYPOINT: the job's command is the whole argv
-RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*", "action": "RETRY"},
-         {"onReason": "*", "action": "EXIT"}]
+RULES: list[EvaluateOnExitTypeDef] = [{"onExitCode": "75", "action": "RETRY"},
+                                      {"onStatusReason": "Host EC2*", "action": "RETRY"},
+                                      {"onReason": "*", "action": "EXIT"}]
 
 
 @pytest.mark.parametrize(
@@ -27,7 +32,9 @@ RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*"
      (143, "Essential container in task exited", "EXIT")],
 )
 def test_evaluate_on_exit_first_match_wins(code: int | None, status_reason: str, expected: str) -> None:
-    assert evaluate_on_exit(RULES, code, status_reason, "") == expected
+    # Every field of an evaluateOnExit rule is a string: the rules are the string mappings the runner reads.
+    rules = cast("list[Mapping[str, str]]", RULES)
+    assert evaluate_on_exit(rules, code, status_reason, "") == expected
 
 
 def test_no_rule_matches_gives_none() -> None:

@@ -13,27 +13,32 @@ import json
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.config import DefaultConfig
 
 from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_runner import LocalBatch
 from dualtrack.local.dockerfile import ImageConfig
 from tests.trainer.conftest import tiny_trial, write_tiny_data
 
+if TYPE_CHECKING:
+    from mypy_boto3_batch.type_defs import EvaluateOnExitTypeDef, JobDetailTypeDef, RetryStrategyTypeDef
+
 pytestmark = pytest.mark.slow
 
-MOTO = {"batch": {"use_docker": False}}
+MOTO: DefaultConfig = {"batch": {"use_docker": False}}
 IMAGE = "registry.example/trainer:1"
 # The trainer image: ENTRYPOINT python -m trainer; the job definitions' command ["launch"] replaces its CMD.
 TRAINER_IMAGE = ImageConfig(entrypoint=("python", "-m", "trainer"), cmd=("run",))
 # infra/constructs/job_definitions.py retry_strategies(), as the synthesized job definitions carry them.
-RULES = [{"onExitCode": "75", "action": "RETRY"}, {"onStatusReason": "Host EC2*", "action": "RETRY"},
-         {"onExitCode": "*", "action": "EXIT"}]
-STRATEGY = {"attempts": 2, "evaluateOnExit": RULES}
+RULES: list[EvaluateOnExitTypeDef] = [{"onExitCode": "75", "action": "RETRY"},
+                                      {"onStatusReason": "Host EC2*", "action": "RETRY"},
+                                      {"onExitCode": "*", "action": "EXIT"}]
+STRATEGY: RetryStrategyTypeDef = {"attempts": 2, "evaluateOnExit": RULES}
 FAULT = {"track": "gpu", "at_step": 3, "mode": "retryable"}
 
 
@@ -64,7 +69,7 @@ def _container(environment: list[dict[str, str]]) -> dict[str, Any]:
             "resourceRequirements": [{"type": "VCPU", "value": "2"}, {"type": "MEMORY", "value": "2048"}]}
 
 
-def _submit(definition: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _submit(definition: dict[str, Any]) -> tuple[JobDetailTypeDef, list[dict[str, Any]]]:
     """Register ``definition`` with the real retry strategy, submit it, and wait for the job to end."""
     progress: list[dict[str, Any]] = []
     runner = LocalBatch(events=lambda e: None, images={IMAGE: TRAINER_IMAGE}, terminate_grace_s=5,
@@ -90,7 +95,7 @@ def _submit(definition: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, 
     return job, progress
 
 
-def _check_retried_and_resumed(job: dict[str, Any], progress: list[dict[str, Any]], run_dir: Path,
+def _check_retried_and_resumed(job: JobDetailTypeDef, progress: list[dict[str, Any]], run_dir: Path,
                                world_size: int) -> None:
     assert [a["container"]["exitCode"] for a in job["attempts"]] == [75, 0], progress[-5:]
     assert job["status"] == "SUCCEEDED"

@@ -32,6 +32,7 @@ def test_summaries_and_costs_come_back_typed_and_an_unreadable_summary_is_named(
 
     out = write_report(spec.trial_id, spec, objects, ledger, generated_at="2026-12-05T10:00:00Z")
     report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+    assert report is not None
     assert out["report_uri"].endswith("report/report.json")
     assert report["tracks"]["gpu"]["attempts"] == 3 and report["tracks"]["gpu"]["cost"]["total_usd"] == "12.50"
     assert report["unreadable_summaries"][0]["key"].endswith("trn2/attempt-1/summary.json")
@@ -61,7 +62,9 @@ def test_the_baseline_is_read_through_its_uri_and_a_missing_one_is_named_not_fat
     write_report(spec.trial_id, spec, objects, ledger, "2026-12-05T12:00:00Z",
                  sources=Sources({uri: b"step,loss\n1,2.5\n2,2.01\n3,1.5\n"}))
     report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+    assert report is not None
     assert report["baseline"]["format"] == "csv" and report["baseline"]["reproduced"] is True
     write_report(spec.trial_id, spec, objects, ledger, "2026-12-05T12:00:00Z", sources=Sources({}))
     report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+    assert report is not None
     assert report["baseline"] == {"uri": uri, "error": f"could not be read (KeyError: 'NoSuchKey: {uri}')"}
