@@ -32,7 +32,8 @@ class Reconciled:
     submissions_withdrawn: list[str] = field(default_factory=list)
 
 
-def _age_s(stamp: object, now: datetime) -> float:
+def age_s(stamp: object, now: datetime) -> float:
+    """Seconds since an ISO 8601 stamp; an unreadable or missing one counts as old."""
     try:
         at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
     except ValueError:
@@ -58,10 +59,10 @@ def reconcile(stopper: Stopper, now: datetime, *, overdue_after_s: int) -> Recon
             done.stops_finished.append(trial_id)
             continue
         done.stops_pending.append(trial_id)
-        if _age_s(item.get("stop_requested_at") or item.get("updated_at"), now) > overdue_after_s:
+        if age_s(item.get("stop_requested_at") or item.get("updated_at"), now) > overdue_after_s:
             done.stops_overdue.append(trial_id)
     for item in stopper.trials.with_status(("SUBMITTING",)):
-        if item.get("execution_arn") or _age_s(item.get("updated_at"), now) < START_CUT_SHORT_S:
+        if item.get("execution_arn") or age_s(item.get("updated_at"), now) < START_CUT_SHORT_S:
             continue
         trial_id = str(item["trial_id"])
         if (item.get("approval") or {}).get("status") == "APPROVED" and item.get("execution_input"):

@@ -48,7 +48,7 @@ from lambdas.domain.vocabulary import (
     TRIAL_TERMINAL,
 )
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Started, Trials, Workflow
-from lambdas.services.reconciliation import START_CUT_SHORT_S
+from lambdas.services.reconciliation import START_CUT_SHORT_S, age_s
 from lambdas.services.run_progress import run_progress
 from lambdas.services.run_settlement import RunSettlement
 from lambdas.services.trial_status import Stopper, StopState, finish_stop, request_stop
@@ -384,7 +384,7 @@ def _existing(plane: Plane, caller: Caller, item: dict[str, Any]) -> Submitted:
         raise TrialClosed(item["trial_id"], str(item["status"]), item.get("status_cause"))
     now = datetime.now(UTC)
     if (item.get("status") == "SUBMITTING" and not item.get("execution_arn") and item.get("execution_input")
-            and _age_s(item.get("updated_at"), now) >= START_CUT_SHORT_S):
+            and age_s(item.get("updated_at"), now) >= START_CUT_SHORT_S):
         return Submitted(_start(plane, item, _iso(now)), created=False)
     # Recent: the submission that stored it is starting it now; this one answers without a second start.
     return Submitted(_view(item, already_submitted=True), created=False)
@@ -493,13 +493,6 @@ def _check_quotas(quotas: Quotas, spec: TrialSpec, booking: Booking, worst_total
                               requested_jobs=booking.queues)
     if breaches:
         raise QuotaExceeded(breaches)
-
-
-def _age_s(stamp: object, now: datetime) -> float:
-    try:
-        return (now - datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return float("inf")
 
 
 def _start(plane: Plane, item: dict[str, Any], stamp: str) -> dict[str, Any]:
