@@ -7,7 +7,13 @@ costs on a cold request; target <= 1.3.
 Runs are interleaved (bare, then the function, per request, repeated); each repeat uses a request the function has
 not seen (a new job id, object version or trial), so every run is a first delivery. Medians are reported.
 
-    python bench/bench_cold_request.py [--repeats 5]
+Import alone (INIT without the request) is measured for every function the same way: a fresh interpreter imports
+the function's module, and beside it a bare one imports the same Powertools utilities the function loaded (Logger,
+Metrics and Tracer always, made at module level as every function makes them; the REST resolver, idempotency and
+the parser where the function loads them), pydantic with its model machinery, and boto3. Target <= 1.3 for every
+function.
+
+    python bench/bench_cold_request.py [--repeats 5] [--imports-only]
 """
 
 from __future__ import annotations
@@ -114,6 +120,66 @@ print(json.dumps({"total_s": time.perf_counter() - t}))
 """
 
 
+# Import alone: the function's module, and the utilities it loaded (named for the bare side).
+IMPORT_FUNCTION = """
+import json, sys, time
+t = time.perf_counter()
+import importlib
+importlib.import_module(sys.argv[1])
+took = time.perf_counter() - t
+utilities = [name for name, module in (("resolver", "aws_lambda_powertools.event_handler"),
+                                       ("idempotency", "aws_lambda_powertools.utilities.idempotency"),
+                                       ("parser", "aws_lambda_powertools.utilities.parser")) if module in sys.modules]
+print(json.dumps({"import_s": took, "utilities": utilities}))
+"""
+
+IMPORT_BARE = """
+import json, sys, time
+t = time.perf_counter()
+from aws_lambda_powertools import Logger, Metrics, Tracer
+logger, metrics, tracer = Logger(), Metrics(namespace="Bench"), Tracer()  # module-level, as every function has them
+wanted = sys.argv[1].split(",") if sys.argv[1] else []
+if "resolver" in wanted:
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+if "idempotency" in wanted:
+    from aws_lambda_powertools.utilities.idempotency import idempotent_function
+if "parser" in wanted:
+    from aws_lambda_powertools.utilities.parser import parse
+from pydantic import BaseModel
+class Event(BaseModel):  # the model machinery, which the first model class loads
+    name: str
+import boto3
+print(json.dumps({"import_s": time.perf_counter() - t}))
+"""
+
+HANDLERS = sorted(p.stem for p in (ROOT / "lambdas" / "handlers").glob("*.py") if p.stem != "__init__")
+
+
+def imports(env: dict[str, str], repeats: int) -> float:
+    """Import alone, per function against a bare import of what it loaded; prints the table, returns the worst."""
+    function_s: dict[str, list[float]] = {}
+    bare_s: dict[str, list[float]] = {}
+    loaded: dict[str, list[str]] = {}
+    for _ in range(repeats):
+        for name in HANDLERS:
+            module = f"lambdas.handlers.{name}"
+            got = _child(IMPORT_FUNCTION, [module], env)
+            loaded[name] = got["utilities"]
+            function_s.setdefault(name, []).append(got["import_s"])
+            bare_s.setdefault(name, []).append(_child(IMPORT_BARE, [",".join(got["utilities"])], env)["import_s"])
+    print(f"{'function (import alone)':30} {'utilities beyond Logger/Metrics/Tracer':40} {'bare_ms':>8} "
+          f"{'import_ms':>9} {'ratio':>6}")
+    worst = 0.0
+    for name in HANDLERS:
+        bare, took = statistics.median(bare_s[name]), statistics.median(function_s[name])
+        worst = max(worst, took / bare)
+        print(f"{name:30} {', '.join(loaded[name]) or '-':40} {bare * 1000:8.1f} {took * 1000:9.1f} "
+              f"{took / bare:6.2f}")
+    print(f"import / bare import of the same utilities (worst function) = {worst:.3f}  "
+          f"(target <= 1.3; median of {repeats})")
+    return worst
+
+
 def _server() -> tuple[Any, str]:
     import logging
 
@@ -202,6 +268,7 @@ def _child(code: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--imports-only", action="store_true", help="measure import alone, not cold requests")
     args = parser.parse_args()
     os.environ.update({k: ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")})
     server, endpoint = _server()
@@ -209,6 +276,9 @@ def main() -> int:
         env = {**os.environ, **ENV, "AWS_ENDPOINT_URL": endpoint,
                "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "containers")])}
         env.update(_set_up(endpoint))
+        imports(env, args.repeats)
+        if args.imports_only:
+            return 0
         function_s: dict[str, list[float]] = {}
         bare_s: dict[str, list[float]] = {}
         calls_per_request: dict[str, int] = {}

@@ -221,7 +221,7 @@ def bench_cost_report(ddb: Any, sizes: tuple[int, ...], repeats: int) -> dict[in
         out[size] = (statistics.median(whole), statistics.median(scan), statistics.median(fold))
         print(f"  {size:6d} ledger entries: scheduled report {out[size][0] * 1000:8.1f} ms, of which the scan "
               f"{out[size][1] * 1000:8.1f} ms; report fold alone {out[size][2] * 1000:7.2f} ms "
-              f"({report['runs']} runs; median of {repeats})")
+              f"({report.runs} runs; median of {repeats})")
     return out
 
 

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, Unpack
 
 from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.json_types import JsonIn, JsonMapping, JsonObject
 from lambdas.domain.prices import PricesInvalid, PriceTable, load_price_table
+
+if TYPE_CHECKING:
+    from mypy_boto3_pricing.type_defs import FilterTypeDef, GetProductsRequestTypeDef, GetProductsResponseTypeDef
+
+
+class ProductSource(Protocol):
+    """What :func:`refresh` asks: the Pricing API client's GetProducts."""
+
+    def get_products(self, **kwargs: Unpack[GetProductsRequestTypeDef]) -> GetProductsResponseTypeDef: ...
 
 PRICE_TABLE_ENV = "DUALTRACK_PRICE_TABLE"
 ON_DEMAND_FILTERS = {
@@ -26,32 +36,33 @@ ON_DEMAND_FILTERS = {
 }
 
 
-def product_filters(instance_type: str, region: str) -> list[dict[str, str]]:
+def product_filters(instance_type: str, region: str) -> list[FilterTypeDef]:
     fields = {"instanceType": instance_type, "regionCode": region, **ON_DEMAND_FILTERS}
     return [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in fields.items()]
 
 
-def hourly_usd_from_products(price_list: Iterable[str | dict[str, Any]]) -> str | None:
+def hourly_usd_from_products(price_list: Iterable[str | JsonMapping]) -> str | None:
     """The on-demand hourly USD rate in a GetProducts PriceList, or None if no usable (non-zero) row."""
     rates: set[str] = set()
     for item in price_list:
-        product = json.loads(item) if isinstance(item, str) else item
-        attrs = product.get("product", {}).get("attributes", {})
+        product = _object(json.loads(item) if isinstance(item, str) else item)
+        attrs = _object(_object(product.get("product")).get("attributes"))
         if attrs.get("marketoption", "OnDemand") != "OnDemand" or attrs.get("capacitystatus", "Used") != "Used":
             continue
-        for term in product.get("terms", {}).get("OnDemand", {}).values():
-            for dim in term.get("priceDimensions", {}).values():
-                usd = dim.get("pricePerUnit", {}).get("USD")
-                if dim.get("unit") in ("Hrs", "Hours") and usd and float(usd) > 0:
+        for term in _object(_object(product.get("terms")).get("OnDemand")).values():
+            for entry in _object(_object(term).get("priceDimensions")).values():
+                dim = _object(entry)
+                usd = _object(dim.get("pricePerUnit")).get("USD")
+                if dim.get("unit") in ("Hrs", "Hours") and isinstance(usd, str) and usd and float(usd) > 0:
                     rates.add(usd.rstrip("0").rstrip(".") if "." in usd else usd)
     if len(rates) > 1:
         raise ValueError(f"ambiguous on-demand rates {sorted(rates)}; the filters matched several products")
     return rates.pop() if rates else None
 
 
-def refresh(region: str, *, client: Any = None, instance_types: Iterable[str] | None = None,
+def refresh(region: str, *, client: ProductSource | None = None, instance_types: Iterable[str] | None = None,
             base: PriceTable | None = None, today: date | None = None,
-            progress: Any = None) -> tuple[PriceTable, list[str]]:
+            progress: Callable[[str], None] | None = None) -> tuple[PriceTable, list[str]]:
     """Query GetProducts for each catalogue instance type; returns the new table and the types left unchanged."""
     if client is None:
         import boto3  # deferred: only this command talks to AWS
@@ -59,7 +70,7 @@ def refresh(region: str, *, client: Any = None, instance_types: Iterable[str] | 
         client = boto3.client("pricing", region_name="us-east-1")
     table = base or load_price_table()
     types = list(instance_types or sorted(load_catalogue().instances))
-    rows: dict[str, dict[str, str]] = {}
+    rows: JsonObject = {}
     missing: list[str] = []
     for itype in types:
         if progress:
@@ -100,3 +111,8 @@ def load_table_file(path: str | None) -> PriceTable:
         return load_price_table(base=base)
     except PricesInvalid as exc:
         raise PricesInvalid(f"{path}: {exc}") from None
+
+
+def _object(value: JsonIn) -> JsonMapping:
+    """``value`` when it is a JSON object, else an empty one (a field the price list leaves out)."""
+    return value if isinstance(value, Mapping) else {}

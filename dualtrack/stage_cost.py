@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.domain.json_types import JsonIn, JsonMapping
 
 HOURS_PER_MONTH = 730
 CENT = Decimal("0.01")
@@ -31,7 +33,8 @@ CENT = Decimal("0.01")
 LOG_GB, FLOW_LOG_GB, ENDPOINT_GB, NAT_GB = "log_gb", "flow_log_gb", "endpoint_gb", "nat_gb"
 
 # Resources of one type found in the templates: (stack name, logical id, properties).
-Found = list[tuple[str, str, dict[str, Any]]]
+Found = list[tuple[str, str, JsonMapping]]
+Confidence = Literal["list", "estimate", "override"]
 
 
 class StageCostError(ValueError):
@@ -43,7 +46,7 @@ class PlatformRate(BaseModel):
 
     usd: Decimal = Field(ge=0)
     unit: str
-    confidence: Literal["list", "estimate", "override"]
+    confidence: Confidence
     source: str
     note: str = ""
 
@@ -136,6 +139,55 @@ class FreeItem:
     why: str
 
 
+class RateJson(TypedDict):
+    usd: str
+    unit: str
+    confidence: Confidence
+    source: str
+
+
+class FixedLineJson(TypedDict):
+    key: str
+    item: str
+    quantity: int
+    quantity_unit: str
+    unit_price: RateJson
+    periods: int
+    period_unit: Literal["hours", "month"]
+    monthly_usd: str
+    detail: str
+
+
+class UsageLineJson(TypedDict):
+    key: str
+    item: str
+    unit_price: RateJson
+    detail: str
+    assumed_gb_per_month: str | None
+    monthly_usd: str | None
+
+
+class FreeItemJson(TypedDict):
+    service: str
+    resources: int
+    why: str
+
+
+class StageCostJson(TypedDict):
+    """:meth:`StageCost.to_dict`: what ``dualtrack stage cost --json`` prints, amounts as decimal strings."""
+
+    region: str
+    price_table: str
+    hours_per_month: int
+    fixed: list[FixedLineJson]
+    fixed_monthly_usd: str
+    usage: list[UsageLineJson]
+    assumed_usage_monthly_usd: str
+    total_monthly_usd: str
+    free_when_idle: list[FreeItemJson]
+    not_priced: list[str]
+
+
 @dataclass
 class StageCost:
     region: str
@@ -159,8 +211,8 @@ class StageCost:
         """Fixed costs plus the usage lines the caller gave a volume for."""
         return self.fixed_total_usd + self.assumed_usage_usd
 
-    def to_dict(self) -> dict[str, Any]:
-        def rate(r: PlatformRate) -> dict[str, str]:
+    def to_dict(self) -> StageCostJson:
+        def rate(r: PlatformRate) -> RateJson:
             return {"usd": str(r.usd), "unit": r.unit, "confidence": r.confidence, "source": r.source}
 
         return {
@@ -199,7 +251,7 @@ FREE_WHEN_IDLE: dict[str, tuple[str, str]] = {
 }
 
 
-def idle_cost(templates: Mapping[str, Mapping[str, Any]], table: PlatformPriceTable, region: str, *,
+def idle_cost(templates: Mapping[str, JsonMapping], table: PlatformPriceTable, region: str, *,
               assumptions: Mapping[str, Decimal | int | float | str] | None = None) -> StageCost:
     """The idle monthly cost of the stage whose stack templates are ``templates`` (stack name -> template)."""
     rates = table.rates(region)
@@ -212,9 +264,11 @@ def idle_cost(templates: Mapping[str, Mapping[str, Any]], table: PlatformPriceTa
     result = StageCost(region=region, table_version=table.version, hours_per_month=HOURS_PER_MONTH)
     resources_by_type: dict[str, Found] = {}
     for stack, template in templates.items():
-        for logical_id, resource in (template.get("Resources") or {}).items():
-            resources_by_type.setdefault(resource.get("Type", ""), []).append(
-                (stack, logical_id, resource.get("Properties") or {}))
+        for logical_id, entry in _object(template.get("Resources")).items():
+            resource = _object(entry)
+            kind = resource.get("Type", "")
+            resources_by_type.setdefault(kind if isinstance(kind, str) else "", []).append(
+                (stack, logical_id, _object(resource.get("Properties"))))
     all_resources = {(stack, lid): props for found in resources_by_type.values() for stack, lid, props in found}
 
     def of(kind: str) -> Found:
@@ -244,7 +298,7 @@ def idle_cost(templates: Mapping[str, Mapping[str, Any]], table: PlatformPriceTa
 
 
 def _endpoints(result: StageCost, rates: RegionRates, endpoints: Found,
-               all_resources: Mapping[tuple[str, str], dict[str, Any]]) -> None:
+               all_resources: Mapping[tuple[str, str], JsonMapping]) -> None:
     interface: list[tuple[str, int]] = []
     gateway = 0
     for stack, logical_id, props in endpoints:
@@ -273,8 +327,8 @@ def _endpoints(result: StageCost, rates: RegionRates, endpoints: Found,
         result.free.append(FreeItem("Gateway VPC endpoints", gateway, "no hourly or per-GB charge"))
 
 
-def _zones(stack: str, logical_id: str, props: dict[str, Any],
-           all_resources: Mapping[tuple[str, str], dict[str, Any]]) -> int:
+def _zones(stack: str, logical_id: str, props: JsonMapping,
+           all_resources: Mapping[tuple[str, str], JsonMapping]) -> int:
     """The Availability Zones an interface endpoint has a network interface in: one per subnet (an endpoint takes at
     most one subnet per zone), fewer where two listed subnets of this template share a zone."""
     subnets = props.get("SubnetIds")
@@ -290,11 +344,12 @@ def _zones(stack: str, logical_id: str, props: dict[str, Any],
     return len(zones)
 
 
-def _service_name(value: Any) -> str:
+def _service_name(value: JsonIn) -> str:
     """``ecr.api`` from ``com.amazonaws.<region>.ecr.api``, literal or joined around ``{"Ref": "AWS::Region"}``."""
     if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        value = separator.join(p if isinstance(p, str) else "{region}" for p in parts)
+        match value["Fn::Join"]:
+            case [str(separator), list(parts)]:
+                value = separator.join(p if isinstance(p, str) else "{region}" for p in parts)
     if not isinstance(value, str):
         return "?"
     pieces = value.split(".")
@@ -332,8 +387,9 @@ def _alarms(result: StageCost, rates: RegionRates, alarms: Found,
     standard = high = math_alarms = 0
     for stack, logical_id, props in alarms:
         if "Metrics" in props:
-            stats = [m["MetricStat"] for m in props["Metrics"] if isinstance(m, dict) and "MetricStat" in m]
-            if any("SELECT" in str(m.get("Expression", "")).upper() for m in props["Metrics"]):
+            metrics = _objects(props["Metrics"])
+            stats = [_object(m["MetricStat"]) for m in metrics if "MetricStat" in m]
+            if any("SELECT" in str(m.get("Expression", "")).upper() for m in metrics):
                 result.unpriced.append(f"{stack}/{logical_id}: a Metrics Insights query alarm (not priced here)")
                 continue
             if props.get("ThresholdMetricId"):
@@ -373,16 +429,17 @@ def _logs(result: StageCost, rates: RegionRates, gb: Mapping[str, Decimal], grou
                                    f"{destination} not priced here)")
             continue
         to_logs += 1
-        target = props.get("LogGroupName")
-        if isinstance(target, dict) and isinstance(target.get("Ref"), str):
-            flow_groups.add((stack, target["Ref"]))
+        target = _object(props.get("LogGroupName")).get("Ref")
+        if isinstance(target, str):
+            flow_groups.add((stack, target))
     other = [(s, lid, p) for s, lid, p in groups if (s, lid) not in flow_groups]
-    retention = sorted({p.get("RetentionInDays") for _, _, p in groups}, key=lambda d: (d is None, d or 0))
+    retention = sorted({_retention_days(s, lid, p) for s, lid, p in groups}, key=lambda d: (d is None, d or 0))
     kept = ", ".join("never expires" if d is None else f"{d} days" for d in retention) or "-"
     implicit = []
     if functions:
         implicit.append(f"{len(functions)} Lambda functions")
-    if any(s.get("LoggingLevel") in ("ERROR", "INFO") for _, _, p in api_stages for s in p.get("MethodSettings", [])):
+    if any(s.get("LoggingLevel") in ("ERROR", "INFO") for _, _, p in api_stages
+           for s in _objects(p.get("MethodSettings"))):
         implicit.append("API execution logs (level ERROR or INFO)")
     sources = f"; written by {', '.join(implicit)} among others" if implicit else ""
     result.usage.append(UsageLine(
@@ -403,7 +460,7 @@ def _free(result: StageCost, resources_by_type: Mapping[str, Found]) -> None:
     for kind, (service, why) in FREE_WHEN_IDLE.items():
         for stack, logical_id, props in resources_by_type.get(kind, []):
             if kind == "AWS::Batch::ComputeEnvironment":
-                minimum = (props.get("ComputeResources") or {}).get("MinvCpus", 0)
+                minimum = _object(props.get("ComputeResources")).get("MinvCpus", 0)
                 if minimum != 0:
                     result.unpriced.append(f"{stack}/{logical_id}: min vCPUs {minimum} keeps instances running "
                                            "(instance hours not priced here; `dualtrack estimate` has the rates)")
@@ -414,6 +471,26 @@ def _free(result: StageCost, resources_by_type: Mapping[str, Found]) -> None:
                 continue
             counts[(service, why)] = counts.get((service, why), 0) + 1
     result.free.extend(FreeItem(service, n, why) for (service, why), n in counts.items())
+
+
+def _retention_days(stack: str, logical_id: str, props: JsonMapping) -> int | None:
+    """A log group's ``RetentionInDays`` (None: it never expires)."""
+    days = props.get("RetentionInDays")
+    if days is None or isinstance(days, int):
+        return days
+    if isinstance(days, str) and days.isdigit():
+        return int(days)
+    raise StageCostError(f"{stack}/{logical_id}: RetentionInDays {json.dumps(days)} is not a literal number of days")
+
+
+def _object(value: JsonIn) -> JsonMapping:
+    """``value`` when it is a JSON object, else an empty one (a property the template leaves out)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _objects(value: JsonIn) -> list[JsonMapping]:
+    """The JSON objects in the array ``value``; none when it is not an array."""
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
 
 
 def _units(count: int, singular: str, plural: str | None = None) -> str:

@@ -8,7 +8,6 @@ stages deploy side by side in one account. Synth makes no lookups and no network
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import aws_cdk as cdk
 
@@ -18,6 +17,7 @@ from infra.constructs.retention import ExpiringFunctionLogs, retention_days
 from infra.stacks.compute import ComputeStack
 from infra.stacks.control import ControlStack
 from infra.stacks.stateful import StatefulStack
+from lambdas.domain.json_types import JsonMapping
 
 
 def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
@@ -42,7 +42,7 @@ def build_stacks(app: cdk.App, config: StageConfig) -> dict[str, cdk.Stack]:
     return stacks
 
 
-def build_app(*, outdir: str | None = None, context: dict[str, Any] | None = None,
+def build_app(*, outdir: str | None = None, context: JsonMapping | None = None,
               stage: str | None = None) -> cdk.App:
     app = cdk.App(outdir=outdir, context=context) if outdir else cdk.App(context=context)
     raw = {

@@ -15,12 +15,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
 import aws_cdk as cdk
 import jsii
 from aws_cdk import aws_lambda as lambda_
+
+from lambdas.domain.json_types import JsonMapping
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAMBDA_SOURCE = REPO_ROOT / "lambdas"
@@ -73,7 +76,7 @@ def build_dependency_dir(requirements: Path = REQUIREMENTS) -> Path:
     return target
 
 
-def _layer_ignore(root: Path) -> Any:
+def _layer_ignore(root: Path) -> Callable[[str, list[str]], set[str]]:
     def ignore(directory: str, names: list[str]) -> set[str]:
         skipped = {n for n in names if n in (".complete", "__pycache__")}
         if Path(directory) == root:
@@ -83,6 +86,25 @@ def _layer_ignore(root: Path) -> Any:
     return ignore
 
 
+class BundlingSettings(TypedDict, total=False):
+    """The rest of ``cdk.BundlingOptions``, which CDK passes to ``ILocalBundling.try_bundle``; a local copy needs
+    none of it."""
+
+    bundling_file_access: cdk.BundlingFileAccess | None
+    command: Sequence[str] | None
+    entrypoint: Sequence[str] | None
+    environment: Mapping[str, str] | None
+    local: cdk.ILocalBundling | None
+    network: str | None
+    output_type: cdk.BundlingOutput | None
+    platform: str | None
+    security_opt: str | None
+    user: str | None
+    volumes: Sequence[cdk.DockerVolume | JsonMapping] | None  # a struct or its dict form
+    volumes_from: Sequence[str] | None
+    working_directory: str | None
+
+
 @jsii.implements(cdk.ILocalBundling)
 class DependencyLayerBundler:
     """Copies the cached pip target into ``<output>/python`` (where Lambda puts layers on ``sys.path``)."""
@@ -90,7 +112,7 @@ class DependencyLayerBundler:
     def __init__(self, requirements: Path = REQUIREMENTS):
         self._requirements = requirements
 
-    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: Any) -> bool:
+    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: Unpack[BundlingSettings]) -> bool:
         source = build_dependency_dir(self._requirements)
         shutil.copytree(source, Path(output_dir) / "python", dirs_exist_ok=True, ignore=_layer_ignore(source))
         return True
@@ -100,7 +122,7 @@ class DependencyLayerBundler:
 class LambdaPackageBundler:
     """Copies the ``lambdas`` package, so every handler module that exists is deployed."""
 
-    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: Any) -> bool:
+    def try_bundle(self, output_dir: str, *, image: cdk.DockerImage, **_: Unpack[BundlingSettings]) -> bool:
         shutil.copytree(LAMBDA_SOURCE, Path(output_dir) / "lambdas", dirs_exist_ok=True, ignore=_IGNORED)
         return True
 

@@ -7,12 +7,14 @@ catalogue the trial validator uses, so the queues can run every type a trial may
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.governance import Governance
+from lambdas.domain.json_types import JsonMapping, JsonObject
 from lambdas.domain.periods import SCHEDULES, Period
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
@@ -167,7 +169,7 @@ class StageConfig(_Model):
     # How often pending stops and cut-short starts are finished (lambdas/services/reconciliation.py).
     reconcile_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "rate(5 minutes)"
     price_region: str = "us-east-1"
-    price_overrides: dict[str, Any] | None = Field(
+    price_overrides: JsonObject | None = Field(
         default=None, description="price-table overrides (negotiated rates), applied to the shipped table at synth "
         "time so a malformed one fails the synth, not the functions after deploy")
     governance: Governance = Field(
@@ -178,7 +180,7 @@ class StageConfig(_Model):
 
     @field_validator("price_overrides")
     @classmethod
-    def _overrides_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _overrides_apply(cls, value: JsonObject | None) -> JsonObject | None:
         if value:
             from lambdas.domain.prices import load_price_table
 
@@ -267,17 +269,19 @@ class StageConfig(_Model):
         return f"Dualtrack-{self.name}"
 
 
-def stage_config(context: dict[str, Any], stage: str) -> StageConfig:
+def stage_config(context: JsonMapping, stage: str) -> StageConfig:
     """The named stage from the ``dualtrack:stages`` context map, with errors that name the field to fix."""
-    stages = context.get("dualtrack:stages") or {}
+    defined = context.get("dualtrack:stages")
+    stages = defined if isinstance(defined, Mapping) else {}
     if stage not in stages:
         known = ", ".join(sorted(stages)) or "none"
         raise ConfigInvalid(
             f"stage {stage!r} is not defined in cdk.json context 'dualtrack:stages' (defined: {known}); "
             f"add it or pass -c stage=<one of those>"
         )
-    raw = dict(stages[stage] or {})
-    raw.setdefault("name", stage)
+    entry = stages[stage] or {}
+    # A stage that is not an object goes to the model as it is, for the error to say what was expected.
+    raw = {"name": stage, **entry} if isinstance(entry, Mapping) else entry
     try:
         return StageConfig.model_validate(raw)
     except ValidationError as exc:

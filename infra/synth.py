@@ -17,7 +17,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from lambdas.domain.json_types import JsonMapping, JsonObject
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE_DIRS = ("infra", "lambdas", "containers")
@@ -44,10 +45,14 @@ class Assembly:
         return sorted(name for name, artifact in manifest["artifacts"].items()
                       if artifact.get("type") == "aws:cloudformation:stack")
 
-    def template(self, stack_name: str) -> dict[str, Any]:
-        return json.loads((self.path / f"{stack_name}.template.json").read_text())  # type: ignore[no-any-return]
+    def template(self, stack_name: str) -> JsonObject:
+        path = self.path / f"{stack_name}.template.json"
+        template = json.loads(path.read_text())
+        if not isinstance(template, dict):
+            raise SynthFailed(f"{path}: a template is a JSON object, not {type(template).__name__}")
+        return template
 
-    def templates(self) -> dict[str, dict[str, Any]]:
+    def templates(self) -> dict[str, JsonObject]:
         return {name: self.template(name) for name in self.stack_names()}
 
     def stack(self, suffix: str) -> str:
@@ -58,7 +63,7 @@ class Assembly:
         return found[0]
 
 
-def source_key(root: Path = REPO_ROOT, *, stage: str = "dev", context: dict[str, Any] | None = None) -> str:
+def source_key(root: Path = REPO_ROOT, *, stage: str = "dev", context: JsonMapping | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps({"stage": stage, "context": context or {}}, sort_keys=True).encode())
     files: list[Path] = [root / name for name in SOURCE_FILES if (root / name).exists()]
@@ -81,7 +86,7 @@ def cdk_cli(root: Path = REPO_ROOT) -> Path | None:
     return cli if cli.exists() else None
 
 
-def synthesize(stage: str = "dev", *, root: Path = REPO_ROOT, context: dict[str, Any] | None = None,
+def synthesize(stage: str = "dev", *, root: Path = REPO_ROOT, context: JsonMapping | None = None,
                use_cli: bool | None = None, timeout_s: int = 600) -> Assembly:
     """The assembly for ``stage`` of the app at ``root``, synthesized now only if the sources changed."""
     key = source_key(root, stage=stage, context=context)

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from lambdas.domain.cost import RunCost
+from lambdas.domain.ledger import SettledUsage, StoredCost
 from lambdas.domain.run_summary import RunSummary
 from lambdas.domain.vocabulary import track_of
 
@@ -39,3 +40,13 @@ def run_cost(total: str | Decimal, run: str = "gpu", **fields: Any) -> RunCost:
                   "table_version": "v"},
     }
     return RunCost.model_validate({**base, **fields})
+
+
+def stored_cost(cost: RunCost, *, ended_at: str | None = "2026-11-20T10:00:00Z", facts: int = 3,
+                complete: bool = True) -> StoredCost:
+    """The ledger's cost entry of a run that ended SUCCEEDED at ``ended_at`` and was priced at ``cost`` (its usage
+    has no attempts: a test that reads them folds real facts instead)."""
+    usage = SettledUsage(trial_id=cost.trial_id, run=cost.run, track=track_of(cost.run),
+                         instance_type=cost.price.instance_type)
+    return StoredCost(cost=cost, facts=facts, fingerprint="0" * 64, complete=complete, terminal_status="SUCCEEDED",
+                      ended_at=ended_at, usage=usage)

@@ -24,7 +24,6 @@ import resource
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -110,7 +109,7 @@ class Backend:
         return module
 
     # ---- the step ------------------------------------------------------------------------------------------
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -200,7 +199,7 @@ class CudaBackend(Backend):
         self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(self.device)
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         if self.precision == "bf16":
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
@@ -289,7 +288,7 @@ class TorchNeuronBackend(Backend):
             return torch.compile(module, backend=NEURON.compile_backend, fullgraph=True)  # type: ignore[return-value]
         return module
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         if self.precision == "bf16":
             return torch.autocast(NEURON.device, dtype=torch.bfloat16)
         return contextlib.nullcontext()

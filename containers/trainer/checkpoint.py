@@ -35,13 +35,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, Protocol, Required, TypeAlias, TypedDict
 
 import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from trainer import storage
+from trainer.json_types import JsonObject, JsonScalar
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+    from trainer.distributed import Distributed
+    from trainer.state import TrainState
 
 # A final checkpoint after SIGTERM is attempted when the last save took less than this (Batch's stop timeout
 # before SIGKILL is 30 s by default; Spot gives two minutes' notice before that).
@@ -56,6 +63,78 @@ FILE_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]+$")
 OPTIM_PREFIX = "optim/"
 
 
+# ---- the files' shapes -----------------------------------------------------------------------------------------
+class FileRecord(TypedDict):
+    """One file of a checkpoint, as its manifest lists it."""
+
+    name: str
+    sha256: str
+    bytes: int
+
+
+class DataPosition(TypedDict):
+    samples_consumed: int
+
+
+class TrainerStateRecord(TypedDict, total=False):
+    """``trainer_state.json``: the step, the data position and the run's identity (``TrainState.identity``)."""
+
+    global_step: Required[int]
+    data_position: DataPosition
+    trial: str
+    spec_hash: str
+
+
+class CheckpointMeta(TypedDict, total=False):
+    """What a run records in each of its manifests unchanged (``TrainState.meta``)."""
+
+    track: str
+    run: str | None
+    backend: str
+    method: str
+    attempt: int
+
+
+class OptimizerLayout(TypedDict):
+    format: str
+    sharding: str
+    processes: int
+
+
+class Manifest(CheckpointMeta):
+    """``manifest.json``. A manifest read back is checked field by field before it is trusted (``verify``)."""
+
+    format: str
+    format_version: int
+    step: int
+    weights: str
+    lora: bool
+    data_position: DataPosition | None
+    spec_hash: str | None
+    optimizer: OptimizerLayout
+    shards: list[FileRecord]
+    bytes: int
+    save_s: float
+    created_at: str
+
+
+# Python's ``random`` state: (version, the Mersenne Twister's words and position, the cached Gaussian).
+PythonRngState: TypeAlias = tuple[int, tuple[int, ...], float | None]
+
+
+class RngState(TypedDict):
+    """``rng.pt``: every generator the step's randomness comes from."""
+
+    torch: torch.Tensor
+    python: PythonRngState
+    cuda: NotRequired[list[torch.Tensor]]
+
+
+# A state a checkpoint holds, as nested containers with tensors among its leaves.
+StateTree: TypeAlias = (torch.Tensor | JsonScalar | dict[str | int, "StateTree"] | list["StateTree"]
+                        | tuple["StateTree", ...])
+
+
 def step_uri(run_dir: str, step: int) -> str:
     return storage.join(run_dir, "checkpoints", f"step-{step}")
 
@@ -64,7 +143,7 @@ def manifest_uri(run_dir: str, step: int) -> str:
     return storage.join(step_uri(run_dir, step), MANIFEST)
 
 
-def to_cpu(value: Any) -> Any:
+def to_cpu(value: StateTree) -> StateTree:
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu")
     if isinstance(value, dict):
@@ -74,27 +153,27 @@ def to_cpu(value: Any) -> Any:
     return value
 
 
-def _torch_bytes(obj: Any) -> bytes:
+def _torch_bytes(obj: JsonObject | RngState) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     return buffer.getvalue()
 
 
-def rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+def rng_state() -> RngState:
+    state: RngState = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def restore_rng(state: dict[str, Any]) -> None:
+def restore_rng(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _file_record(name: str, data: bytes) -> dict[str, Any]:
+def _file_record(name: str, data: bytes) -> FileRecord:
     return {"name": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
@@ -104,11 +183,11 @@ class MainFiles:
     """Process 0's part: the consolidated weights and the state every process shares."""
 
     weights: dict[str, torch.Tensor]
-    lora_config: dict[str, Any] | None
-    scheduler: dict[str, Any]
-    rng: dict[str, Any]
-    state: dict[str, Any]
-    meta: dict[str, Any]
+    lora_config: JsonObject | None
+    scheduler: JsonObject  # the learning-rate scheduler's state_dict
+    rng: RngState
+    state: TrainerStateRecord
+    meta: CheckpointMeta
 
     def files(self) -> dict[str, bytes]:
         weights_name = "adapter_model.safetensors" if self.lora_config is not None else "model.safetensors"
@@ -133,7 +212,7 @@ def _flat_optimizer(shard: dict[str, dict[str, torch.Tensor]]) -> dict[str, torc
     return {f"{OPTIM_PREFIX}{name}/{key}": value for name, state in shard.items() for key, value in state.items()}
 
 
-def _nested_optimizer(flat: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]]:
+def _nested_optimizer(flat: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     out: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in flat.items():
         name, _, leaf = key.removeprefix(OPTIM_PREFIX).rpartition("/")
@@ -142,7 +221,7 @@ def _nested_optimizer(flat: dict[str, Any]) -> dict[str, dict[str, torch.Tensor]
 
 
 @contextlib.contextmanager
-def _single_process_quiet(group: Any | None) -> Iterator[None]:
+def _single_process_quiet(group: ProcessGroup | None) -> Iterator[None]:
     """A single process (no process group) is the intended use, not a condition worth a warning per save."""
     with warnings.catch_warnings():
         if group is None:
@@ -150,7 +229,7 @@ def _single_process_quiet(group: Any | None) -> Iterator[None]:
         yield
 
 
-def write_process_files(base: str, snapshot: Snapshot, group: Any | None) -> list[dict[str, Any]]:
+def write_process_files(base: str, snapshot: Snapshot, group: ProcessGroup | None) -> list[FileRecord]:
     """Write this process's files into the step directory ``base``; returns their manifest records.
 
     ``torch.distributed.checkpoint`` writes into a local staging directory (collective over ``group`` when there
@@ -172,12 +251,12 @@ def write_process_files(base: str, snapshot: Snapshot, group: Any | None) -> lis
     return [_file_record(name, data) for name, data in files.items()]
 
 
-def commit(base: str, *, step: int, files: list[dict[str, Any]], main: MainFiles, processes: int,
+def commit(base: str, *, step: int, files: list[FileRecord], main: MainFiles, processes: int,
            sharding: str, save_s: float) -> int:
     """Write the manifest once; returns its size. Another attempt may have committed the step first: its
     checkpoint stands and this one's manifest is not needed."""
     weights = next(f["name"] for f in files if f["name"].endswith(".safetensors"))
-    manifest = {
+    manifest: Manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "step": step, "weights": weights,
         "lora": main.lora_config is not None, "data_position": main.state.get("data_position"),
         "spec_hash": main.state.get("spec_hash"),
@@ -202,9 +281,9 @@ def list_steps(run_dir: str) -> list[int]:
     return sorted(steps)
 
 
-def read_manifest(base: str) -> dict[str, Any]:
+def read_manifest(base: str) -> Manifest:
     try:
-        manifest = json.loads(storage.read_bytes(storage.join(base, MANIFEST)))
+        manifest: Manifest = json.loads(storage.read_bytes(storage.join(base, MANIFEST)))
     except FileNotFoundError:
         raise ValueError("no manifest.json (torn: the save did not finish)") from None
     except Exception as exc:  # S3 NoSuchKey, bad JSON
@@ -217,7 +296,7 @@ def read_manifest(base: str) -> dict[str, Any]:
     return manifest
 
 
-def _checked(base: str, record: dict[str, Any]) -> bytes:
+def _checked(base: str, record: FileRecord) -> bytes:
     name = str(record.get("name", ""))
     if not FILE_NAME.match(name):
         raise ValueError(f"the manifest lists {name!r}, which is outside its own step directory")
@@ -230,7 +309,7 @@ def _checked(base: str, record: dict[str, Any]) -> bytes:
     return data
 
 
-def verify(base: str, *, spec_hash: str | None = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+def verify(base: str, *, spec_hash: str | None = None) -> tuple[Manifest, dict[str, bytes]]:
     """The manifest and every file's bytes, or ValueError naming what is wrong."""
     manifest = read_manifest(base)
     if spec_hash is not None and manifest.get("spec_hash") != spec_hash:
@@ -274,7 +353,7 @@ class Skipped:
 class Found:
     step: int
     uri: str
-    manifest: dict[str, Any]
+    manifest: Manifest
 
 
 def find_newest(run_dirs: list[str], *, spec_hash: str | None = None,
@@ -297,19 +376,33 @@ def find_newest(run_dirs: list[str], *, spec_hash: str | None = None,
     return None, skipped
 
 
+class TrainStateDict(TypedDict, total=False):
+    """``trainer.state.TrainState``'s state dict: what its ``state_dict`` gives (process 0 every entry, the others
+    ``step`` and their share of the optimizer state) and its ``load_state_dict`` takes (``LoadedCheckpoint.as_state``:
+    every entry but ``step`` and ``lora_config``)."""
+
+    step: int
+    optimizer: Required[dict[str, dict[str, torch.Tensor]]]  # parameter name -> AdamW state
+    weights: dict[str, torch.Tensor]
+    lora_config: JsonObject | None
+    scheduler: JsonObject
+    rng: RngState
+    trainer: TrainerStateRecord
+
+
 @dataclass
 class LoadedCheckpoint:
     step: int
     uri: str
-    manifest: dict[str, Any]
+    manifest: Manifest
     weights: dict[str, torch.Tensor]
     optimizer: dict[str, dict[str, torch.Tensor]]  # parameter name -> state, for the names asked for
-    scheduler: dict[str, Any]
-    rng: dict[str, Any]
-    state: dict[str, Any]
+    scheduler: JsonObject
+    rng: RngState
+    state: TrainerStateRecord
     restore_s: float
 
-    def as_state(self) -> dict[str, Any]:
+    def as_state(self) -> TrainStateDict:
         """The shape ``trainer.state.TrainState.load_state_dict`` takes."""
         return {"weights": self.weights, "optimizer": self.optimizer, "scheduler": self.scheduler, "rng": self.rng,
                 "trainer": self.state}
@@ -318,7 +411,7 @@ class LoadedCheckpoint:
 TemplateFactory = Callable[[str, str, tuple[int, ...], torch.dtype], torch.Tensor]
 
 
-def load(found: Found, *, names: list[str] | None, group: Any | None,
+def load(found: Found, *, names: list[str] | None, group: ProcessGroup | None,
          make: TemplateFactory | None = None) -> LoadedCheckpoint:
     """Read a verified checkpoint: the weights and shared state, and the optimizer state of ``names`` (every
     parameter when None). Collective over ``group`` when there are several processes. ``make(name, key, size,
@@ -335,7 +428,7 @@ def load(found: Found, *, names: list[str] | None, group: Any | None,
         reader = dcp.FileSystemReader(staging)
         entries = reader.read_metadata().state_dict_metadata
         wanted = None if names is None else set(names)
-        template: dict[str, Any] = {}
+        template: dict[str, torch.Tensor] = {}
         for key, meta in entries.items():
             name = key.removeprefix(OPTIM_PREFIX).rpartition("/")[0]
             if key.startswith(OPTIM_PREFIX) and (wanted is None or name in wanted):
@@ -409,10 +502,18 @@ class SavedCheckpoint:
 class _Pending:
     step: int
     started: float
-    future: Future[list[dict[str, Any]]]
+    future: Future[list[FileRecord]]
     main: MainFiles | None
     fail_before_manifest: bool
     blocked_s: float
+
+
+class Snapshotting(Protocol):
+    """What a save asks of the state it saves (``trainer.state.TrainState``): its step, and a copy of it."""
+
+    step: int
+
+    def snapshot(self) -> Snapshot: ...
 
 
 class Checkpointer:
@@ -423,7 +524,7 @@ class Checkpointer:
     ``step_end``, ``poll``, ``wait`` and ``on_stop`` are collective: every process calls them at the same points of
     the loop."""
 
-    def __init__(self, run_dir: str, *, interval: int, max_steps: int, dist: Any, sharding: str,
+    def __init__(self, run_dir: str, *, interval: int, max_steps: int, dist: Distributed, sharding: str,
                  asynchronous: bool, on_commit: Callable[[SavedCheckpoint], None] | None = None,
                  on_exists: Callable[[int], None] | None = None, sigterm_budget_s: float = SIGTERM_SAVE_BUDGET_S,
                  synchronize: Callable[[], None] | None = None):
@@ -449,7 +550,7 @@ class Checkpointer:
         return bool(self.dist.broadcast_object(found))
 
     # ---- the policy -------------------------------------------------------------------------------------------
-    def step_end(self, state: Any, *, stop: bool, fault_next: bool, fail: bool = False) -> None:
+    def step_end(self, state: Snapshotting, *, stop: bool, fault_next: bool, fail: bool = False) -> None:
         """After a step: commit a save that has finished, save the step if due (blocking for the last step and
         one a stop waits for), and make the step's save durable before a planned fault fires."""
         if self.in_flight:
@@ -459,7 +560,7 @@ class Checkpointer:
         if fault_next:
             self.wait()
 
-    def on_stop(self, state: Any) -> bool:
+    def on_stop(self, state: Snapshotting) -> bool:
         """SIGTERM: finish the save in flight and, unless this step is saved already, save it if the last save took
         no longer than the budget (Batch's stop timeout before SIGKILL is 30 s by default). Returns whether this
         step's checkpoint is committed."""
@@ -469,7 +570,7 @@ class Checkpointer:
             self.save_state(state, blocking=True, fail=False)
         return bool(self.saved and self.saved[-1].step == state.step)
 
-    def save_state(self, state: Any, *, blocking: bool, fail: bool) -> None:
+    def save_state(self, state: Snapshotting, *, blocking: bool, fail: bool) -> None:
         """Snapshot ``state`` (``TrainState``: collective where the weights are sharded) and save it."""
         if self.synchronize is not None:
             self.synchronize()
@@ -485,7 +586,7 @@ class Checkpointer:
             return False
         base = step_uri(self.run_dir, snapshot.step)
         group = self.dist.checkpoint_group
-        future: Future[list[dict[str, Any]]]
+        future: Future[list[FileRecord]]
         if self._executor is not None and not blocking and not fail_before_manifest:
             future = self._executor.submit(write_process_files, base, snapshot, group)
         else:
@@ -520,7 +621,8 @@ class Checkpointer:
         pending, self.pending = self.pending, None
         assert pending is not None
         error = pending.future.exception()
-        mine: Any = f"{type(error).__name__}: {error}" if error is not None else pending.future.result()
+        mine: str | list[FileRecord] = (f"{type(error).__name__}: {error}" if error is not None
+                                        else pending.future.result())
         gathered = self.dist.gather_objects(mine)
         base = step_uri(self.run_dir, pending.step)
         outcome = "ok"
@@ -556,14 +658,16 @@ class Checkpointer:
             self._executor.shutdown(wait=True)
 
     # ---- resume ----------------------------------------------------------------------------------------------
-    def restore(self, run_dirs: list[str], *, spec_hash: str, state: Any) -> ResumeSearch:
+    def restore(self, run_dirs: list[str], *, spec_hash: str, state: TrainState) -> ResumeSearch:
         """Process 0 finds the newest checkpoint that verifies and tells the others; every process then reads its
         share of it into ``state`` (``TrainState``)."""
         skipped: list[Skipped] = []
         max_step: int | None = None
         optimizer = state.optimizer
         while True:
-            decision = find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step) if self.dist.is_main else None
+            # Process 0's answer reaches every process; the others' stand-in is never read.
+            decision = (find_newest(run_dirs, spec_hash=spec_hash, max_step=max_step) if self.dist.is_main
+                        else (None, []))
             found, passed = self.dist.broadcast_object(decision)
             skipped += passed
             if found is None:

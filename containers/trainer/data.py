@@ -8,12 +8,14 @@ optimizer step starts and a resume neither repeats nor skips samples. Sample ``i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from trainer import storage
+from trainer.json_types import JsonMapping, JsonObject
 
 IGNORE_INDEX = -100
 
@@ -31,8 +33,8 @@ class DataError(ValueError):
     pass
 
 
-def read_rows(uri: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def read_rows(uri: str) -> list[JsonObject]:
+    rows: list[JsonObject] = []
     for number, line in enumerate(storage.read_text(uri).splitlines(), start=1):
         if not line.strip():
             continue
@@ -48,7 +50,7 @@ def read_rows(uri: str) -> list[dict[str, Any]]:
     return rows
 
 
-def encode_row(row: dict[str, Any], tokenizer: Tokenizer, length: int) -> tuple[list[int], list[int]]:
+def encode_row(row: JsonMapping, tokenizer: Tokenizer, length: int) -> tuple[list[int], list[int]]:
     """Input ids and labels of exactly ``length`` tokens; prompt tokens and padding carry no loss."""
     if "text" in row:
         ids = tokenizer.encode(str(row["text"]), bos=True, eos=True)
@@ -69,7 +71,7 @@ class TokenisedSet:
     labels: torch.Tensor  # (rows, length) int64
 
     @classmethod
-    def build(cls, rows: list[dict[str, Any]], tokenizer: Tokenizer, length: int) -> TokenisedSet:
+    def build(cls, rows: Sequence[JsonMapping], tokenizer: Tokenizer, length: int) -> TokenisedSet:
         pairs = [encode_row(row, tokenizer, length) for row in rows]
         return cls(torch.tensor([p[0] for p in pairs], dtype=torch.long),
                    torch.tensor([p[1] for p in pairs], dtype=torch.long))

@@ -9,13 +9,17 @@ locally (``no_sync``).
 """
 
 # No ``from __future__ import annotations`` here: DDP checks the hook's annotations as objects.
-from typing import Any
+import contextlib
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
+if TYPE_CHECKING:
+    from trainer.distributed import CollectiveStats
 
-def wrap(model: torch.nn.Module, device: torch.device, stats: Any) -> torch.nn.Module:
+
+def wrap(model: torch.nn.Module, device: torch.device, stats: "CollectiveStats | None") -> torch.nn.Module:
     """``model`` under DDP with the summing, timed communication hook."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -25,19 +29,19 @@ def wrap(model: torch.nn.Module, device: torch.device, stats: Any) -> torch.nn.M
     return wrapped
 
 
-def _timed_sum(stats: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def _timed_sum(stats: "CollectiveStats | None", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Sum one gradient bucket over the processes; its time, from launch to completion, counts as communication."""
     started = stats.start() if stats is not None else None
     future = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True).get_future()
 
     def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        if stats is not None:
+        if stats is not None and started is not None:
             stats.stop(started)
         return fut.value()[0]
 
     return future.then(done)
 
 
-def accumulating(model: torch.nn.Module) -> Any:
+def accumulating(model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
     """The context a non-final micro-batch's forward and backward run in: gradients accumulate, nothing is sent."""
     return model.no_sync()  # type: ignore[operator]

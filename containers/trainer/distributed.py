@@ -21,11 +21,20 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeVar
 
 import torch
 
 from trainer.backends import Backend
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from trainer.sharded import CpuTwin
+
+T = TypeVar("T")
 
 SYNC_SAMPLE_EVERY_VARIABLE = "DUALTRACK_SYNC_SAMPLE_EVERY"
 
@@ -36,6 +45,28 @@ def _sample_every(backend: Backend) -> int:
         return max(1, int(raw))
     except ValueError:
         raise ValueError(f"{SYNC_SAMPLE_EVERY_VARIABLE} must be a whole number of steps, got {raw!r}") from None
+
+
+class CommunicationRecord(TypedDict):
+    """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``) as the collective
+    statistics give it."""
+
+    world_size: int
+    measured: bool
+    steps_timed: int
+    communication_s: float
+    communication_per_step_s: float | None
+    sync_wait_median_s: float | None
+    sync_wait_max_s: float | None
+    sync_wait_mean_s: float | None
+    sync_samples: int
+    sync_sample_every: int
+    untimed: list[str]
+
+
+# When a collective started: a recorded CUDA event where the collectives are timed with device events, else the
+# host clock (``time.perf_counter``).
+Started: TypeAlias = torch.cuda.Event | float
 
 
 @dataclass
@@ -64,20 +95,20 @@ class CollectiveStats:
     skews: list[float] = field(default_factory=list)
     step: int = 0
     step_started: float = 0.0
-    _pending: list[tuple[Any, Any]] = field(default_factory=list)
+    _pending: list[tuple[torch.cuda.Event, torch.cuda.Event]] = field(default_factory=list)
 
     def sampling(self) -> bool:
         return self.step % self.sample_every == 0
 
-    def start(self) -> Any:
+    def start(self) -> Started:
         if self.use_events:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
             return event
         return time.perf_counter()
 
-    def stop(self, started: Any) -> None:
-        if self.use_events:
+    def stop(self, started: Started) -> None:
+        if isinstance(started, torch.cuda.Event):  # use_events: start() recorded an event
             end = torch.cuda.Event(enable_timing=True)
             end.record()
             self._pending.append((started, end))
@@ -94,7 +125,7 @@ class CollectiveStats:
             self.communication_s += start.elapsed_time(end) / 1000.0
             self._pending.pop(0)
 
-    def record(self, world_size: int) -> dict[str, Any]:
+    def record(self, world_size: int) -> CommunicationRecord:
         """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``)."""
         self._resolve(wait=True)
         skews = self.skews
@@ -107,12 +138,10 @@ class CollectiveStats:
                 "sync_samples": len(skews), "sync_sample_every": self.sample_every, "untimed": list(self.untimed)}
 
 
-def _collective_timeout() -> Any:
+def _collective_timeout() -> timedelta | None:
     """How long a collective waits for its peers before failing (``DUALTRACK_COLLECTIVE_TIMEOUT_S``; torch's own
     default when unset, 30 minutes for gloo). A rank whose peer node is gone fails at the latest after this, so the
     attempt ends and Batch retries the job; a first collective after a long compile must fit inside it too."""
-    from datetime import timedelta
-
     value = os.environ.get("DUALTRACK_COLLECTIVE_TIMEOUT_S")
     return timedelta(seconds=float(value)) if value else None
 
@@ -127,11 +156,11 @@ class Distributed:
     # Two gloo groups beside the training group: one for checkpoint writes (torch.distributed.checkpoint, which may
     # run on a background thread), one for the training thread's small control messages. Gloo carries CPU objects
     # whatever the training backend, and separate groups keep the two threads' collectives apart.
-    checkpoint_group: Any = None
-    control_group: Any = None
+    checkpoint_group: ProcessGroup | None = None
+    control_group: ProcessGroup | None = None
     # The ("dp", "tp") device mesh and its CPU twin (``trainer.sharded.CpuTwin``), once a layout needs them.
-    mesh: Any = None
-    twin: Any = None
+    mesh: DeviceMesh | None = None
+    twin: CpuTwin | None = None
     tensor_parallel: int = 1
 
     @classmethod
@@ -187,9 +216,12 @@ class Distributed:
         return self.rank // self.tensor_parallel
 
     @property
-    def data_group(self) -> Any:
+    def data_group(self) -> ProcessGroup | None:
         """The processes to sum the loss over (None: every process)."""
-        return self.mesh["dp"].get_group() if self.tensor_parallel > 1 else None
+        if self.tensor_parallel > 1:
+            assert self.mesh is not None  # form_mesh set both
+            return self.mesh["dp"].get_group()
+        return None
 
     @property
     def in_graph(self) -> bool:
@@ -236,12 +268,12 @@ class Distributed:
         stats = self.stats
         started = stats.start() if stats is not None else None
         dist.all_reduce(loss, op=dist.ReduceOp.SUM, group=self.data_group)
-        if stats is not None:
+        if stats is not None and started is not None:
             stats.stop(started)
         return loss
 
     # ---- control messages (the training thread, gloo) ---------------------------------------------------------
-    def broadcast_object(self, obj: Any) -> Any:
+    def broadcast_object(self, obj: T) -> T:
         """Process 0's ``obj`` on every process."""
         if self.world_size <= 1:
             return obj
@@ -251,13 +283,14 @@ class Distributed:
         dist.broadcast_object_list(holder, src=0, group=self.control_group)
         return holder[0]
 
-    def gather_objects(self, obj: Any) -> list[Any] | None:
+    def gather_objects(self, obj: T) -> list[T] | None:
         """Every process's ``obj`` on process 0 (None elsewhere)."""
         if self.world_size <= 1:
             return [obj]
         import torch.distributed as dist
 
-        out: list[Any] | None = [None] * self.world_size if self.is_main else None
+        # One slot per process, each overwritten with that process's object.
+        out: list[T] | None = [obj] * self.world_size if self.is_main else None
         dist.gather_object(obj, out, dst=0, group=self.control_group)
         return out
 
@@ -287,7 +320,7 @@ class Distributed:
 
         return answer
 
-    def communication(self) -> dict[str, Any] | None:
+    def communication(self) -> CommunicationRecord | None:
         """The summary's ``communication`` block, or None for a single process (the schema's zeros apply)."""
         return None if self.stats is None else self.stats.record(self.world_size)
 

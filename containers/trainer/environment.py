@@ -10,7 +10,6 @@ import re
 import socket
 import urllib.request
 from importlib import metadata
-from typing import Any
 
 from lambdas.domain.run_summary import EnvironmentRecord
 
@@ -99,10 +98,10 @@ def image_record() -> dict[str, str | None]:
     return record
 
 
-def environment_record(backend_versions: dict[str, str | None], neuron_sdk: str | None) -> dict[str, Any]:
+def environment_record(backend_versions: dict[str, str | None], neuron_sdk: str | None) -> dict[str, str | None]:
     import torch
 
-    record: dict[str, Any] = {
+    record: dict[str, str | None] = {
         **image_record(),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -13,14 +13,20 @@ checkpoints at any process count and layout).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer.tensor_parallel import decoder_layers
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup, ReduceOp
+    from torch.distributed.device_mesh import DeviceMesh
 
-def shard_model(model: torch.nn.Module, mesh: Any) -> None:
+    from trainer.distributed import CollectiveStats
+
+
+def shard_model(model: torch.nn.Module, mesh: DeviceMesh) -> None:
     """Shard each decoder layer, then the rest of ``model`` (embeddings, final norm, head), over the data-parallel
     ``mesh`` (1-D; with tensor parallelism its parameters are already DTensors over the sibling ``"tp"`` dimension,
     and FSDP2 shards them over both: torchtitan's 2-D layout)."""
@@ -37,7 +43,7 @@ def shard_model(model: torch.nn.Module, mesh: Any) -> None:
             module.set_force_sum_reduction_for_comms(True)
 
 
-def time_collectives(model: torch.nn.Module, stats: Any) -> bool:
+def time_collectives(model: torch.nn.Module, stats: CollectiveStats) -> bool:
     """Route every FSDP2 all-gather and reduce-scatter of ``model`` through timed wrappers that add their time to
     ``stats`` (``trainer.distributed.CollectiveStats``: host clock on the CPU, CUDA events on the collective's
     stream). The wrappers run each collective synchronously on its stream, so the time is the collective's own.
@@ -52,16 +58,18 @@ def time_collectives(model: torch.nn.Module, stats: Any) -> bool:
         return False
 
     class TimedAllGather(DefaultAllGather):  # type: ignore[misc]
-        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
-                     async_op: bool = False) -> Any:
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: ProcessGroup,
+                     async_op: bool = False) -> None:
             started = stats.start()
             super().__call__(output_tensor, input_tensor, group, async_op=False)
             stats.stop(started)
             return None  # done: FSDP2 waits only on a Work it is given
 
     class TimedReduceScatter(DefaultReduceScatter):  # type: ignore[misc]
-        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, op: Any,
-                     async_op: bool = False) -> Any:
+        # Any: torch annotates DefaultReduceScatter's result as a Work, yet a synchronous call returns None (the
+        # ReduceScatter interface FSDP2 calls through allows either).
+        def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: ProcessGroup,
+                     op: ReduceOp | ReduceOp.RedOpType, async_op: bool = False) -> Any:
             started = stats.start()
             super().__call__(output_tensor, input_tensor, group, op, async_op=False)
             stats.stop(started)

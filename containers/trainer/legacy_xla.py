@@ -59,7 +59,7 @@ class XlaBackend(Backend):
             self.configure_cache(None)
         return model.to(self.device)
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         if self.precision == "bf16" and self.on_neuron:
             return torch.autocast("xla", dtype=torch.bfloat16)
         return contextlib.nullcontext()

@@ -14,9 +14,15 @@ import queue
 import sys
 import threading
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from lambdas.domain import telemetry
+from trainer.json_types import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_cloudwatch.literals import StandardUnitType
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
 
 NAMESPACE = telemetry.NAMESPACE
 MAX_DATA_PER_CALL = 1000
@@ -37,7 +43,7 @@ class Progress:
         self.stream = stream or sys.stdout
         self.enabled = enabled
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: JsonValue) -> None:
         if self.enabled:
             self.stream.write(json.dumps({"event": event, **fields}, default=str) + "\n")
             self.stream.flush()
@@ -59,18 +65,19 @@ class CloudWatchPublisher:
     """Queue of metric data flushed by a daemon thread in batches of up to 1000 per call."""
 
     def __init__(self, trial_id: str, run: str, attempt: int, *, flush_every: int = 200,
-                 client: Any | None = None):
-        self.dimensions = [{"Name": "TrialId", "Value": trial_id}, {"Name": "Run", "Value": run},
-                           {"Name": "Attempt", "Value": str(attempt)}]
+                 client: CloudWatchClient | None = None):
+        self.dimensions: list[DimensionTypeDef] = [{"Name": "TrialId", "Value": trial_id},
+                                                   {"Name": "Run", "Value": run},
+                                                   {"Name": "Attempt", "Value": str(attempt)}]
         self.flush_every = flush_every
         self._client = client
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._queue: queue.Queue[MetricDatumTypeDef | None] = queue.Queue()
         self._thread = threading.Thread(target=self._drain, name="cloudwatch-metrics", daemon=True)
         self.sent = 0
         self.errors: list[str] = []
         self._thread.start()
 
-    def put(self, name: str, value: float, unit: str = "None") -> None:
+    def put(self, name: str, value: float, unit: StandardUnitType = "None") -> None:
         self._queue.put({"MetricName": name, "Value": float(value), "Unit": unit, "Dimensions": self.dimensions,
                          "Timestamp": datetime.now(UTC)})
 
@@ -78,7 +85,7 @@ class CloudWatchPublisher:
         self._queue.put(None)
         self._thread.join(timeout)
 
-    def _send(self, batch: list[dict[str, Any]]) -> None:
+    def _send(self, batch: list[MetricDatumTypeDef]) -> None:
         if not batch:
             return
         try:
@@ -87,13 +94,13 @@ class CloudWatchPublisher:
 
                 self._client = boto3.client("cloudwatch")
             for i in range(0, len(batch), MAX_DATA_PER_CALL):
-                self._client.put_metric_data(Namespace=NAMESPACE, MetricData=batch[i:i + MAX_DATA_PER_CALL])  # type: ignore[arg-type]
+                self._client.put_metric_data(Namespace=NAMESPACE, MetricData=batch[i:i + MAX_DATA_PER_CALL])
             self.sent += len(batch)
         except Exception as exc:  # metrics are best-effort; the summary in S3 is the record
             self.errors.append(repr(exc)[:200])
 
     def _drain(self) -> None:
-        batch: list[dict[str, Any]] = []
+        batch: list[MetricDatumTypeDef] = []
         while True:
             try:
                 item = self._queue.get(timeout=5.0)
@@ -114,7 +121,7 @@ class NullPublisher:
     sent = 0
     errors: list[str] = []
 
-    def put(self, name: str, value: float, unit: str = "None") -> None:
+    def put(self, name: str, value: float, unit: StandardUnitType = "None") -> None:
         pass
 
     def close(self, timeout: float = 10.0) -> None:
@@ -125,7 +132,7 @@ class MetricsLog:
     """Every metric record of the attempt, kept in memory and written as ``metrics.jsonl``."""
 
     def __init__(self, publisher: CloudWatchPublisher | NullPublisher):
-        self.records: list[dict[str, Any]] = []
+        self.records: list[JsonObject] = []
         self.publisher = publisher
 
     def step(self, step: int, loss: float, step_time_s: float, tokens: int, samples: int, lr: float) -> None:

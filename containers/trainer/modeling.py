@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from lambdas.domain.trial import TrialSpec
 from trainer import storage
-from trainer.data import IGNORE_INDEX
+from trainer.data import IGNORE_INDEX, Tokenizer
+from trainer.json_types import JsonObject
 from trainer.tokenizer import ByteTokenizer, HubTokenizer
 
 
@@ -37,7 +38,7 @@ def _local_dir(uri: str) -> str:
     return str(target)
 
 
-def build_model(spec: TrialSpec, tokenizer: Any) -> torch.nn.Module:
+def build_model(spec: TrialSpec, tokenizer: ByteTokenizer | HubTokenizer) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(spec.seed)  # same initial weights (and LoRA init) on every track and attempt
@@ -127,15 +128,15 @@ def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> No
     model.load_state_dict(tensors, strict=True)
 
 
-def adapter_config(model: torch.nn.Module) -> dict[str, Any] | None:
+def adapter_config(model: torch.nn.Module) -> JsonObject | None:
     if not is_lora(model):
         return None
-    config: Any = model.peft_config["default"]  # type: ignore[index]
+    config: Any = model.peft_config["default"]  # type: ignore[index]  # peft's LoraConfig, an attribute peft adds
     return {k: (sorted(v) if isinstance(v, set) else v) for k, v in config.to_dict().items()}
 
 
 @torch.no_grad()
-def greedy_complete(model: torch.nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int,
+def greedy_complete(model: torch.nn.Module, tokenizer: Tokenizer, prompt: str, max_new_tokens: int,
                     device: torch.device) -> tuple[str, list[int]]:
     """Fixed-length greedy completion (no early stop, so both tracks compare the same number of tokens)."""
     ids = torch.tensor([tokenizer.encode(prompt, bos=True)], dtype=torch.long, device=device)

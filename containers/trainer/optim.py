@@ -9,16 +9,21 @@ reads back what its own layout holds, so a checkpoint of any layout and process 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from trainer.sharded import CpuTwin, to_param
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from trainer.backends import Backend
+
 STATE_KEYS = ("step", "exp_avg", "exp_avg_sq")
 
 
-def _mesh_of(param: torch.Tensor) -> Any:
+def _mesh_of(param: torch.Tensor) -> DeviceMesh | None:
     from torch.distributed.tensor import DTensor
 
     return param.device_mesh if isinstance(param, DTensor) else None
@@ -37,7 +42,7 @@ class Optimizer:
         self.local = torch.optim.AdamW([p for _, p in named], lr=lr, weight_decay=weight_decay,
                                        foreach=False if len(kinds) > 1 else None)
 
-    def step(self, backend: Any) -> None:
+    def step(self, backend: Backend) -> None:
         backend.optimizer_step(self.local)
 
     def zero_grad(self) -> None:
@@ -62,7 +67,7 @@ class Optimizer:
             out[name] = {k: self._host_copy(state[k]) for k in STATE_KEYS}
         return out
 
-    def _host_copy(self, value: Any) -> torch.Tensor:
+    def _host_copy(self, value: torch.Tensor) -> torch.Tensor:
         if self.twin is not None:
             return self.twin.to_cpu(value)
         return torch.as_tensor(value).detach().to("cpu", copy=True)

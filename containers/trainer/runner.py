@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 
@@ -27,6 +26,7 @@ from trainer.config import RunConfig
 from trainer.data import BatchPlan, DataError, SampleStream, TokenisedSet, loss_tokens, read_rows
 from trainer.distributed import Distributed
 from trainer.faults import FaultPlan, ForcedFailure, PlannedFault, TerminationFlag, forced_failure_point
+from trainer.json_types import JsonValue
 from trainer.metrics import CloudWatchPublisher, MetricsLog, NullPublisher, Progress, publishing_enabled
 from trainer.modeling import (
     build_model,
@@ -36,7 +36,14 @@ from trainer.modeling import (
 )
 from trainer.optim import Optimizer
 from trainer.state import TrainState
-from trainer.summary import AttemptRecord, build_summary, previous_losses, write_summary
+from trainer.summary import (
+    AttemptRecord,
+    FinalSample,
+    OptimizerSettings,
+    build_summary,
+    previous_losses,
+    write_summary,
+)
 
 # Checkpoints are written on a background thread while training goes on, unless this is "0".
 ASYNC_CHECKPOINT_VARIABLE = "DUALTRACK_ASYNC_CHECKPOINT"
@@ -65,7 +72,7 @@ def warmup_steps(max_steps: int) -> int:
     return max(1, max_steps // 10)
 
 
-def lr_lambda(max_steps: int):  # type: ignore[no-untyped-def]
+def lr_lambda(max_steps: int) -> Callable[[int], float]:
     warmup = warmup_steps(max_steps)
 
     def factor(step: int) -> float:
@@ -85,7 +92,7 @@ def neuron_environment(spec: TrialSpec, track: str, backend_name: str) -> dict[s
     return {"NEURON_LOGICAL_NC_CONFIG": str(trn2.logical_nc_config)}
 
 
-def optimizer_record(spec: TrialSpec, sharding: str) -> dict[str, Any]:
+def optimizer_record(spec: TrialSpec, sharding: str) -> OptimizerSettings:
     return {"name": "adamw", "learning_rate": spec.learning_rate, "weight_decay": WEIGHT_DECAY,
             "grad_clip_norm": GRAD_CLIP_NORM, "lr_schedule": "linear warmup, then linear decay",
             "warmup_steps": warmup_steps(spec.max_steps), "final_lr_factor": FINAL_LR_FACTOR, "sharding": sharding}
@@ -128,7 +135,7 @@ class Trainer:
         self.backend: Backend = make_backend(backend_name, spec.precision, flags, execution=execution)
         self.dist = Distributed.from_env(self.backend)
         trial_id, run_name = cfg.trial_id or spec.trial_id, cfg.run or cfg.track
-        self.publisher: Any = (CloudWatchPublisher(trial_id, run_name, cfg.attempt)
+        self.publisher: CloudWatchPublisher | NullPublisher = (CloudWatchPublisher(trial_id, run_name, cfg.attempt)
                                if self.dist.is_main and publishing_enabled() else NullPublisher())
         self.log = MetricsLog(self.publisher)
         self.progress = Progress(enabled=cfg.progress and self.dist.is_main)
@@ -145,7 +152,7 @@ class Trainer:
     def phases(self) -> dict[str, float]:
         return self.record.phases
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: JsonValue) -> None:
         self.progress.emit(event, **fields)
 
     # ---- the attempt -------------------------------------------------------------------------------------------
@@ -236,10 +243,13 @@ class Trainer:
         backend.configure_cache(record.cache.directory)
         self.cache_setup_s = time.perf_counter() - t
         self.model = backend.prepare(self.model)
+        mesh = self.dist.mesh  # formed above wherever tensor parallelism or FSDP2 runs
         if degree > 1:
-            tensor_parallel.parallelize(self.model, self.dist.mesh["tp"])
+            assert mesh is not None
+            tensor_parallel.parallelize(self.model, mesh["tp"])
         if self.fully_sharded:
-            fsdp.shard_model(self.model, self.dist.mesh["dp"])
+            assert mesh is not None
+            fsdp.shard_model(self.model, mesh["dp"])
             if self.dist.stats is not None and not fsdp.time_collectives(self.model, self.dist.stats):
                 self.dist.stats.measured = False  # its collectives run inside forward and backward, untimed
         if degree > 1 and self.dist.stats is not None:
@@ -477,7 +487,7 @@ class Trainer:
         self.log.eval(step, value, seconds)
         self.emit("eval", step=step, loss=round(value, 6), eval_s=round(seconds, 3))
 
-    def _saving(self, call: Callable[[], Any]) -> None:
+    def _saving(self, call: Callable[[], checkpoint.SavedCheckpoint | None]) -> None:
         """Run a checkpointer call on the training thread, counting its time as checkpoint time."""
         t = time.perf_counter()
         try:
@@ -508,7 +518,7 @@ class Trainer:
                 record.cache.publish(failed_error=(record.error or "the compile failed") if record.compile_failed
                                      else None, attempt=self.cfg.attempt)
 
-    def _final_samples(self) -> list[dict[str, Any]]:
+    def _final_samples(self) -> list[FinalSample]:
         """Process 0 completes the fixed prompts (every process runs a sharded model's forward with it, on the
         device)."""
         together = self.distributed_model
@@ -520,7 +530,7 @@ class Trainer:
         device = backend.device if on_device else torch.device("cpu")
         if not on_device:
             model = model.to("cpu")  # a CPU copy of the trained weights
-        out = []
+        out: list[FinalSample] = []
         with no_grad_eval(model):
             for prompt in evaluation.prompts:
                 text, ids = greedy_complete(model, self.tokenizer, prompt, evaluation.max_new_tokens, device)

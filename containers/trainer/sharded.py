@@ -9,9 +9,12 @@ a DTensor stays a DTensor, each process writes its own shard, and any process co
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -58,16 +61,18 @@ def load_full(model: torch.nn.Module, tensors: dict[str, torch.Tensor], *, stric
 class CpuTwin:
     """The CPU twin of a device mesh (collective to build: every process calls it)."""
 
-    def __init__(self, mesh: Any):
+    def __init__(self, mesh: DeviceMesh):
         from torch.distributed.device_mesh import init_device_mesh
 
+        assert mesh.mesh_dim_names is not None  # the run's mesh is named ("dp", "tp")
         names = tuple(mesh.mesh_dim_names)
         self.names = names
         self.mesh = init_device_mesh("cpu", tuple(mesh.shape), mesh_dim_names=names,
                                      backend_override=dict.fromkeys(names, "gloo"))
 
-    def of(self, mesh: Any) -> Any:
+    def of(self, mesh: DeviceMesh) -> DeviceMesh:
         """The twin of ``mesh`` (the device mesh or one of its dimensions)."""
+        assert mesh.mesh_dim_names is not None  # the run's mesh and its dimensions are named
         names = tuple(mesh.mesh_dim_names)
         return self.mesh if names == self.names else self.mesh[names]
 
@@ -108,7 +113,7 @@ def clip_grad_norm_(params: list[torch.nn.Parameter], max_norm: float) -> torch.
     process of a tensor-parallel group) count once, and every gradient is scaled by the one total."""
     from torch.distributed.tensor import DTensor
 
-    groups: dict[Any, list[torch.nn.Parameter]] = {}
+    groups: dict[DeviceMesh | None, list[torch.nn.Parameter]] = {}
     for p in params:
         if p.grad is not None:
             groups.setdefault(p.device_mesh if isinstance(p, DTensor) else None, []).append(p)

@@ -5,21 +5,30 @@ checkpoint back. The ``Checkpointer`` (``trainer.checkpoint``) decides when to s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from trainer import checkpoint, sharded
+from trainer.checkpoint import CheckpointMeta, TrainStateDict
 from trainer.modeling import adapter_config, is_lora, load_weights, model_keys, weights_state
 from trainer.optim import Optimizer
+
+
+class Identity(TypedDict):
+    """The run a checkpoint belongs to, recorded in its trainer state."""
+
+    trial: str
+    spec_hash: str
 
 
 class TrainState:
     """The run's state on this process. ``step`` and ``position`` (samples consumed) advance with the loop;
     ``meta`` and ``identity`` (the trial's name and spec hash) go into each checkpoint unchanged."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: Optimizer, scheduler: Any, *, main: bool,
-                 device: torch.device, meta: dict[str, Any], identity: dict[str, Any]):
+    def __init__(self, model: torch.nn.Module, optimizer: Optimizer, scheduler: LRScheduler, *, main: bool,
+                 device: torch.device, meta: CheckpointMeta, identity: Identity):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.main, self.device, self.meta, self.identity = main, device, meta, identity
         self.distributed = sharded.is_sharded(model)  # its parameters are DTensors (FSDP2, tensor parallelism)
@@ -27,20 +36,20 @@ class TrainState:
         self.position = 0
 
     # ---- torch.distributed.checkpoint.stateful.Stateful ---------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> TrainStateDict:
         """This process's part, on the CPU: its share of the optimizer state; on process 0 also the weights
         (gathered whole where they are sharded: every process takes part), the schedule, the RNG and the trainer
         state. Collective where the model is sharded."""
         full = sharded.full_state(self.model, main=self.main) if self.distributed else None
-        out: dict[str, Any] = {"step": self.step, "optimizer": self.optimizer.state_shard()}
+        out: TrainStateDict = {"step": self.step, "optimizer": self.optimizer.state_shard()}
         if self.main:
-            out.update(weights=weights_state(self.model, full), lora_config=adapter_config(self.model),
-                       scheduler=self.scheduler.state_dict(), rng=checkpoint.rng_state(),
-                       trainer={"global_step": self.step, "data_position": {"samples_consumed": self.position},
-                                **self.identity})
+            out.update({"weights": weights_state(self.model, full), "lora_config": adapter_config(self.model),
+                        "scheduler": self.scheduler.state_dict(), "rng": checkpoint.rng_state(),
+                        "trainer": {"global_step": self.step, "data_position": {"samples_consumed": self.position},
+                                    **self.identity}})
         return out
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: TrainStateDict) -> None:
         """Put a loaded checkpoint back (``trainer.checkpoint.LoadedCheckpoint.state``): every process its share."""
         weights = state["weights"]
         if self.distributed:  # each process cuts its share out of the whole weights loaded

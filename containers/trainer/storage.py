@@ -6,8 +6,13 @@ import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+from trainer.json_types import JsonObject
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 
 class AlreadyExists(FileExistsError):
@@ -19,7 +24,7 @@ class CredentialsRefused(RuntimeError):
 
 
 @lru_cache(maxsize=1)
-def _default_s3() -> Any:
+def _default_s3() -> S3Client:
     import boto3  # lazy: local runs never need it
 
     return boto3.client("s3")
@@ -27,11 +32,11 @@ def _default_s3() -> Any:
 
 # The credentials function's last answer: the bucket and prefixes this job's own credentials reach, among them the
 # compile-cache entry it was sent to build (``cache_write_prefix``, None for every other run).
-_ISSUED: dict[str, Any] = {}
+_ISSUED: JsonObject = {}
 
 
 @lru_cache(maxsize=1)
-def _scoped() -> tuple[str, Any] | None:
+def _scoped() -> tuple[str, S3Client] | None:
     """(bucket, client) with this job's own credentials for the artifacts bucket, refreshed before they expire, when
     the job definition names the plane's credentials function; None otherwise (a run outside AWS Batch, which uses
     whatever credentials the environment has). See lambdas/domain/job_access.py."""
@@ -80,7 +85,7 @@ def _s3(bucket: str) -> Any:
     return _default_s3()
 
 
-def _writer(bucket: str) -> Any:
+def _writer(bucket: str) -> S3Client:
     """The client a write goes through: this job's own credentials whenever it has them, so that what it may write
     (its run's prefix, the one compile-cache entry it builds) is the writer role's policy, never the job role's."""
     scoped = _scoped()

@@ -6,7 +6,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Required, TypedDict
 
 from lambdas.domain.run_summary import STAND_IN_BACKENDS, RunSummary
 from lambdas.domain.trial import Layout, TrialSpec
@@ -16,6 +16,7 @@ from trainer.cache import CompileCache
 from trainer.checkpoint import SavedCheckpoint, Skipped
 from trainer.config import RunConfig
 from trainer.data import BatchPlan
+from trainer.distributed import CommunicationRecord
 from trainer.environment import environment_record
 from trainer.faults import FaultPlan
 from trainer.metrics import read_step_losses
@@ -32,6 +33,65 @@ TOLERANCE = {"fp32": 1e-4, "bf16": 2e-2}
 
 PHASES = ("environment_s", "data_load_s", "compile_s", "train_s", "checkpoint_save_s", "checkpoint_restore_s",
           "eval_s")
+
+
+# The summary's blocks as the trainer builds them (``lambdas.domain.run_summary`` validates the whole).
+class FinalSample(TypedDict):
+    prompt: str
+    completion: str
+    token_ids: list[int]
+
+
+class OptimizerSettings(TypedDict):
+    """The ``optimizer`` block: what the loop applies beyond the spec's peak learning rate."""
+
+    name: str
+    learning_rate: float
+    weight_decay: float
+    grad_clip_norm: float
+    lr_schedule: str
+    warmup_steps: int
+    final_lr_factor: float
+    sharding: str
+
+
+class ContinuityRecord(TypedDict, total=False):
+    """The ``continuity`` block: every entry after a resume, none otherwise."""
+
+    global_step_continuous: bool
+    loss_continuous: bool | None
+    tolerance: float
+    max_rel_delta: float | None
+    compared_steps: list[int]
+
+
+class CommunicationSummary(TypedDict, total=False):
+    """The ``communication`` block: ``CommunicationRecord`` with the collectives' share of the step time, or only
+    the world size for a single process (the schema's zeros apply)."""
+
+    world_size: Required[int]
+    measured: bool
+    steps_timed: int
+    communication_s: float
+    communication_share: float | None
+    communication_per_step_s: float | None
+    sync_wait_median_s: float | None
+    sync_wait_max_s: float | None
+    sync_wait_mean_s: float | None
+    sync_samples: int
+    sync_sample_every: int
+    untimed: list[str]
+
+
+class OverlapRecord(TypedDict):
+    """The ``checkpoint_overlap`` block."""
+
+    asynchronous: bool
+    steps_overlapping: int
+    steps_clear: int
+    step_time_overlapping_s: float | None
+    step_time_clear_s: float | None
+    slowdown: float | None
 
 
 @dataclass
@@ -74,11 +134,11 @@ class AttemptRecord:
     fault_plan: FaultPlan | None = None
     fault_fired: bool = False
     memory_peak_mib: float | None = None
-    final_samples: list[dict[str, Any]] = field(default_factory=list)
+    final_samples: list[FinalSample] = field(default_factory=list)
     validation_loss: float | None = None
     error: str | None = None
-    optimizer: dict[str, Any] | None = None
-    communication: dict[str, Any] | None = None  # Distributed.communication(); None for a single process
+    optimizer: OptimizerSettings | None = None
+    communication: CommunicationRecord | None = None  # Distributed.communication(); None for a single process
 
 
 def _iso(ts: float) -> str:
@@ -104,7 +164,7 @@ def previous_losses(run_dirs: list[str], attempt: int, own_run_dir: str) -> dict
     return out
 
 
-def continuity(inputs: AttemptRecord) -> dict[str, Any]:
+def continuity(inputs: AttemptRecord) -> ContinuityRecord:
     if inputs.resumed_from_step is None:
         return {}
     tolerance = TOLERANCE.get(inputs.backend.precision, 2e-2)
@@ -149,18 +209,18 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
     return cache_key(spec).key
 
 
-def _communication(inputs: AttemptRecord) -> dict[str, Any]:
+def _communication(inputs: AttemptRecord) -> CommunicationSummary:
     """Collective timings with their share of the step time; zeros / None for a single process."""
     if inputs.communication is None:
         return {"world_size": inputs.world_size_run}
-    record = dict(inputs.communication)
+    record: CommunicationSummary = {**inputs.communication}
     step_total = sum(inputs.step_times) + (inputs.first_step_s or 0.0)
     record["communication_share"] = (record["communication_s"] / step_total
                                      if step_total > 0 and record.get("measured", True) else None)
     return record
 
 
-def checkpoint_overlap(step_times: list[float], overlaps: list[bool], asynchronous: bool) -> dict[str, Any]:
+def checkpoint_overlap(step_times: list[float], overlaps: list[bool], asynchronous: bool) -> OverlapRecord:
     """Median step time of steps that ran during a background save against steps that did not."""
     during = [t for t, o in zip(step_times, overlaps, strict=False) if o]
     clear = [t for t, o in zip(step_times, overlaps, strict=False) if not o]

@@ -19,11 +19,14 @@ written with ``torch.distributed.checkpoint``, stay layout-free: any world size 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from lambdas.domain.trial import tensor_parallel_problems
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 COLUMN = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROW = ("o_proj", "down_proj")
@@ -77,7 +80,7 @@ def plan(model: torch.nn.Module) -> dict[str, str]:
     return out
 
 
-def parallelize(model: torch.nn.Module, mesh: Any) -> dict[str, str]:
+def parallelize(model: torch.nn.Module, mesh: DeviceMesh) -> dict[str, str]:
     """Split ``model`` (peft-wrapped or not) over the 1-D tensor-parallel ``mesh``, in place; returns the plan."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 

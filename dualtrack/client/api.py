@@ -10,6 +10,7 @@ from urllib.parse import quote
 from dualtrack.client.endpoint import Endpoint, session
 from dualtrack.client.errors import ConfigFailure
 from dualtrack.client.http import RetryPolicy, SignedClient
+from lambdas.domain.json_types import JsonObject
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,9 @@ class TrialApi:
     def get(self, trial_id: str) -> dict[str, Any]:
         return _object(self.http.request("GET", f"/trials/{_id(trial_id)}").body, "GET /trials/{id}")
 
-    def report(self, trial_id: str) -> dict[str, Any]:
-        """The report JSON (renderable to Markdown or HTML with lambdas.domain.report_render)."""
+    def report(self, trial_id: str) -> JsonObject:
+        """The report JSON as stored (``lambdas.domain.report_model.TrialReport.model_validate`` reads it for
+        ``lambdas.domain.report_render``'s Markdown and HTML)."""
         got = self.http.request("GET", f"/trials/{_id(trial_id)}/report", query={"format": "json"})
         return _object(got.body, "GET /trials/{id}/report")
 

@@ -7,11 +7,12 @@ import json
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
 
 from dualtrack.client.api import TrialApi, connect
 from dualtrack.client.endpoint import ClientOptions, resolve_endpoint
 from dualtrack.client.errors import EXIT_CODES_HELP, ClientFailure
+from dualtrack.output_option import add_json_option
+from lambdas.domain.json_types import JsonIn
 
 ENDPOINT_HELP = """\
 endpoint: --endpoint URL, else DUALTRACK_ENDPOINT, else "endpoint" in the config file (DUALTRACK_CONFIG or
@@ -33,7 +34,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--stack", dest="stack_name", metavar="NAME", help="control stack name (overrides --stage)")
     group.add_argument("--output-key", metavar="KEY", help="stack output holding the API URL (default: ApiUrl)")
     group.add_argument("--config", dest="config_path", metavar="FILE", help="client config file")
-    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    add_json_option(parser, help="machine-readable output on stdout")
 
 
 def options(args: argparse.Namespace) -> ClientOptions:
@@ -44,7 +45,7 @@ def open_api(args: argparse.Namespace) -> TrialApi:
     return connect(resolve_endpoint(options(args)), on_retry=lambda note: print(f"note: {note}", file=sys.stderr))
 
 
-def emit_json(value: Any) -> None:
+def emit_json(value: JsonIn) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 

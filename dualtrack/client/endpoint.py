@@ -12,12 +12,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dualtrack.client.errors import ConfigFailure
+
+if TYPE_CHECKING:
+    from boto3.session import Session
 
 DEFAULT_STAGE = "dev"
 DEFAULT_OUTPUT_KEY = "ApiUrl"  # infra/stacks/control.py: CfnOutput(self, "ApiUrl", ...)
@@ -107,18 +110,21 @@ def region_from_url(url: str) -> str | None:
     return match.group("region") if match else None
 
 
-def session(profile: str | None, region: str | None) -> Any:
+def session(profile: str | None, region: str | None) -> Session:
+    """A boto3 session for ``profile`` in ``region``. Without ``region``, ``AWS_REGION`` is honoured before
+    ``AWS_DEFAULT_REGION`` and the profile's region, as the AWS CLI and the other SDKs do (AWS SDKs and Tools
+    Reference Guide, "AWS Region"); boto3 alone reads only ``AWS_DEFAULT_REGION`` and the profile."""
     import boto3
     from botocore.exceptions import ProfileNotFound
 
     try:
-        return boto3.Session(profile_name=profile, region_name=region)
+        return boto3.Session(profile_name=profile, region_name=region or os.environ.get("AWS_REGION") or None)
     except ProfileNotFound:
         raise ConfigFailure(f"AWS profile {profile!r} not found in ~/.aws/config or ~/.aws/credentials "
                             "(use --profile NAME or set AWS_PROFILE)") from None
 
 
-def stack_output(boto_session: Any, stack_name: str, output_key: str) -> str:
+def stack_output(boto_session: Session, stack_name: str, output_key: str) -> str:
     """The API URL from the control stack's outputs; CDK may suffix output ids with a hash, so a prefix matches."""
     from botocore.exceptions import BotoCoreError, ClientError
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from lambdas.domain.json_types import JsonObject, JsonValue
 
 # One table for every remote command, so `$?` means the same thing after submit, status, watch, report, cancel.
 EXIT_OK = 0
@@ -39,7 +40,7 @@ class ClientFailure(Exception):
     exit_code: int = EXIT_UNAVAILABLE
     errors: list[FieldError] = field(default_factory=list)
     status: int | None = None
-    body: Any = None
+    body: JsonValue = None
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -47,8 +48,8 @@ class ClientFailure(Exception):
     def lines(self) -> list[str]:
         return [str(e) for e in self.errors] or [self.message]
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": False, "exit_code": self.exit_code, "message": self.message}
+    def as_json(self) -> JsonObject:
+        out: JsonObject = {"ok": False, "exit_code": self.exit_code, "message": self.message}
         if self.status is not None:
             out["status"] = self.status
         if self.errors:
@@ -78,12 +79,13 @@ def exit_code_for_status(status: int) -> int:
     return EXIT_UNAVAILABLE
 
 
-def api_failure(status: int, body: Any, reason: str = "") -> ClientFailure:
+def api_failure(status: int, body: JsonValue, reason: str = "") -> ClientFailure:
     """The API's own words: `errors` field paths when it sent them, else its `message`, else the HTTP reason."""
     errors: list[FieldError] = []
     message = ""
     if isinstance(body, dict):
-        for item in body.get("errors") or []:
+        listed = body.get("errors")
+        for item in listed if isinstance(listed, list) else []:
             if isinstance(item, dict):
                 errors.append(FieldError(str(item.get("path") or ""), str(item.get("message") or item)))
             else:

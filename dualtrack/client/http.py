@@ -17,14 +17,21 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from email.message import Message
+from typing import TYPE_CHECKING, TypeAlias
 from urllib.parse import quote, urlencode, urlsplit
 
 from dualtrack import __version__
 from dualtrack.client.errors import ConfigFailure, NetworkFailure, api_failure
+from lambdas.domain.json_types import JsonIn, JsonValue
+
+if TYPE_CHECKING:
+    from botocore.credentials import Credentials
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 SERVICE = "execute-api"
+# A query parameter's value; None leaves the parameter out.
+QueryValue: TypeAlias = str | int | float | None
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,7 @@ class RetryPolicy:
 class Response:
     status: int
     headers: Mapping[str, str]
-    body: Any  # parsed JSON when the API sent JSON, else text
+    body: JsonValue  # parsed JSON when the API sent JSON, else text (None when there was no body)
     raw: bytes = b""
 
 
@@ -52,14 +59,14 @@ class Response:
 class SignedClient:
     base_url: str
     region: str
-    credentials: Any  # botocore Credentials (refreshable ones refresh themselves)
+    credentials: Credentials  # refreshable ones refresh themselves
     timeout_s: float = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     sleep: Callable[[float], None] = time.sleep
     on_retry: Callable[[str], None] | None = None
     rng: random.Random = field(default_factory=random.Random)
 
-    def url(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+    def url(self, path: str, query: Mapping[str, QueryValue] | None = None) -> str:
         clean = {k: str(v) for k, v in (query or {}).items() if v is not None}
         # SigV4's canonical query encodes all but unreserved characters: send exactly that form.
         suffix = "?" + urlencode(sorted(clean.items()), safe="-_.~", quote_via=quote) if clean else ""
@@ -77,8 +84,8 @@ class SignedClient:
         prepared = aws.prepare()
         return urllib.request.Request(prepared.url, data=body, headers=dict(prepared.headers.items()), method=method)
 
-    def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                body: Any = None, ok: tuple[int, ...] = (200, 201, 202)) -> Response:
+    def request(self, method: str, path: str, *, query: Mapping[str, QueryValue] | None = None,
+                body: JsonIn = None, ok: tuple[int, ...] = (200, 201, 202)) -> Response:
         url = self.url(path, query)
         data = None if body is None else json.dumps(body, sort_keys=True).encode()
         attempts = max(1, self.retry.max_attempts)
@@ -157,7 +164,7 @@ class _Transient(Exception):
         self.reason = reason
 
 
-def quota_refusal(body: Any) -> bool:
+def quota_refusal(body: JsonValue) -> bool:
     """A 429 the API answers for a team quota (its body lists ``quotas``) is a refusal, not throttling: sending it
     again before a trial ends or the month turns cannot succeed, so it is not retried."""
     return isinstance(body, dict) and bool(body.get("quotas"))
@@ -171,11 +178,12 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
-def _response(status: int, headers: Any, raw: bytes) -> Response:
+def _response(status: int, headers: Message | None, raw: bytes) -> Response:
     plain = {k: v for k, v in headers.items()} if headers is not None else {}
     kind = next((v for k, v in plain.items() if k.lower() == "content-type"), "")
-    body: Any = raw.decode("utf-8", errors="replace")
-    if raw and ("json" in kind or body.lstrip()[:1] in ("{", "[")):
+    text = raw.decode("utf-8", errors="replace")
+    body: JsonValue = text
+    if raw and ("json" in kind or text.lstrip()[:1] in ("{", "[")):
         with contextlib.suppress(json.JSONDecodeError):
             body = json.loads(raw)
     elif not raw:

@@ -7,9 +7,14 @@ import json
 import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
+from lambdas.domain.json_types import JsonScalar, JsonValue
 from lambdas.domain.trial import Problem, TrialInvalid, TrialSpec, duplicate_key_problems, parse_trial
+
+# JSON whose numbers may be Decimals and whose arrays may be tuples: what :func:`to_jsonable` turns into JSON.
+WithDecimals: TypeAlias = (Decimal | JsonScalar | list["WithDecimals"] | tuple["WithDecimals", ...]
+                           | dict[str, "WithDecimals"])
 
 
 class CommandError(Exception):
@@ -67,7 +72,7 @@ def print_problems(source: str, problems: list[Problem], *, as_json: bool) -> No
         print(f"{source}: {problem}", file=sys.stderr)
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: WithDecimals) -> JsonValue:
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, dict):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import cache_lines
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 from dualtrack.commands._common import CommandError, load_trial
+from dualtrack.output_option import add_json_option
 from lambdas.domain.compile_cache import cache_key, explain
+from lambdas.domain.trial import TrialSpec
 
 HELP = describe(
     """\
@@ -59,17 +60,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     key.add_argument("trial", metavar="TRIAL.json")
     key.add_argument("--image-env", metavar="FILE", help="JSON object of the image's versions (neuronx_cc, "
                                                          "torch_neuronx, neuron_runtime)")
-    key.add_argument("--json", action="store_true", help="the key and components as JSON")
+    add_json_option(key, help="the key and components as JSON")
     key.set_defaults(func=run_key)
     explain = actions.add_parser("explain", help="why two trials miss each other's cache entries",
                                  description=EXPLAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     explain.add_argument("trial_a", metavar="TRIAL_A.json")
     explain.add_argument("trial_b", metavar="TRIAL_B.json")
-    explain.add_argument("--json", action="store_true", help="the differences and change classes as JSON")
+    add_json_option(explain, help="the differences and change classes as JSON")
     explain.set_defaults(func=run_explain)
 
 
-def _trn2_trial(path: str) -> Any:
+def _trn2_trial(path: str) -> TrialSpec:
     try:
         spec = load_trial(path, local=True)
     except CommandError as exc:

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
+from dualtrack.output_option import add_json_option
 from dualtrack.pricing import load_table_file
 from lambdas.domain.prices import PriceMissing, worst_case_usd
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--prices", metavar="FILE", help="price table file (default: shipped table)")
     parser.add_argument("--attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, choices=range(1, 11), metavar="N",
                         help=f"Batch attempts per run: the stage's max_attempts (default {DEFAULT_MAX_ATTEMPTS})")
-    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_json_option(parser, help="machine-readable result on stdout")
     parser.set_defaults(func=run)
 
 

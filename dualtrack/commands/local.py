@@ -11,6 +11,8 @@ from pathlib import Path
 from dualtrack.commands._common import CommandError, load_trial, print_problems
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
+from dualtrack.output_option import add_json_option
+from lambdas.domain.trial import Problem, TrialSpec, s3_inputs
 
 HELP = """\
 Rehearse a trial on this machine before spending on capacity: the same state machine `cdk synth` produces runs on
@@ -36,7 +38,8 @@ reach (or a route to the internet), and the nodes of a multi-node job meet only 
 What the network refuses is printed (`network: ...`) and fails the rehearsal, as it would fail the job on AWS.
 
 exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why) or the network refused a job
-something, 2 invalid trial, 130 interrupted
+something, 2 invalid trial, 8 a valid trial this machine cannot rehearse (its model or data live in S3; the lines
+say what to change, and examples/trial-rehearsal.json is one that runs), 130 interrupted
 
 examples:
   dualtrack local run examples/trial-rehearsal.json
@@ -63,10 +66,26 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                      help="give this track's job queue no instances (gpu or trn2): its jobs stay RUNNABLE until "
                           "the queue's time-limit action cancels them (the wait is time-scaled)")
     run.add_argument("--quiet", action="store_true", help="only print the summary")
-    run.add_argument("--json", action="store_true", help="for machines: no progress, one JSON object at the end "
-                                                         "(status, run directory, verdict, files)")
+    add_json_option(run, help="for machines: no progress, one JSON object at the end (status, run directory, "
+                              "outcome, files)")
     run.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
     run.set_defaults(func=run_local)
+
+
+EXIT_CANNOT_REHEARSE = 8
+
+
+def rehearsal_problems(spec: TrialSpec) -> list[Problem]:
+    """Why this machine cannot rehearse a valid trial: the rehearsal runs without AWS, so every input must be a
+    local file it uploads (data) or a model built in code (``model.config``); nothing under s3:// exists here."""
+    fix = "point it at a local file, as examples/trial-rehearsal.json does (the rehearsal uploads it)"
+    problems = [Problem(path, f"{uri}: the rehearsal runs without AWS, so nothing under s3:// exists here; {fix}")
+                for path, uri in s3_inputs(spec) if path != "model.uri"]
+    if spec.model.config is None:
+        problems.insert(0, Problem("model", "the rehearsal builds its model in code from model.config and loads no "
+                                            "weights; give model.config (a small Llama-class architecture) and "
+                                            "drop model.uri, as examples/trial-rehearsal.json does"))
+    return problems
 
 
 def run_local(args: argparse.Namespace) -> int:
@@ -75,6 +94,10 @@ def run_local(args: argparse.Namespace) -> int:
     except CommandError as exc:
         print_problems(args.trial, exc.problems, as_json=False)
         return 2
+    cannot = rehearsal_problems(spec)
+    if cannot:
+        print_problems(args.trial, cannot, as_json=args.json)
+        return EXIT_CANNOT_REHEARSE
     options = RehearsalOptions(out=args.out, fresh=args.fresh, fail_trn2=args.fail_trn2,
                                quiet=args.quiet or args.json, timeout_s=args.timeout, no_capacity=args.no_capacity)
     try:

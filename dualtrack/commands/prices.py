@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dualtrack.output_option import add_json_option
 from dualtrack.pricing import PRICE_TABLE_ENV, load_table_file, refresh
 
 HELP = f"""\
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     actions = parser.add_subparsers(dest="prices_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="print the table in force")
     show.add_argument("--prices", metavar="FILE", help="price table file (default: shipped table)")
-    show.add_argument("--json", action="store_true")
+    add_json_option(show, help="machine-readable result on stdout")
     show.set_defaults(func=run_show)
     ref = actions.add_parser("refresh", help="pull current on-demand rates from the AWS Pricing API")
     ref.add_argument("--region", default="us-east-1", help="region whose rates to fetch (default us-east-1)")

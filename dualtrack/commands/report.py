@@ -10,12 +10,16 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 from lambdas.domain.canonical import json_text
+from lambdas.domain.json_types import JsonObject
+from lambdas.domain.report_model import IntervalView, TrialReport
 from lambdas.domain.report_render import render_html, render_markdown
-from lambdas.services.cost_reporting import render_cost_markdown, team_row
+from lambdas.services.cost_reporting import CostReport, TeamSection, render_cost_markdown, team_row
 
 HELP = describe(
     """\
@@ -72,15 +76,24 @@ def choose_format(args: argparse.Namespace) -> str:
     return "json" if args.json else "md"
 
 
-def render(report: dict[str, Any], fmt: str) -> str:
+def parse_report(report: JsonObject, how: str, remedy: str = "use --format json, or upgrade dualtrack"
+                 ) -> TrialReport:
+    """The report as stored, read as the model the renderings take; ``how`` says what it is read for."""
+    try:
+        return TrialReport.model_validate(report)
+    except ValidationError as exc:
+        fields = ", ".join(".".join(map(str, error["loc"])) or "(top level)" for error in exc.errors()[:3])
+        version = report.get("report_version", "unknown")
+        raise ClientFailure(f"cannot render report version {version} {how} (missing or odd field: {fields}"
+                            f"{', ...' if exc.error_count() > 3 else ''}); {remedy}", EXIT_INVALID) from None
+
+
+def render(report: JsonObject, fmt: str) -> str:
+    """A report as stored (the API's JSON, or a report.json) in ``fmt``: json as is, md or html from the model."""
     if fmt == "json":
         return json_text(report, indent=2, sort_keys=True, default=str) + "\n"
-    try:
-        return render_html(report) if fmt == "html" else align_markdown_tables(render_markdown(report)) + "\n"
-    except (KeyError, TypeError, ValueError) as exc:
-        version = report.get("report_version", "unknown")
-        raise ClientFailure(f"cannot render report version {version} as {fmt} (missing or odd field {exc}); "
-                            "use --format json, or upgrade dualtrack", EXIT_INVALID) from None
+    parsed = parse_report(report, f"as {fmt}")
+    return render_html(parsed) if fmt == "html" else align_markdown_tables(render_markdown(parsed)) + "\n"
 
 
 def write(path: Path, text: str) -> None:
@@ -99,12 +112,13 @@ def render_costs(report: dict[str, Any], fmt: str) -> str:
     if fmt == "html":
         raise ClientFailure("the cost report renders as md or json; drop --format html / --open", EXIT_INVALID)
     if "team" not in report:
-        return align_markdown_tables(render_cost_markdown(report)) + "\n"
+        return align_markdown_tables(render_cost_markdown(CostReport.model_validate(report))) + "\n"
     head = f"# Cost report {report['period']} for team {report['team']}\n\n{report['start']} to {report['end']}"
     if not report.get("runs_closed"):
         return head + ": no run of the team closed in this period.\n"
+    section = TeamSection.model_validate(report)
     lines = [head + ".", "", "| team | total_usd | by track | vs previous | month to date / budget | rerun share | "
-             "compile booked / shared |", "|---|---|---|---|---|---|---|", team_row(report["team"], report), "",
+             "compile booked / shared |", "|---|---|---|---|---|---|---|", team_row(report["team"], section), "",
              "| track | " + " | ".join(report["total"]) + " |", "|---|" + "---|" * len(report["total"])]
     lines += [f"| {run} | " + " | ".join(cost.get(k, "0") for k in report["total"]) + " |"
               for run, cost in report["by_track"].items()]
@@ -120,13 +134,14 @@ def local_report(which: str) -> Path | None:
     return None
 
 
-def load_report(args: argparse.Namespace, which: str) -> dict[str, Any]:
+def load_report(args: argparse.Namespace, which: str) -> JsonObject:
+    """A report as stored: fetched from the API by trial id, or read from a report.json or rehearsal directory."""
     found = local_report(which)
     if found is None:
         if "/" in which or which.endswith(".json"):
             raise ClientFailure(f"{which}: no report.json there (a rehearsal directory or a report.json file, or a "
                                 "trial id)", EXIT_INVALID)
-        return open_api(args).report(which)  # type: ignore[no-any-return]
+        return open_api(args).report(which)
     try:
         loaded = json.loads(found.read_text())
     except (OSError, ValueError) as exc:
@@ -136,67 +151,100 @@ def load_report(args: argparse.Namespace, which: str) -> dict[str, Any]:
     return loaded
 
 
-def _interval(view: dict[str, Any] | None, digits: int = 3) -> str:
+Cell = str | int | float | bool | None
+
+
+class RunFigures(BaseModel):
+    """One run's figures in --compare. The warm-up compile stage sets only some: the others are left out of its
+    JSON (``exclude_unset``) and read as None."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    status: str | None = None
+    steps: int | None = None
+    backend: str | None = None
+    stand_in: bool | None = None
+    step_time_s: IntervalView | None = None
+    total_usd: str | None = None
+    validation_loss: float | None = None
+    first_compile_s: int | float | None = None
+    cache_by_attempt: list[str] | None = None
+
+    def cells(self) -> dict[str, Cell]:
+        return {"status": self.status, "steps": self.steps, "backend": self.backend, "total USD": self.total_usd,
+                "validation loss": self.validation_loss, "first compile s": self.first_compile_s}
+
+
+class ComparisonView(BaseModel):
+    """The figures --compare puts side by side (its JSON: ``model_dump(mode="json", exclude_unset=True)``)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    trial_id: str
+    generated_at: str | None
+    verdict: str
+    headline: str
+    hit_rate: float | None
+    steady_cost_ratio: IntervalView | None
+    cost_ratio: float | None
+    checks: dict[str, str]
+    runs: dict[str, RunFigures]
+
+
+def _interval(view: IntervalView | None, digits: int = 3) -> str:
     if not view:
         return "-"
-    return f"{view['estimate']:.{digits}g} [{view['low']:.{digits}g}, {view['high']:.{digits}g}]"
+    return f"{view.estimate:.{digits}g} [{view.low:.{digits}g}, {view.high:.{digits}g}]"
 
 
-def comparison_view(report: dict[str, Any]) -> dict[str, Any]:
-    """The figures --compare puts side by side, as JSON."""
-    comparison = report.get("comparison") or {}
-    runs = {}
-    for run, track in (report.get("tracks") or {}).items():
-        uncertainty = track.get("uncertainty") or {}
-        runs[run] = {"status": track.get("status"), "steps": track.get("steps_completed"),
-                     "backend": track.get("backend"), "stand_in": track.get("stand_in"),
-                     "step_time_s": uncertainty.get("step_time_s"), "total_usd": (track.get("cost") or {}).get(
-                         "total_usd"), "validation_loss": (track.get("loss") or {}).get("validation"),
-                     "first_compile_s": (track.get("compile") or {}).get("first_compile_s"),
-                     "cache_by_attempt": (track.get("compile") or {}).get("cache_by_attempt")}
-    stage = (report.get("compile") or {}).get("stage")
+def comparison_view(report: TrialReport) -> ComparisonView:
+    """The figures --compare puts side by side."""
+    runs = {run: RunFigures(status=track.status, steps=track.steps_completed, backend=track.backend,
+                            stand_in=track.stand_in,
+                            step_time_s=track.uncertainty.step_time_s if track.uncertainty else None,
+                            total_usd=track.cost.total_usd, validation_loss=track.loss.validation,
+                            first_compile_s=track.compile.first_compile_s,
+                            cache_by_attempt=track.compile.cache_by_attempt)
+            for run, track in report.tracks.items()}
+    stage = report.compile.stage
     if stage:
-        runs[stage["run"]] = {"status": stage.get("status"), "backend": stage.get("backend"),
-                              "stand_in": stage.get("stand_in"),
-                              "total_usd": (stage.get("cost") or {}).get("total_usd"),
-                              "first_compile_s": stage.get("compile_s"),
-                              "cache_by_attempt": stage.get("cache_by_attempt")}
-    return {"trial_id": report.get("trial_id"), "generated_at": report.get("generated_at"),
-            "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
-            "hit_rate": (report.get("compile") or {}).get("hit_rate"),
-            "steady_cost_ratio": comparison.get("steady_cost_ratio"), "cost_ratio": comparison.get("cost_ratio"),
-            "checks": {c["check"]: c["status"] for c in report.get("acceptance") or []}, "runs": runs}
+        runs[stage.run] = RunFigures(status=stage.status, backend=stage.backend, stand_in=stage.stand_in,
+                                     total_usd=stage.cost.total_usd, first_compile_s=stage.compile_s,
+                                     cache_by_attempt=stage.cache_by_attempt)
+    comparison = report.comparison
+    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at, verdict=comparison.verdict,
+                          headline=comparison.headline, hit_rate=report.compile.hit_rate,
+                          steady_cost_ratio=comparison.steady_cost_ratio, cost_ratio=comparison.cost_ratio,
+                          checks={c.check: c.status for c in report.acceptance}, runs=runs)
 
 
-def render_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
+def _cell(value: Cell) -> str:
+    text = "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+    return text.replace("|", "/")
+
+
+def render_comparison(a: TrialReport, b: TrialReport) -> str:
     """Two reports side by side as one aligned Markdown table."""
     left, right = comparison_view(a), comparison_view(b)
-
-    def cell(value: Any) -> str:
-        text = "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
-        return text.replace("|", "/")
-
-    rows = [("trial", left["trial_id"], right["trial_id"]), ("generated", left["generated_at"], right["generated_at"]),
-            ("verdict", left["verdict"], right["verdict"]),
-            ("steady cost ratio trn2/gpu [95%]", _interval(left["steady_cost_ratio"]),
-             _interval(right["steady_cost_ratio"])),
-            ("whole-trial cost ratio", left["cost_ratio"], right["cost_ratio"])]
-    rows.append(("compile cache hit rate", left["hit_rate"], right["hit_rate"]))
-    for run in sorted(set(left["runs"]) | set(right["runs"]), key=RUN_ORDER.index):
-        one, two = left["runs"].get(run, {}), right["runs"].get(run, {})
-        for label, key in (("status", "status"), ("steps", "steps"), ("backend", "backend"),
-                           ("total USD", "total_usd"), ("validation loss", "validation_loss"),
-                           ("first compile s", "first_compile_s")):
-            rows.append((f"{run}: {label}", one.get(key), two.get(key)))
-        rows.append((f"{run}: step time s [95%]", _interval(one.get("step_time_s")), _interval(two.get("step_time_s"))))
-        rows.append((f"{run}: cache by attempt", ", ".join(one.get("cache_by_attempt") or []) or None,
-                     ", ".join(two.get("cache_by_attempt") or []) or None))
-    for check in dict.fromkeys([*left["checks"], *right["checks"]]):
-        rows.append((f"check: {check}", left["checks"].get(check), right["checks"].get(check)))
-    lines = [f"# {cell(left['trial_id'])} vs {cell(right['trial_id'])}", "",
-             f"- A: {left['headline'] or left['verdict']}", f"- B: {right['headline'] or right['verdict']}", "",
+    rows: list[tuple[str, Cell, Cell]] = [
+        ("trial", left.trial_id, right.trial_id), ("generated", left.generated_at, right.generated_at),
+        ("verdict", left.verdict, right.verdict),
+        ("steady cost ratio trn2/gpu [95%]", _interval(left.steady_cost_ratio), _interval(right.steady_cost_ratio)),
+        ("whole-trial cost ratio", left.cost_ratio, right.cost_ratio),
+        ("compile cache hit rate", left.hit_rate, right.hit_rate)]
+    for run in sorted(set(left.runs) | set(right.runs), key=RUN_ORDER.index):
+        one, two = left.runs.get(run, RunFigures()), right.runs.get(run, RunFigures())
+        theirs = two.cells()
+        rows += [(f"{run}: {label}", value, theirs[label]) for label, value in one.cells().items()]
+        rows.append((f"{run}: step time s [95%]", _interval(one.step_time_s), _interval(two.step_time_s)))
+        rows.append((f"{run}: cache by attempt", ", ".join(one.cache_by_attempt or []) or None,
+                     ", ".join(two.cache_by_attempt or []) or None))
+    for check in dict.fromkeys([*left.checks, *right.checks]):
+        rows.append((f"check: {check}", left.checks.get(check), right.checks.get(check)))
+    lines = [f"# {_cell(left.trial_id)} vs {_cell(right.trial_id)}", "",
+             f"- A: {left.headline or left.verdict}", f"- B: {right.headline or right.verdict}", "",
              "| figure | A | B |", "|---|---|---|"]
-    lines += [f"| {cell(name)} | {cell(x)} | {cell(y)} |" for name, x, y in rows]
+    lines += [f"| {_cell(name)} | {_cell(x)} | {_cell(y)} |" for name, x, y in rows]
     return align_markdown_tables("\n".join(lines)) + "\n"
 
 
@@ -215,9 +263,11 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         if fmt == "html":
             raise ClientFailure("--compare renders as md or json; drop --format html / --open", EXIT_INVALID)
-        pair = [load_report(args, which) for which in (args.trial_id, args.compare)]
-        text = (json.dumps({"a": comparison_view(pair[0]), "b": comparison_view(pair[1])}, indent=2) + "\n"
-                if fmt == "json" else render_comparison(*pair))
+        a, b = (parse_report(load_report(args, which), "side by side", "upgrade dualtrack")
+                for which in (args.trial_id, args.compare))
+        text = (json.dumps({side: comparison_view(report).model_dump(mode="json", exclude_unset=True)
+                            for side, report in (("a", a), ("b", b))}, indent=2) + "\n"
+                if fmt == "json" else render_comparison(a, b))
         if args.out:
             write(Path(args.out).expanduser().resolve(), text)
         else:
@@ -234,8 +284,9 @@ def run(args: argparse.Namespace) -> int:
     write(path, text)
     opened = bool(args.open) and webbrowser.open(path.as_uri())
     if args.json:
+        comparison = report.get("comparison")
         emit_json({"ok": True, "trial_id": args.trial_id, "format": fmt, "written": str(path), "opened": opened,
-                   "verdict": (report.get("comparison") or {}).get("verdict")})
+                   "verdict": comparison.get("verdict") if isinstance(comparison, dict) else None})
     else:
         print(f"wrote {fmt} report for {args.trial_id} to {path}"
               + (" and opened it" if opened else " (no browser found: open it yourself)" if args.open else ""))

@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from dualtrack.client.display import align_markdown_tables
+from dualtrack.output_option import add_json_option
 from dualtrack.stage_cost import (
     ENDPOINT_GB,
     FLOW_LOG_GB,
@@ -28,6 +28,7 @@ from dualtrack.stage_cost import (
 )
 from infra.config import ConfigInvalid, stage_config
 from infra.synth import REPO_ROOT, SynthFailed, synthesize
+from lambdas.domain.json_types import JsonObject
 
 EXIT_OK, EXIT_SYNTH_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -88,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cost.add_argument("--endpoint-gb-per-month", type=_gb, metavar="N",
                       help="assume N GB a month through the interface endpoints")
     output = cost.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_json_option(output, help="machine-readable result on stdout")
     output.add_argument("--markdown", action="store_true", help="Markdown tables (for docs) on stdout")
     cost.set_defaults(func=run_cost)
 
@@ -109,9 +110,11 @@ def run_cost(args: argparse.Namespace) -> int:
         print(f"no cdk.json at {REPO_ROOT}: `dualtrack stage cost` prices a stage of a dualtrack checkout",
               file=sys.stderr)
         return EXIT_USAGE
-    context: dict[str, Any] = json.loads(cdk_json.read_text())["context"]
-    stages = context.get("dualtrack:stages") or {}
-    stage = args.stage or context.get("dualtrack:default-stage") or "dev"
+    context: JsonObject = json.loads(cdk_json.read_text())["context"]
+    defined = context.get("dualtrack:stages")
+    stages = defined if isinstance(defined, dict) else {}
+    default = context.get("dualtrack:default-stage")
+    stage: str = args.stage or (default if isinstance(default, str) else None) or "dev"
     if stage not in stages:
         print(f"unknown stage {stage!r}: cdk.json defines {', '.join(sorted(stages)) or 'no stages'} "
               "(context dualtrack:stages)", file=sys.stderr)

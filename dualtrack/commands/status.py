@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.display import status_lines, trial_list_lines
 from dualtrack.client.errors import EXIT_OK, EXIT_TRIAL_FAILED
+from lambdas.domain.json_types import JsonMapping
 from lambdas.domain.vocabulary import TRIAL_TERMINAL
 
 HELP = describe(
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=run)
 
 
-def exit_code_for(trial: dict[str, Any]) -> int:
+def exit_code_for(trial: JsonMapping) -> int:
     status = trial.get("status")
     return EXIT_TRIAL_FAILED if status in TRIAL_TERMINAL and status != "SUCCEEDED" else EXIT_OK
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TRIAL_FAILED
 from dualtrack.commands._common import CommandError, load_trial, print_problems, read_trial_text, usd
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
-from lambdas.domain.triage import submission_refusal, triage
+from lambdas.domain.triage import TriageResult, submission_refusal, triage
+from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = describe(
@@ -38,47 +40,68 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=run)
 
 
-def preflight(spec: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Preflight:
+    """What the API will decide about a trial, worked out locally before anything is spent."""
+
+    triage: TriageResult
+    refusal: str | None
+    price_table: str
+    worst_case_usd: dict[str, Decimal]  # per run and "total"; empty when unknown
+    price_note: str | None  # why the worst case is unknown, when a price is missing
+    max_usd: float | None
+    over_limit: bool
+    confirm_because: list[str]
+
+    def local(self) -> JsonObject:
+        """The local check as ``--json`` shows it next to the API's answer."""
+        return {"triage": self.triage.model_dump(mode="json"), "price_table": self.price_table,
+                "max_usd": self.max_usd, "over_limit": self.over_limit,
+                "confirm_because": [*self.confirm_because],
+                "worst_case_usd": {k: str(v) for k, v in self.worst_case_usd.items()}}
+
+
+def preflight(spec: TrialSpec) -> Preflight:
     """Local triage and worst case: what the API will decide, shown before anything is spent."""
 
     result = triage(spec)
     table = load_price_table()
-    out: dict[str, Any] = {"triage": result.model_dump(mode="json"), "refusal": submission_refusal(spec, result),
-                           "price_table": table.version, "worst_case_usd": {}, "price_note": None}
+    refusal = submission_refusal(spec, result)
+    worst_case: dict[str, Decimal] = {}
+    price_note: str | None = None
     try:
-        out["worst_case_usd"] = worst_case_usd(spec, table, attempts=DEFAULT_MAX_ATTEMPTS)
+        worst_case = worst_case_usd(spec, table, attempts=DEFAULT_MAX_ATTEMPTS)
     except PriceMissing as exc:
-        out["price_note"] = str(exc)
+        price_note = str(exc)
     limit = spec.limits.max_usd if spec.limits else None
-    worst = out["worst_case_usd"].get("total")
-    out["max_usd"] = limit
-    out["over_limit"] = worst is not None and limit is not None and worst > Decimal(str(limit))
+    worst = worst_case.get("total")
     reasons = []
     if result.route != "dual_track":
         reasons.append(f"triage routes this trial to {result.route}, not dual_track ({result.scenario}: "
                        f"{result.conclusion})")
-    if out["over_limit"]:
+    over_limit = worst is not None and limit is not None and worst > Decimal(str(limit))
+    if worst is not None and over_limit:
         reasons.append(f"worst case {usd(worst)} exceeds limits.max_usd {usd(Decimal(str(limit)))}")
-    out["confirm_because"] = reasons
-    return out
+    return Preflight(triage=result, refusal=refusal, price_table=table.version, worst_case_usd=worst_case,
+                     price_note=price_note, max_usd=limit, over_limit=over_limit, confirm_because=reasons)
 
 
-def show_preflight(spec: Any, check: dict[str, Any]) -> None:
-    triage = check["triage"]
+def show_preflight(spec: TrialSpec, check: Preflight) -> None:
+    triage = check.triage
     print(f"trial {spec.trial_id}: valid", file=sys.stderr)
-    print(f"  route {triage['route']} ({triage['scenario']}): {triage['conclusion']}", file=sys.stderr)
-    for reason in triage["reasons"]:
+    print(f"  route {triage.route} ({triage.scenario}): {triage.conclusion}", file=sys.stderr)
+    for reason in triage.reasons:
         print(f"    because {reason}", file=sys.stderr)
-    if triage["risks"]:
-        print(f"    risks: {', '.join(triage['risks'])}", file=sys.stderr)
-    worst = check["worst_case_usd"]
+    if triage.risks:
+        print(f"    risks: {', '.join(triage.risks)}", file=sys.stderr)
+    worst = check.worst_case_usd
     if worst:
         parts = ", ".join(f"{k} {usd(v)}" for k, v in worst.items() if k != "total")
-        limit = f" vs limits.max_usd {usd(Decimal(str(check['max_usd'])))}" if check["max_usd"] is not None else ""
-        print(f"  worst case {usd(worst['total'])} ({parts}){limit}; local price table {check['price_table']}, "
+        limit = f" vs limits.max_usd {usd(Decimal(str(check.max_usd)))}" if check.max_usd is not None else ""
+        print(f"  worst case {usd(worst['total'])} ({parts}){limit}; local price table {check.price_table}, "
               "the API checks with the deployment's prices", file=sys.stderr)
-    elif check["price_note"]:
-        print(f"  worst case unknown: {check['price_note']}", file=sys.stderr)
+    elif check.price_note:
+        print(f"  worst case unknown: {check.price_note}", file=sys.stderr)
     else:
         print("  worst case unknown: no limits.max_hours (add limits {max_hours, max_usd})", file=sys.stderr)
 
@@ -108,18 +131,17 @@ def run(args: argparse.Namespace) -> int:
     check = preflight(spec)
     if not args.json:
         show_preflight(spec, check)
-    local = {k: check[k] for k in ("triage", "price_table", "max_usd", "over_limit", "confirm_because")}
-    local["worst_case_usd"] = {k: str(v) for k, v in check["worst_case_usd"].items()}
-    if check["refusal"]:
+    local = check.local()
+    if check.refusal:
         if args.json:
-            emit_json({"ok": False, "exit_code": EXIT_REFUSED, "message": check["refusal"], "local": local})
+            emit_json({"ok": False, "exit_code": EXIT_REFUSED, "message": check.refusal, "local": local})
         else:
-            print(f"error: {check['refusal']}", file=sys.stderr)
+            print(f"error: {check.refusal}", file=sys.stderr)
         return EXIT_REFUSED
-    if check["confirm_because"] and not args.yes:
-        answer = confirmed(check["confirm_because"])
+    if check.confirm_because and not args.yes:
+        answer = confirmed(check.confirm_because)
         if answer is not True:
-            message = ("not launched: confirmation needed (" + "; ".join(check["confirm_because"]) + ")"
+            message = ("not launched: confirmation needed (" + "; ".join(check.confirm_because) + ")"
                        + ("; no terminal to ask on, pass --yes to launch from a script" if answer is None else ""))
             if args.json:
                 emit_json({"ok": False, "exit_code": EXIT_TRIAL_FAILED, "message": message, "local": local})

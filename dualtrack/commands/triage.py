@@ -6,6 +6,7 @@ import argparse
 import json
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems
+from dualtrack.output_option import add_json_option
 from lambdas.domain.triage import submission_refusal, triage
 
 HELP = """\
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("triage", help="route a trial by training shape", description=HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trial_argument(parser)
-    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_json_option(parser, help="machine-readable result on stdout")
     parser.set_defaults(func=run)
 
 

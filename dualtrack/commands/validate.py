@@ -6,6 +6,7 @@ import argparse
 import json
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
+from dualtrack.output_option import add_json_option
 from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
 from lambdas.domain.trial import gradient_accumulation_steps, track_layout
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("validate", help="check a trial file", description=HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     add_trial_argument(parser)
-    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    add_json_option(parser, help="machine-readable result on stdout")
     parser.set_defaults(func=run)
 
 

@@ -7,13 +7,13 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from dualtrack.client.api import TrialApi
 from dualtrack.client.cli_support import add_connection_arguments, describe, open_api, remote_command
 from dualtrack.client.display import status_lines
 from dualtrack.client.errors import EXIT_INVALID
 from dualtrack.commands.status import exit_code_for
+from lambdas.domain.json_types import JsonMapping
 from lambdas.domain.vocabulary import TRIAL_TERMINAL
 
 HELP = describe(
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def watch(api: TrialApi, trial_id: str, *, interval_s: float, as_json: bool, live: bool,
-          sleep: Callable[[float], None] = time.sleep, write: Callable[[str], None] | None = None) -> dict[str, Any]:
+          sleep: Callable[[float], None] = time.sleep, write: Callable[[str], None] | None = None) -> JsonMapping:
     """Poll until a terminal status; returns the last answer. `live` redraws in place with ANSI escapes."""
     out = write or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     drawn = 0

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+from dualtrack.local.json_shapes import integer
+from lambdas.domain.json_types import JsonMapping
 
 MIN_ATTEMPT_DURATION_S = 60
 
@@ -13,7 +15,7 @@ class BatchClientError(ValueError):
     """A request AWS Batch refuses with ``ClientException`` (raised where the local runtime makes the request)."""
 
 
-def timeout_problem(timeout: Mapping[str, Any] | None) -> str | None:
+def timeout_problem(timeout: JsonMapping | None) -> str | None:
     """Why Batch refuses this ``timeout`` (SubmitJob or RegisterJobDefinition), or None.
 
     https://docs.aws.amazon.com/batch/latest/APIReference/API_JobTimeout.html: "The minimum value for the timeout is
@@ -21,14 +23,14 @@ def timeout_problem(timeout: Mapping[str, Any] | None) -> str | None:
     """
     if not timeout or timeout.get("attemptDurationSeconds") is None:
         return None
-    seconds = int(timeout["attemptDurationSeconds"])
+    seconds = integer(timeout["attemptDurationSeconds"])
     if seconds < MIN_ATTEMPT_DURATION_S:
         return (f"timeout.attemptDurationSeconds is {seconds}; the minimum value for the timeout is "
                 f"{MIN_ATTEMPT_DURATION_S} seconds")
     return None
 
 
-def time_limit_actions_problem(actions: Sequence[Mapping[str, Any]] | None) -> str | None:
+def time_limit_actions_problem(actions: Sequence[JsonMapping] | None) -> str | None:
     """Why CreateJobQueue refuses these ``jobStateTimeLimitActions``, or None.
 
     https://docs.aws.amazon.com/batch/latest/APIReference/API_JobStateTimeLimitAction.html: state RUNNABLE,
@@ -43,7 +45,7 @@ def time_limit_actions_problem(actions: Sequence[Mapping[str, Any]] | None) -> s
             return f"{where}.state {action['state']!r} must be RUNNABLE"
         if action["action"] != "CANCEL":
             return f"{where}.action {action['action']!r} must be CANCEL for an ECS compute environment"
-        if not 600 <= int(action["maxTimeSeconds"]) <= 86400:
+        if not 600 <= integer(action["maxTimeSeconds"]) <= 86400:
             return f"{where}.maxTimeSeconds {action['maxTimeSeconds']} must be between 600 and 86400"
     return None
 

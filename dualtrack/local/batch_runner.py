@@ -32,13 +32,18 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TextIO
 
-from dualtrack.local.aws.moto_shims import attempt_duration_s, job_status
+from dualtrack.local.aws.moto_shims import SubmittedFields, attempt_duration_s, job_status
 from dualtrack.local.aws.network import JobNetwork
 from dualtrack.local.dockerfile import ImageConfig
+from dualtrack.local.json_shapes import integer, mapping, sequence
 from dualtrack.local.processes import LOOPBACK, ROOT, free_port, start_nodes, stop_nodes
+from lambdas.domain.json_types import JsonIn, JsonMapping, JsonObject
 from lambdas.domain.vocabulary import FAILURE_EXIT_CODE
+
+if TYPE_CHECKING:
+    from moto.batch.models import Job
 
 ESSENTIAL_EXITED = "Essential container in task exited"
 TIMED_OUT = "Job attempt duration exceeded timeout"
@@ -54,8 +59,19 @@ TIME_LIMIT_REASONS = (INSUFFICIENT_CAPACITY, "MISCONFIGURATION:COMPUTE_ENVIRONME
                       "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
                       "MISCONFIGURATION:EC2_INSTANCE_CONFIGURATION_UNSUPPORTED")
 
-ProgressFn = Callable[[str, dict[str, Any]], None]
-EventSink = Callable[[dict[str, Any]], None]
+ProgressFn = Callable[[str, JsonObject], None]  # (job name, a progress record)
+EventSink = Callable[[JsonObject], None]  # an EventBridge event
+
+
+# ---- the job's JSON (definition, submission) -------------------------------------------------------------------
+def _exit_rules(value: JsonIn) -> list[Mapping[str, str]]:
+    """A retry strategy's ``evaluateOnExit`` rules: each pattern and the action are text."""
+    return [{key: str(item) for key, item in mapping(rule).items()} for rule in sequence(value)]
+
+
+def _strings(value: JsonIn) -> list[str] | None:
+    """A command as a list of strings (None when there is none)."""
+    return [str(part) for part in sequence(value)] if value else None
 
 
 def evaluate_on_exit(rules: list[Mapping[str, str]], exit_code: int | None, status_reason: str,
@@ -94,8 +110,9 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _env_list_to_dict(items: list[Mapping[str, str]] | None) -> dict[str, str]:
-    return {e.get("name") or e["Name"]: e.get("value", e.get("Value", "")) for e in items or []}
+def _env_list_to_dict(items: JsonIn) -> dict[str, str]:
+    pairs = [mapping(item) for item in sequence(items or [])]
+    return {str(e.get("name") or e["Name"]): str(e.get("value", e.get("Value", ""))) for e in pairs}
 
 
 def _targets(target_nodes: str, index: int) -> bool:
@@ -111,8 +128,8 @@ class _Node:
     """One node's container: its container properties, overrides and the Batch node variables it gets."""
 
     index: int
-    props: Mapping[str, Any]
-    overrides: Mapping[str, Any]
+    props: JsonMapping
+    overrides: JsonMapping
     env: dict[str, str]
 
 
@@ -143,7 +160,7 @@ class LocalBatch:
     # Job queues (name or ARN) whose compute environments get no instances: their jobs stay RUNNABLE.
     no_capacity: Collection[str] = field(default_factory=set)
     # Job queue name -> its jobStateTimeLimitActions (CreateJobQueue through this runner records them itself).
-    state_time_limit_actions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    state_time_limit_actions: dict[str, list[JsonObject]] = field(default_factory=dict)
     # Job queue name -> the instance types of its compute environments (for the capacity status reason).
     instance_types: Mapping[str, Sequence[str]] = field(default_factory=dict)
     # Seconds of configured time (attempt timeouts, time-limit actions) per real second.
@@ -156,7 +173,7 @@ class LocalBatch:
     _threads: list[threading.Thread] = field(default_factory=list)
     # Job id -> the running attempt's processes, one per node (the main node first).
     _procs: dict[str, list[subprocess.Popen[str]]] = field(default_factory=dict)
-    _submissions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _submissions: dict[str, SubmittedFields] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- the runner moto_shims drives --------------------------------------------------------------------
@@ -169,11 +186,11 @@ class LocalBatch:
         finally:
             self.stop_all("rehearsal stopped")
 
-    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None:
+    def queue_created(self, name: str, time_limit_actions: list[JsonObject]) -> None:
         if time_limit_actions:
             self.state_time_limit_actions[name] = list(time_limit_actions)
 
-    def terminate(self, job: Any, reason: str) -> None:
+    def terminate(self, job: Job, reason: str) -> None:
         """TerminateJob: moto has set ``job.stop``; stop the attempt's processes, every node's, now (SIGTERM, then
         SIGKILL)."""
         job.stop = True
@@ -183,9 +200,9 @@ class LocalBatch:
         if procs:
             threading.Thread(target=stop_nodes, args=(procs, self.terminate_grace_s), daemon=True).start()
 
-    def start(self, job: Any, submitted: dict[str, Any]) -> None:
+    def start(self, job: Job, submitted: SubmittedFields) -> None:
         with self._lock:
-            self._submissions[job.job_id] = dict(submitted)
+            self._submissions[job.job_id] = submitted.copy()
         thread = threading.Thread(target=self._run_job, args=(job,), name=f"batch-{job.job_name}", daemon=True)
         with self._lock:
             self._threads.append(thread)
@@ -202,7 +219,7 @@ class LocalBatch:
         stop_nodes(procs, self.terminate_grace_s)
 
     # ---- one job --------------------------------------------------------------------------------------------
-    def _set(self, job: Any, status: str, reason: str | None = None) -> None:
+    def _set(self, job: Job, status: str, reason: str | None = None) -> None:
         job.status = status
         if reason is not None:
             job.job_stopped_reason = reason
@@ -211,7 +228,7 @@ class LocalBatch:
         except Exception as exc:  # publishing must never take the job down; EventBridge is best-effort here too
             self._note(job, "error", {"message": f"publishing {status} event failed: {exc!r}"})
 
-    def _event(self, job: Any) -> dict[str, Any]:
+    def _event(self, job: Job) -> JsonObject:
         detail = job.describe()
         detail["status"] = job_status(job)
         detail["attempts"] = [dict(a) for a in job.attempts]
@@ -230,7 +247,7 @@ class LocalBatch:
             "detail": json.loads(json.dumps(detail, default=str)),
         }
 
-    def _retry_strategy(self, job: Any) -> Mapping[str, Any]:
+    def _retry_strategy(self, job: Job) -> JsonMapping:
         """The submission's retryStrategy replaces the definition's whole, evaluateOnExit rules included.
 
         https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html ("This retry strategy
@@ -241,7 +258,7 @@ class LocalBatch:
             return dict(submitted)
         return dict(job.job_definition.retry_strategy or {})
 
-    def _nodes(self, job: Any) -> tuple[list[_Node], int]:
+    def _nodes(self, job: Job) -> tuple[list[_Node], int]:
         """The containers this job runs, one per node, and the main node's index.
 
         A container job is one node with no node variables. A multi-node parallel job has ``numNodes`` nodes (the
@@ -258,17 +275,17 @@ class LocalBatch:
         properties = definition.node_properties or {}
         overrides = self._submissions.get(job.job_id, {}).get("nodeOverrides") or {}
         main = int(properties.get("mainNode", 0))
-        num_nodes = int(overrides.get("numNodes") or properties.get("numNodes", 1))
+        num_nodes = integer(overrides.get("numNodes") or properties.get("numNodes", 1))
         nodes = []
         for index in range(num_nodes):
-            props: Mapping[str, Any] = {}
+            props: JsonMapping = {}
             for node_range in properties.get("nodeRangeProperties", []):
                 if _targets(str(node_range.get("targetNodes", "0:")), index):
                     props = node_range.get("container") or {}
-            container_overrides: dict[str, Any] = {}
-            for override in overrides.get("nodePropertyOverrides", []):
+            container_overrides: dict[str, JsonIn] = {}
+            for override in map(mapping, sequence(overrides.get("nodePropertyOverrides", []))):
                 if _targets(str(override.get("targetNodes", "0:")), index):
-                    for key, value in (override.get("containerOverrides") or {}).items():
+                    for key, value in mapping(override.get("containerOverrides") or {}).items():
                         if key == "environment":
                             merged = {**_env_list_to_dict(container_overrides.get("environment")),
                                       **_env_list_to_dict(value)}
@@ -285,10 +302,10 @@ class LocalBatch:
             raise ValueError(f"mainNode {main} is outside the job's {num_nodes} node(s)")
         return nodes, main
 
-    def _run_job(self, job: Any) -> None:
+    def _run_job(self, job: Job) -> None:
         strategy = self._retry_strategy(job)
-        attempts = int(strategy.get("attempts") or 1)
-        rules = strategy.get("evaluateOnExit") or []
+        attempts = integer(strategy.get("attempts") or 1)
+        rules = _exit_rules(strategy.get("evaluateOnExit") or [])
         for status in ("SUBMITTED", "PENDING"):
             self._set(job, status)
         if not self._runnable(job):
@@ -326,7 +343,7 @@ class LocalBatch:
         reason = job.job_stopped_reason if job.stop else failure
         self._finish(job, success=success, last=last, reason=reason)
 
-    def _finish(self, job: Any, *, success: bool, last: AttemptResult | None, reason: str | None) -> None:
+    def _finish(self, job: Job, *, success: bool, last: AttemptResult | None, reason: str | None) -> None:
         job.exit_code = last.exit_code if last else None
         job.job_stopped = True
         job.job_stopped_at = datetime.now()
@@ -334,7 +351,7 @@ class LocalBatch:
             job.job_stopped_reason = reason
         self._set(job, "SUCCEEDED" if success else "FAILED")
 
-    def _runnable(self, job: Any) -> bool:
+    def _runnable(self, job: Job) -> bool:
         """RUNNABLE until the queue can place the job: at once, or never when its environments have no capacity.
 
         https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_capacity.html: such a job shows
@@ -351,7 +368,7 @@ class LocalBatch:
         actions = [a for a in self.state_time_limit_actions.get(queue.name, [])
                    if a.get("state") == "RUNNABLE" and a.get("reason") == INSUFFICIENT_CAPACITY
                    and a.get("action") == "CANCEL"]
-        limit = min((int(a["maxTimeSeconds"]) for a in actions), default=None)
+        limit = min((integer(a["maxTimeSeconds"]) for a in actions), default=None)
         scale = self.queue_time_scale or self.time_scale
         deadline = None if limit is None else time.monotonic() + limit / scale
         if limit is not None:
@@ -365,7 +382,7 @@ class LocalBatch:
             time.sleep(0.05)
         return False
 
-    def _environment(self, job: Any, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any],
+    def _environment(self, job: Job, image: ImageConfig, props: JsonMapping, overrides: JsonMapping,
                      node_env: Mapping[str, str], attempt: int, rendezvous_port: int | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in NODE_VARIABLES}  # Batch sets them, or none
         if self.network is not None:  # the job's endpoints are its network's, not this process's
@@ -396,20 +413,20 @@ class LocalBatch:
         })
         return env
 
-    def _command(self, image: ImageConfig, props: Mapping[str, Any], overrides: Mapping[str, Any]) -> list[str]:
+    def _command(self, image: ImageConfig, props: JsonMapping, overrides: JsonMapping) -> list[str]:
         """ENTRYPOINT + (the submission's command, else the definition's, else the image's CMD), as ECS runs it.
 
         https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#containerProperties:
         the job's ``command`` maps to Docker's COMMAND (CMD), not to the ENTRYPOINT.
         """
-        command = image.argv(overrides.get("command") or props.get("command") or None)
+        command = image.argv(_strings(overrides.get("command") or props.get("command") or None))
         if not command:
             raise ValueError("CannotStartContainerError: no command specified")
         if command[0] in ("python", "python3") or command[0].endswith(("/python", "/python3")):
             command[0] = self.python
         return command
 
-    def _run_attempt(self, job: Any, attempt: int) -> AttemptResult:
+    def _run_attempt(self, job: Job, attempt: int) -> AttemptResult:
         """One attempt: every node's container, as a process group each; the main node's exit ends it.
 
         Multi-node parallel jobs (https://docs.aws.amazon.com/batch/latest/userguide/multi-node-parallel-jobs.html):
@@ -437,7 +454,7 @@ class LocalBatch:
         launches, reason = self._launches(job, ordered, main, attempt, port)
         if reason is not None:
             return AttemptResult(None, reason, started, datetime.now(), status_reason=reason)
-        logs: list[Any] = []
+        logs: list[TextIO] = []
         procs: dict[int, subprocess.Popen[str]] = {}
         try:
             reason = start_nodes([(node.index, command, env) for node, command, env in launches], main=main,
@@ -473,6 +490,9 @@ class LocalBatch:
                 self._procs.pop(job.job_id, None)
             for log in logs:
                 log.close()
+            for started_proc in procs.values():  # the main node's progress pipe: closed, not left to the collector
+                if started_proc.stdout is not None:
+                    started_proc.stdout.close()
         exit_code = code if code >= 0 else 128 - code
         if timed_out.is_set():
             return AttemptResult(exit_code, f"exit {exit_code}", started, datetime.now(), status_reason=TIMED_OUT,
@@ -480,7 +500,7 @@ class LocalBatch:
         reason = "" if code == 0 else (f"terminated: {job.job_stopped_reason}" if job.stop else f"exit {code}")
         return AttemptResult(exit_code, reason, started, datetime.now())
 
-    def _node_command(self, job: Any, node: _Node) -> tuple[ImageConfig | None, list[str], str]:
+    def _node_command(self, job: Job, node: _Node) -> tuple[ImageConfig | None, list[str], str]:
         """The node's image and command, or why its container cannot start (else an empty reason)."""
         uri = str(node.props.get("image", ""))
         image = self.images.get(uri)
@@ -495,7 +515,7 @@ class LocalBatch:
             return image, [], str(exc)
         return image, command, ""
 
-    def _launches(self, job: Any, ordered: list[_Node], main: int, attempt: int, port: int | None
+    def _launches(self, job: Job, ordered: list[_Node], main: int, attempt: int, port: int | None
                   ) -> tuple[list[tuple[_Node, list[str], dict[str, str]]], str | None]:
         """Each node's command and environment, main node first; with why the main node cannot start, if so.
 
@@ -515,7 +535,7 @@ class LocalBatch:
                                                               attempt, port)))
         return launches, None
 
-    def _unreachable_nodes(self, job: Any, attempt: int, started: datetime, problem: str) -> AttemptResult:
+    def _unreachable_nodes(self, job: Job, attempt: int, started: datetime, problem: str) -> AttemptResult:
         """The nodes cannot reach each other: on AWS every node starts and the rendezvous waits for peers that never
         connect until it times out, and the main node's launcher exits 1. Here the same end comes without starting
         processes that cannot meet, after the network's scaled connect timeout."""
@@ -525,7 +545,7 @@ class LocalBatch:
         time.sleep(self.network.connect_timeout_s / self.network.time_scale)
         return AttemptResult(FAILURE_EXIT_CODE, f"exit {FAILURE_EXIT_CODE}", started, datetime.now())
 
-    def _watch(self, job: Any, procs: Mapping[int, subprocess.Popen[str]], main: int, deadline: float | None,
+    def _watch(self, job: Job, procs: Mapping[int, subprocess.Popen[str]], main: int, deadline: float | None,
                timed_out: threading.Event, attempt: int, reported: set[int]) -> None:
         """Until the main node exits: stop every node on TerminateJob or at the attempt timeout (which covers the
         whole job, not each node); report the child nodes that exit meanwhile (Batch leaves the others running)."""
@@ -542,7 +562,7 @@ class LocalBatch:
             self._report_exits(job, procs, main, reported, attempt)
             time.sleep(0.05)
 
-    def _report_exits(self, job: Any, procs: Mapping[int, subprocess.Popen[str]], main: int, reported: set[int],
+    def _report_exits(self, job: Job, procs: Mapping[int, subprocess.Popen[str]], main: int, reported: set[int],
                       attempt: int) -> None:
         for index, child in procs.items():
             code = child.poll()
@@ -551,7 +571,7 @@ class LocalBatch:
                 self._note(job, "node_exit", {"node": index, "exit_code": code if code >= 0 else 128 - code,
                                               "attempt": attempt})
 
-    def _forward(self, job: Any, attempt: int, line: str) -> None:
+    def _forward(self, job: Job, attempt: int, line: str) -> None:
         line = line.strip()
         if not line.startswith("{"):
             return
@@ -562,6 +582,6 @@ class LocalBatch:
         if isinstance(record, dict):
             self._note(job, str(record.get("event", "log")), {**record, "attempt": attempt})
 
-    def _note(self, job: Any, kind: str, data: dict[str, Any]) -> None:
+    def _note(self, job: Job, kind: str, data: JsonObject) -> None:
         if self.progress:
             self.progress(job.job_name, {"event": kind, **data})

@@ -17,26 +17,36 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dualtrack.local.aws.lambda_context import StaticContext
+from dualtrack.local.json_shapes import integer, json_object, mapping
+from lambdas.domain.json_types import JsonMapping, JsonObject, JsonValue
 from lambdas.domain.run_summary import RunSummary
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import track_of
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from moto.dynamodb.models.dynamo_type import DynamoType, Item
+    from moto.dynamodb.models.table import Table
+    from mypy_boto3_s3 import S3Client
 
 PARTITION_KEYS = {"trials": "trial_id", "ledger": "run_key", "idempotency": "id", "cache-registry": "cache_key"}
 INSTANCE = {"gpu": "p5.48xlarge", "trn2": "trn2.48xlarge"}
 SHARD_BYTES = 4096
 T0 = 1_795_168_800_000  # 2026-11-20T10:00:00Z in ms: the first submission's earliest event time
 REGION = "us-east-1"
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, JsonObject]  # (which handler takes it: "batch" | "s3", the event)
 
 # The EventBridge events the simulation delivers, as AWS sends them: a "Batch Job State Change" of a Trn2 job and an
 # S3 "Object Created"; each event copies one and sets its job, status, attempts, object and time.
-_BATCH_EVENT: dict[str, Any] = {
+_BATCH_EVENT: JsonObject = {
     "version": "0",
     "id": "c8f9c4b5-76e5-d76a-f980-7011e206042b",
     "detail-type": "Batch Job State Change",
@@ -74,7 +84,7 @@ _BATCH_EVENT: dict[str, Any] = {
         "platformCapabilities": ["EC2"],
     },
 }
-_S3_EVENT: dict[str, Any] = {
+_S3_EVENT: JsonObject = {
     "version": "0",
     "id": "17793124-05d4-b198-2fde-7ededc63b103",
     "detail-type": "Object Created",
@@ -143,31 +153,19 @@ class Figures:
         return key, count / sum(scope.values())
 
 
-class _Context:
-    """The parts of the Lambda context object that Powertools and the handlers read."""
-
-    function_name = "dualtrack-test"
-    memory_limit_in_mb = 512
-    invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:dualtrack-test"
-    aws_request_id = "req-1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
-
-
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def _batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str,
-                attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                 attempts: list[JsonValue] | None = None) -> JsonObject:
     """A "Batch Job State Change" of ``run``'s job in ``trial_id``, with the variables the job is submitted with."""
     event = copy.deepcopy(_BATCH_EVENT)
-    detail = event["detail"]
+    detail = json_object(event["detail"])
     event["time"] = time
     detail.update(jobId=job_id, jobName=f"{trial_id}-{run}", status=status, attempts=attempts or [],
                   jobArn=f"arn:aws:batch:us-east-1:123456789012:job/{job_id}")
-    detail["container"]["environment"] = [
+    json_object(detail["container"])["environment"] = [
         {"name": "DUALTRACK_TRIAL_ID", "value": trial_id},
         {"name": "DUALTRACK_RUN", "value": run},
         {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"},
@@ -175,18 +173,19 @@ def _batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str
     return event
 
 
-def _s3_event(bucket: str, key: str, size: int, etag: str, time: str) -> dict[str, Any]:
+def _s3_event(bucket: str, key: str, size: int, etag: str, time: str) -> JsonObject:
     """An S3 "Object Created" of an unversioned object."""
     event = copy.deepcopy(_S3_EVENT)
     event["time"] = time
-    event["detail"]["bucket"]["name"] = bucket
-    event["detail"]["object"].update(key=key, size=size, etag=etag)
+    detail = json_object(event["detail"])
+    json_object(detail["bucket"])["name"] = bucket
+    json_object(detail["object"]).update(key=key, size=size, etag=etag)
     return event
 
 
-def _run_summary(run: str, **fields: Any) -> RunSummary:
+def _run_summary(run: str, **fields: JsonValue) -> RunSummary:
     """The summary ``run``'s trainer writes for one attempt on the CPU stand-in, with ``fields`` over it."""
-    base: dict[str, Any] = {
+    base: JsonObject = {
         "trial_id": "trial-1", "run": run, "track": track_of(run), "attempt": 1,
         "backend": "cpu", "stand_in": True, "precision": "bf16", "status": "succeeded", "exit_code": 0,
         "global_step": 1000, "max_steps": 1000, "start_step": 0,
@@ -196,29 +195,29 @@ def _run_summary(run: str, **fields: Any) -> RunSummary:
     return RunSummary.model_validate({**base, **fields})
 
 
-def _item(trial_id: str, team: str) -> dict[str, Any]:
-    return {"trial_id": trial_id, "team": team, "owner": team, "status": "SUBMITTED",
+def _record(trial_id: str, team: str) -> TrialRecord:
+    return TrialRecord.from_item({"trial_id": trial_id, "team": team, "owner": team, "status": "SUBMITTED",
             "created_at": "2026-11-20T10:00:00Z", "updated_at": "2026-11-20T10:00:00Z",
             "execution_arn": f"arn:aws:states:us-east-1:123456789012:execution:trial-workflow:{trial_id}",
             "tracks": {run: {"instance_type": INSTANCE[run], "nodes": 1} for run in INSTANCE},
             "queues": {run: f"load-{run}" for run in INSTANCE},
             # Limits every run stays inside: the guard projects and counts, and stops nothing.
             "run_limits": {"max_usd": {"value": "1000000", "source": "trial limits.max_usd"},
-                           "write_requests": {"value": "100000", "source": "team quota write_requests_per_trial"}}}
+                           "write_requests": {"value": "100000", "source": "team quota write_requests_per_trial"}}})
 
 
-def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Random,
+def _run_events(s3: S3Client, trial_id: str, run: str, start_ms: int, rng: random.Random,
                 truth: Expected) -> list[Event]:
     """One run: attempt 1 (on a quarter of Trn2 runs it fails with the retryable code), a retry, success; one
     summary per attempt, a checkpoint (manifest + two shards) per attempt."""
     job = f"job-{trial_id}-{run}"
     fails = run == "trn2" and rng.random() < 0.25
     out: list[Event] = []
-    finished: list[dict[str, Any]] = []
+    finished: list[JsonObject] = []
 
-    def transition(status: str, ms: int, **kw: Any) -> None:
+    def transition(status: str, ms: int) -> None:
         out.append(("batch", _batch_event(trial_id=trial_id, run=run, job_id=job, status=status, time=_iso(ms),
-                                         attempts=[dict(a) for a in finished], **kw)))
+                                          attempts=[dict(a) for a in finished])))
 
     transition("SUBMITTED", start_ms)
     transition("RUNNABLE", start_ms + 5_000)
@@ -255,23 +254,30 @@ def _run_events(s3: Any, trial_id: str, run: str, start_ms: int, rng: random.Ran
             transition("RUNNABLE", stop + 1_000)
         at = stop + 30_000
     truth.attempts = len(finished)
-    transition("SUCCEEDED", finished[-1]["stoppedAt"] + 1_000)
+    transition("SUCCEEDED", integer(finished[-1]["stoppedAt"]) + 1_000)
     return out
 
 
-def _partition(operation: str, params: dict[str, Any]) -> tuple[str, str] | None:
+def _partition(operation: str, params: JsonMapping) -> tuple[str, str] | None:
+    """The (table, partition key) a DynamoDB request reads or writes; ``(scan)`` for one that names no key."""
     table = params.get("TableName")
-    if table not in PARTITION_KEYS:
+    if not isinstance(table, str) or table not in PARTITION_KEYS:
         return None
     attribute = PARTITION_KEYS[table]
-    record = params.get("Key") or params.get("Item")
+    record = mapping(params.get("Key") or params.get("Item") or {})
     if record and attribute in record:
-        return table, next(iter(record[attribute].values()))
-    values = params.get("ExpressionAttributeValues") or {}
+        return table, str(next(iter(mapping(record[attribute]).values())))
+    values = mapping(params.get("ExpressionAttributeValues") or {})
     if operation == "Query" and values:
         index = params.get("IndexName")
-        return (f"{table}/{index}" if index else table), str(next(iter(values.values())).get("S"))
+        return (f"{table}/{index}" if index else table), str(mapping(next(iter(values.values()))).get("S"))
     return table, "(scan)"
+
+
+def _range_key(item: Item) -> DynamoType:
+    if item.range_key is None:  # only a table with a sort key is queried by partition here
+        raise ValueError(f"item {item.hash_key} has no sort key")
+    return item.range_key
 
 
 @contextmanager
@@ -284,16 +290,19 @@ def partitioned_queries() -> Iterator[None]:
 
     original = Table.query
 
-    def query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+    # Table.query's other arguments are passed on as moto gives them.
+    def query(self: Table, hash_key: DynamoType | None, *args: Any,
+              **kwargs: Any) -> tuple[list[Item], int, dict[str, Any] | None]:
         index_name = kwargs.get("index_name", args[6] if len(args) > 6 else None)
         if index_name or hash_key is None or not self.range_key_attr:
             return original(self, hash_key, *args, **kwargs)
-        partition = list(self.items.get(hash_key, {}).values())
-        self.all_items = lambda: sorted(partition, key=lambda item: item.range_key)
+        partition: list[Item] = list(self.items.get(hash_key, {}).values())
+        # For this call, the table's items are the partition's (an instance attribute over the method).
+        vars(self)["all_items"] = lambda: sorted(partition, key=_range_key)
         try:
             return original(self, hash_key, *args, **kwargs)
         finally:
-            del self.all_items
+            del vars(self)["all_items"]
 
     Table.query = query  # type: ignore[method-assign]
     try:
@@ -302,9 +311,11 @@ def partitioned_queries() -> Iterator[None]:
         Table.query = original  # type: ignore[method-assign]
 
 
-def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_share: float = 0.1,
-             seed: int = 7, progress: Any = None) -> Figures:
-    """Book ``trials`` trials over ``teams`` teams, deliver their events interleaved, and measure."""
+def simulate(aws: Mapping[str, Any], *, trials: int, teams: int = 50, duplicate_share: float = 0.1,
+             seed: int = 7, progress: Callable[[int, int], None] | None = None) -> Figures:
+    """Book ``trials`` trials over ``teams`` teams, deliver their events interleaved, and measure. ``aws`` holds
+    boto3 clients by service (the events' objects are written through ``aws["s3"]``); ``progress`` is told how
+    many events have been delivered of how many."""
     from botocore.client import BaseClient
 
     from lambdas.adapters.trials_table import DynamoTrials
@@ -317,7 +328,7 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
     events: list[Event] = []
     for number in range(trials):
         trial_id = f"load-{number:05d}"
-        table.create(_item(trial_id, f"team-{number % teams:02d}"))
+        table.create(_record(trial_id, f"team-{number % teams:02d}"))
         start = T0 + rng.randint(0, 3600) * 1000  # submissions spread over an hour
         for run in INSTANCE:
             truth[(trial_id, run)] = Expected()
@@ -330,7 +341,8 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
     original = BaseClient._make_api_call  # type: ignore[attr-defined]
     minute = [""]
 
-    def counted(client: Any, operation: str, params: Any) -> Any:
+    # botocore's private BaseClient._make_api_call: the request's parameters and the parsed response.
+    def counted(client: BaseClient, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         if client.meta.service_model.service_name == "dynamodb":
             key = _partition(operation, params)
             if key is not None:
@@ -346,7 +358,7 @@ def simulate(aws: dict[str, Any], *, trials: int, teams: int = 50, duplicate_sha
             for index, (kind, event) in enumerate(stream):
                 minute[0] = str(event["time"])[:16]
                 figures.events_by_minute[minute[0]] += 1
-                (on_batch if kind == "batch" else on_artifact)(event, _Context())
+                (on_batch if kind == "batch" else on_artifact)(event, StaticContext())
                 if progress is not None and index % 500 == 0:
                     progress(index, len(stream))
     finally:
@@ -367,12 +379,11 @@ def _check(figures: Figures, truth: dict[tuple[str, str], Expected]) -> None:
         if stored is None:
             figures.mismatches.append(f"{trial_id}#{run}: no cost stored")
             continue
-        cost, usage = stored["cost"], stored["usage"]
-        found = (Decimal(str(cost["billed_instance_seconds"])), int(cost["attempts"]), int(usage["checkpoint_bytes"]),
-                 bool(stored["complete"]))
+        cost, usage = stored.cost, stored.usage
+        found = (cost.billed_instance_seconds, cost.attempts, usage.checkpoint_bytes, stored.complete)
         wanted = (Decimal(expected.billed_ms) / 1000, expected.attempts, expected.checkpoint_bytes, True)
         if found == wanted:
             figures.converged += 1
         else:
             figures.mismatches.append(f"{trial_id}#{run}: stored {found}, events say {wanted}")
-    figures.stopped = sum(1 for item in DynamoTrials("trials").iter_all() if item.get("status") == "CANCELLED")
+    figures.stopped = sum(1 for record in DynamoTrials("trials").iter_all() if record.status == "CANCELLED")

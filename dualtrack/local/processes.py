@@ -16,14 +16,16 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import psutil
+
+from lambdas.domain.json_types import JsonObject
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"  # every node's address here: the main node's, as child nodes see it
 
-NoteFn = Callable[[str, dict[str, Any]], None]
+NoteFn = Callable[[str, JsonObject], None]  # (kind, record): what happened to a node
 
 
 def free_port() -> int:
@@ -32,7 +34,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _open_log(log_dir: Path | None, job_name: str, index: int, attempt: int, several_nodes: bool) -> Any:
+def _open_log(log_dir: Path | None, job_name: str, index: int, attempt: int, several_nodes: bool) -> TextIO | None:
     """The node's log file for this attempt (None without a log directory)."""
     if log_dir is None:
         return None
@@ -43,7 +45,7 @@ def _open_log(log_dir: Path | None, job_name: str, index: int, attempt: int, sev
 
 
 def start_nodes(launches: Sequence[tuple[int, list[str], dict[str, str]]], *, main: int, job_name: str,
-                attempt: int, log_dir: Path | None, several_nodes: bool, logs: list[Any],
+                attempt: int, log_dir: Path | None, several_nodes: bool, logs: list[TextIO],
                 procs: dict[int, subprocess.Popen[str]], note: NoteFn) -> str | None:
     """Start each node's process (``(index, command, environment)``, into ``procs``, its open log into ``logs``); why
     the main node could not start, if so. A child node that cannot start is reported (``note``) and the others go

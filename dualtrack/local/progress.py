@@ -5,12 +5,41 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import IO, Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Protocol
 
+from dualtrack.local.json_shapes import mapping, sequence, text
+from lambdas.domain.json_types import JsonIn, JsonMapping
 from lambdas.domain.vocabulary import COMPILE_RUN
 from lambdas.domain.vocabulary import RUNS as RUN_NAMES
 
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions.type_defs import HistoryEventTypeDef
+    from rich.console import Console
+    from rich.progress import TaskID
+
 RUNS = tuple(sorted(RUN_NAMES, key=len, reverse=True))  # longest suffix first: "-trn2-compile" before "-trn2"
+
+
+class Outcome(Protocol):
+    """What the closing lines tell of a rehearsal (a ``RehearsalResult``; ``out`` and ``network_denied`` are read
+    when it has them)."""
+
+    @property
+    def trial_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def wall_s(self) -> float: ...
+
+    @property
+    def report(self) -> JsonMapping | None: ...
+
+    @property
+    def files(self) -> Sequence[Path]: ...
 
 
 def run_of(job_name: str) -> str:
@@ -47,19 +76,21 @@ class Progress:
     def warn(self, text: str) -> None:
         self._print("warning", text, force=True)
 
-    def workflow(self, event: dict[str, Any]) -> None:
+    def workflow(self, event: HistoryEventTypeDef) -> None:
         kind = event.get("type", "")
         if kind.endswith("StateEntered"):
-            name = event.get("stateEnteredEventDetails", {}).get("name", "?")
+            entered = event.get("stateEnteredEventDetails")
+            name = entered.get("name", "?") if entered else "?"
             self._print("workflow", f"-> {name}")
         elif kind in ("ExecutionFailed", "ExecutionAborted", "ExecutionTimedOut", "ExecutionSucceeded"):
             self._print("workflow", kind.removeprefix("Execution").lower())
         elif kind == "TaskFailed":
-            details = event.get("taskFailedEventDetails", {})
-            self._print("workflow", f"task failed: {details.get('error', '')} (caught by the workflow if it has a "
+            details = event.get("taskFailedEventDetails")
+            error = details.get("error", "") if details else ""
+            self._print("workflow", f"task failed: {error} (caught by the workflow if it has a "
                                     "Catch: the Trainium2 track falls back to GPU)")
 
-    def job(self, job_name: str, record: dict[str, Any]) -> None:
+    def job(self, job_name: str, record: JsonMapping) -> None:
         run, kind = run_of(job_name), record.get("event")
         if kind in ("step", "eval") and run == COMPILE_RUN:
             return  # the warm-up compile stage's few steps only build graphs: its "compiled" line says how it went
@@ -67,7 +98,7 @@ class Progress:
         if text is not None:
             self._print(run, text, force=kind in ("checkpoint_skipped", "error", "failed"))
 
-    def _step_text(self, record: dict[str, Any]) -> str | None:
+    def _step_text(self, record: JsonMapping) -> str | None:
         """A step's line, for every ``step_every``-th step and the last one (None for the others)."""
         step, total = record.get("step"), record.get("max_steps") or self.max_steps
         if not isinstance(step, int) or (step % self.step_every and step != total):
@@ -80,28 +111,32 @@ class Progress:
             text += f"  {tps:,.0f} tok/s"
         return text
 
-    def summary(self, result: Any) -> None:
-        report = result.report or {}
+    def summary(self, result: Outcome) -> None:
+        report: JsonMapping = result.report or {}
         lines = [f"trial {result.trial_id}: workflow {result.status} in {result.wall_s:.0f} s"]
-        for run, track in (report.get("tracks") or {}).items():
-            cost = (track.get("cost") or {}).get("total_usd")
-            compile_ = track.get("compile") or {}
+        for run, value in mapping(report.get("tracks") or {}).items():
+            track = mapping(value)
+            cost = mapping(track.get("cost") or {}).get("total_usd")
+            compile_ = mapping(track.get("compile") or {})
             lines.append(
                 f"  {run:<12} {track.get('status', '?'):<9} backend {track.get('backend', '?')}"
                 f"{' (stand-in)' if track.get('stand_in') else ''}, {track.get('steps_completed', '?')} steps, "
                 f"{track.get('attempts', '?')} attempt(s), compile cache {compile_.get('cache', '-')}"
                 f"{_seconds(compile_.get('total_s'))}, cost {cost} USD at the declared instance's rate")
-        stage = (report.get("compile") or {}).get("stage")
+        compiled = mapping(report.get("compile") or {})
+        stage = compiled.get("stage")
         if stage:
+            stage = mapping(stage)
+            caches = [text(cache) for cache in sequence(stage.get("cache_by_attempt") or [])]
             lines.append(f"  {stage['run']:<12} {stage.get('status', '?'):<9} warm-up compile stage, "
                          f"{_seconds(stage.get('compile_s')).strip(' ()') or 'no compile time'}, cache "
-                         f"{', '.join(stage.get('cache_by_attempt') or []) or '-'}, cost "
-                         f"{(stage.get('cost') or {}).get('total_usd')} USD (compile)")
-        rate = (report.get("compile") or {}).get("hit_rate")
+                         f"{', '.join(caches) or '-'}, cost "
+                         f"{mapping(stage.get('cost') or {}).get('total_usd')} USD (compile)")
+        rate = compiled.get("hit_rate")
         if rate is not None:
-            lines.append(f"  compile cache hit rate {rate:.0%} ({report['compile']['hits']} of "
-                         f"{report['compile']['lookups']} lookups)")
-        comparison = report.get("comparison") or {}
+            lines.append(f"  compile cache hit rate {rate:.0%} ({compiled['hits']} of "
+                         f"{compiled['lookups']} lookups)")
+        comparison = mapping(report.get("comparison") or {})
         if comparison:
             lines.append(f"  {comparison.get('headline') or 'verdict: ' + str(comparison.get('verdict'))}")
         denied = getattr(result, "network_denied", None) or []
@@ -117,7 +152,7 @@ class Progress:
             print("\n".join(lines), file=self.stream, flush=True)
 
 
-def _event_text(kind: Any, record: dict[str, Any]) -> str | None:
+def _event_text(kind: JsonIn, record: JsonMapping) -> str | None:
     """The line a job's event other than a step prints (None for an event that prints none)."""
     attempt = record.get("attempt")
     if kind == "checkpoint":
@@ -150,7 +185,7 @@ def _event_text(kind: Any, record: dict[str, Any]) -> str | None:
     return None
 
 
-def _compile_text(kind: str, record: dict[str, Any]) -> str:
+def _compile_text(kind: JsonIn, record: JsonMapping) -> str:
     """The line of a compile event: the step's compilation starting, the warm-up stage's, the first step's."""
     if kind == "compiling":
         cached = record.get("cached_files")
@@ -176,7 +211,7 @@ class TerminalProgress(Progress):
     compiles, and every other line printed above the bars (rich)."""
 
     def __init__(self, stream: IO[str] | None = None, *, quiet: bool = False, step_every: int = 5,
-                 max_steps: int | None = None, console: Any = None):
+                 max_steps: int | None = None, console: Console | None = None):
         super().__init__(stream, quiet=quiet, step_every=step_every, max_steps=max_steps)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -186,7 +221,7 @@ class TerminalProgress(Progress):
         self.bars = Bars(SpinnerColumn(finished_text=" "), TextColumn("{task.description:<14}"), BarColumn(),
                          MofNCompleteColumn(), TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
                          console=self.console, transient=False)
-        self.tasks: dict[str, Any] = {}
+        self.tasks: dict[str, TaskID] = {}
         self.bars.start()
 
     def _print(self, who: str, text: str, *, force: bool = False) -> None:
@@ -197,22 +232,22 @@ class TerminalProgress(Progress):
             self.console.print(f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {who:<12} {text}",
                                markup=False, highlight=False)
 
-    def _task(self, run: str) -> Any:
+    def _task(self, run: str) -> TaskID:
         if run not in self.tasks:
             # The warm-up compile stage has no training steps to count: a spinner with a note.
             total = None if run == COMPILE_RUN else self.max_steps or None
             self.tasks[run] = self.bars.add_task(run, total=total, note="")
         return self.tasks[run]
 
-    def job(self, job_name: str, record: dict[str, Any]) -> None:
-        run, kind = run_of(job_name), record.get("event")
+    def job(self, job_name: str, record: JsonMapping) -> None:
+        run, kind, step = run_of(job_name), record.get("event"), record.get("step")
         if kind == "compiling":
             self.bars.update(self._task(run), note="compiling…")
         elif kind == "step" and run == COMPILE_RUN:
             return
-        elif kind == "step" and isinstance(record.get("step"), int):
+        elif kind == "step" and isinstance(step, int):
             loss = record.get("loss")
-            self.bars.update(self._task(run), completed=record["step"],
+            self.bars.update(self._task(run), completed=step,
                              note=f"loss {loss:.4f}" if isinstance(loss, int | float) else "")
             return  # the bar is the step line
         elif kind == "done":
@@ -222,7 +257,7 @@ class TerminalProgress(Progress):
     def close(self) -> None:
         self.bars.stop()
 
-    def summary(self, result: Any) -> None:
+    def summary(self, result: Outcome) -> None:
         self.close()
         super().summary(result)
 

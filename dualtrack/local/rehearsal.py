@@ -18,21 +18,29 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dualtrack.local.aws.moto_shims import emit_service_event, lambda_function
 from dualtrack.local.aws.session_policies import SessionPolicies, enforce_session_policies
 from dualtrack.local.environment import overlay
+from dualtrack.local.json_shapes import integer, json_object, optional_text
 from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
 from lambdas.domain import telemetry
 from lambdas.domain.compile_cache import EntryRejected, entry_name
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
+from lambdas.domain.json_types import JsonObject, JsonValue
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import COMPILE_RUN, EXECUTION_TERMINAL
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import ScanInputTableScanTypeDef, TableAttributeValueTypeDef
+    from mypy_boto3_stepfunctions.type_defs import HistoryEventTypeDef
+
+    from dualtrack.local.aws.template import LocalDeployment
 
 CAPACITY_QUEUES = {"gpu": "GpuCapacity", "trn2": "Trn2Capacity"}  # track → its job queues' logical id part
 QUEUE_TIME_SCALE = 200.0  # a queue's 600 s RUNNABLE time limit takes 3 s in a rehearsal
@@ -90,6 +98,7 @@ class RehearsalResult:
     status: str
     out: Path
     wall_s: float
+    # report.json as the plane wrote it.
     report: dict[str, Any] | None = None
     files: list[Path] = field(default_factory=list)
     # The (trial, run) of every credentials session the jobs were issued, and each S3 request a session's policy
@@ -198,7 +207,7 @@ class Rehearsal:
         return result
 
     # ---- wiring ---------------------------------------------------------------------------------------------
-    def _no_capacity_queues(self, deployment: Any) -> set[str]:
+    def _no_capacity_queues(self, deployment: LocalDeployment) -> set[str]:
         track = self.options.no_capacity
         if not track:
             return set()
@@ -209,14 +218,14 @@ class Rehearsal:
         for name in sorted(names):
             actions = deployment.job_state_time_limit_actions.get(name, [])
             limits = ", ".join(f"{a['reason']} after {a['maxTimeSeconds']} s (waits "
-                               f"{int(a['maxTimeSeconds']) / QUEUE_TIME_SCALE:.0f} s here: time scaled "
+                               f"{integer(a['maxTimeSeconds']) / QUEUE_TIME_SCALE:.0f} s here: time scaled "
                                f"x{QUEUE_TIME_SCALE:.0f})" for a in actions)
             self.progress.phase(f"no capacity for {track}: jobs on {name} stay RUNNABLE; "
                                 + (f"the queue cancels them on {limits}" if limits else
                                    "the queue has no time-limit action, so they wait until cancelled"))
         return names
 
-    def _handler_environment(self, deployment: Any) -> dict[str, str]:
+    def _handler_environment(self, deployment: LocalDeployment) -> dict[str, str]:
         # Every function reads the same settings names (table and bucket names, the state machine); the union is
         # set once so handlers invoked from any thread see the same configuration.
         env: dict[str, str] = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
@@ -227,7 +236,7 @@ class Rehearsal:
         self.functions = dict(deployment.functions)
         return env
 
-    def _job_env(self, env: Any) -> dict[str, str]:
+    def _job_env(self, env: Mapping[str, str]) -> dict[str, str]:
         # The job definitions name the production backends (cuda, neuron); here each track runs what this
         # machine has: cuda or cpu for GPU runs, neuron or the torch.compile stand-in for Trainium2.
         track = env.get("DUALTRACK_TRACK", "gpu")
@@ -249,15 +258,15 @@ class Rehearsal:
             s3.put_bucket_notification_configuration(Bucket=bucket["Name"], NotificationConfiguration={
                 "EventBridgeConfiguration": {}})
 
-    def _publish(self, event: dict[str, Any]) -> None:
+    def _publish(self, event: JsonObject) -> None:
         """A Batch state-change event onto the default bus, where the synthesized rules' patterns route it."""
         emit_service_event(event)
 
-    def _invoke_arn(self, function_arn: str, event: dict[str, Any]) -> Any:
+    def _invoke_arn(self, function_arn: str, event: JsonObject) -> JsonValue:
         _, _, _, region, account, _, name = function_arn.split(":")[:7]
         return self.lambdas(lambda_function(account, region, name), event)
 
-    def _invoke_module(self, module: str, event: dict[str, Any]) -> Any:
+    def _invoke_module(self, module: str, event: JsonObject) -> JsonValue:
         function = lambda_function(MOTO_ACCOUNT, os.environ["AWS_REGION"], self.functions[module])
         return self.lambdas(function, event)
 
@@ -290,12 +299,12 @@ class Rehearsal:
             self.progress.phase(f"staged {path} -> s3://{bucket}/{key}")
         self.spec = parse_trial(doc)
 
-    def _submit(self, deployment: Any) -> str:
+    def _submit(self, deployment: LocalDeployment) -> str:
         self._stage_data()
         body = self.spec.model_dump(mode="json", exclude_none=True)
         self.progress.phase(f"submitting trial {self.spec.trial_id} through the API handler (POST /trials)")
-        response = self._invoke_module("on_trial_api", api_event("POST", "/trials", body))
-        payload = json.loads(response.get("body") or "{}")
+        response = json_object(self._invoke_module("on_trial_api", api_event("POST", "/trials", body)))
+        payload = json.loads(optional_text(response.get("body")) or "{}")
         if response.get("statusCode") not in (200, 201):
             raise RuntimeError(f"the API refused the trial ({response.get('statusCode')}): {json.dumps(payload)}")
         self.progress.phase(f"accepted ({response['statusCode']}): route {payload.get('triage', {}).get('route')}")
@@ -310,7 +319,7 @@ class Rehearsal:
         while True:
             history = sfn.get_execution_history(executionArn=execution_arn, maxResults=1000)["events"]
             for event in history[seen:]:
-                self.progress.workflow(dict(event))
+                self.progress.workflow(event)
             seen = len(history)
             status = sfn.describe_execution(executionArn=execution_arn)["status"]
             if status in EXECUTION_TERMINAL:
@@ -460,7 +469,7 @@ def local_backend(track: str) -> str:
         return "cpu"
 
 
-def api_event(method: str, path: str, body: Any | None = None) -> dict[str, Any]:
+def api_event(method: str, path: str, body: JsonValue = None) -> JsonObject:
     """An API Gateway REST proxy event as the AWS_IAM-authorised API delivers it."""
     request_id = str(uuid.uuid4())
     return {
@@ -479,11 +488,11 @@ def api_event(method: str, path: str, body: Any | None = None) -> dict[str, Any]
     }
 
 
-def _scan(table: str) -> list[dict[str, Any]]:
+def _scan(table: str) -> list[dict[str, TableAttributeValueTypeDef]]:
     import boto3
 
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {}
+    items: list[dict[str, TableAttributeValueTypeDef]] = []
+    kwargs: ScanInputTableScanTypeDef = {}
     resource = boto3.resource("dynamodb").Table(table)
     while True:
         page = resource.scan(**kwargs)
@@ -493,5 +502,6 @@ def _scan(table: str) -> list[dict[str, Any]]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _write_json(path: Path, value: Any) -> None:
+def _write_json(path: Path, value: Sequence[Mapping[str, TableAttributeValueTypeDef]] | Sequence[HistoryEventTypeDef]
+                ) -> None:
     path.write_text(json.dumps(value, indent=2, default=str) + "\n")

@@ -11,12 +11,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dualtrack.local.aws.moto_shims import moto_settings, reset_moto
 from dualtrack.local.environment import overlay
+
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -45,17 +50,39 @@ class LocalAws:
         }
 
 
-_SERVER: list[tuple[Any, str]] = []  # one loopback server per process: cached boto3 clients stay valid
+_DYNAMODB = threading.Lock()
+
+
+def one_dynamodb_request_at_a_time(app: WSGIApplication) -> WSGIApplication:
+    """moto's in-memory backends are not thread-safe (getmoto/moto#372): a Scan or Query iterating a table while
+    another thread's PutItem adds to it fails with "dictionary changed size during iteration", a 500 that the SDK
+    retries or, on a write, may lose. The rehearsal's threads (the functions, the workflow, the jobs' reporters) all
+    reach DynamoDB through this server, so its DynamoDB requests are served one at a time. A DynamoDB request calls
+    no other service, so holding the lock never waits on another request."""
+
+    def serve(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
+            with _DYNAMODB:
+                return list(app(environ, start_response))  # the body is produced inside the lock
+        return app(environ, start_response)
+
+    return serve
+
+
+_SERVER: list[tuple[ThreadedMotoServer, str]] = []  # one loopback server per process: cached boto3 clients stay valid
 _LOCK = threading.Lock()
 
 
-def _server() -> tuple[Any, str]:
+def _server() -> tuple[ThreadedMotoServer, str]:
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
     with _LOCK:
         if not _SERVER:
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()
+            wsgi = server._server  # moto's werkzeug server: its app is replaced before the first request
+            assert wsgi is not None
+            wsgi.app = one_dynamodb_request_at_a_time(wsgi.app)
             host, port = server.get_host_and_port()
             _SERVER.append((server, f"http://{host}:{port}"))
         return _SERVER[0]

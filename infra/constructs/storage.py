@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 import aws_cdk as cdk
 from aws_cdk import aws_dynamodb as dynamodb
@@ -96,7 +96,18 @@ class TrialStorage(Construct):
         return [self.trials, self.ledger, self.cache_registry, self.idempotency, self.usage]
 
 
-def _bucket_defaults(noncurrent_version_days: int) -> dict[str, Any]:
+class _BucketDefaults(TypedDict):
+    """The ``s3.Bucket`` settings every trial bucket shares."""
+
+    block_public_access: s3.BlockPublicAccess
+    enforce_ssl: bool
+    versioned: bool
+    event_bridge_enabled: bool
+    removal_policy: cdk.RemovalPolicy
+    lifecycle_rules: list[s3.LifecycleRule]
+
+
+def _bucket_defaults(noncurrent_version_days: int) -> _BucketDefaults:
     return {
         "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
         "enforce_ssl": True,

@@ -6,7 +6,7 @@ to queues and job definitions by their fixed names (:attr:`ComputeStack.targets`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 import aws_cdk as cdk
 from constructs import Construct
@@ -17,12 +17,13 @@ from infra.constructs.job_definitions import TrainerJobDefinitions
 from infra.constructs.network import TrainingNetwork
 from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
+from infra.stacks import StackOptions
 from lambdas.domain.job_targets import JobTarget
 
 
 class ComputeStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
-                 **kwargs: Any) -> None:
+                 **kwargs: Unpack[StackOptions]) -> None:
         super().__init__(scope, construct_id, **kwargs)
         retention = retention_days(config.log_retention_days)
         self.log_key = log_key(self, "LogsKey", f"dualtrack {config.name}: training job and flow logs")

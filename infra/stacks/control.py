@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Unpack
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -22,6 +22,7 @@ from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
 from infra.constructs.trial_api import TrialApi
 from infra.constructs.trial_workflow import TrialWorkflow
+from infra.stacks import StackOptions
 from lambdas.domain import job_access
 from lambdas.domain.job_targets import JobTarget, job_targets_json
 
@@ -29,7 +30,8 @@ from lambdas.domain.job_targets import JobTarget, job_targets_json
 class ControlStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
                  targets: dict[Track, dict[str, JobTarget]],
-                 image_versions: dict[Track, dict[str, str]] | None = None, **kwargs: Any) -> None:
+                 image_versions: dict[Track, dict[str, str]] | None = None,
+                 **kwargs: Unpack[StackOptions]) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.config = config
         retention = retention_days(config.log_retention_days)
@@ -104,7 +106,7 @@ class ControlStack(cdk.Stack):
         api_fn = make("on_trial_api", timeout_s=29, description="trial API", environment=api_environment)
         reconciler = make("reconcile_trials", asynchronous=True, timeout_s=300,
                           description="schedule → finish pending stops and cut-short starts")
-        self.writer_role, self.credentials_function = self._job_credentials(config, storage, make)
+        self.writer_role, self.credentials_function = self._job_credentials(config, storage, self.functions)
 
         self._grant_data_access(storage, resolve=resolve, close=close, report=report, status=status,
                                 on_job=on_job, on_artifact=on_artifact, cost_report=cost_report, api_fn=api_fn)
@@ -162,16 +164,17 @@ class ControlStack(cdk.Stack):
         cdk.CfnOutput(self, "ReportTopicArn", value=self.topic.topic_arn)
 
     def _job_credentials(self, config: StageConfig, s: TrialStorage,
-                         make: Any) -> tuple[iam.Role, lambda_.Function]:
+                         functions: FunctionFactory) -> tuple[iam.Role, lambda_.Function]:
         """The trial writer role and the function that issues its credentials to training jobs (see
         lambdas/domain/job_access.py). The job roles (compute stack) have no access to trials/ of their own: they
         may only invoke this function, which has a fixed name so they can name it without a cross-stack reference.
         """
         placeholder = "arn:aws:iam::000000000000:role/placeholder"
-        vend = make("vend_job_credentials", timeout_s=10, function_name=job_access.function_name(config.name),
-                    description="training job → credentials for its own trial and run",
-                    # The response is credentials: never copy it into a trace.
-                    environment={"WRITER_ROLE_ARN": placeholder, "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"})
+        vend = functions.function(
+            "vend_job_credentials", timeout_s=10, function_name=job_access.function_name(config.name),
+            description="training job → credentials for its own trial and run",
+            # The response is credentials: never copy it into a trace.
+            environment={"WRITER_ROLE_ARN": placeholder, "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"})
         assert vend.role is not None
         writer = iam.Role(
             self, "TrialWriterRole",

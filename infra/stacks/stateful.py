@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 import aws_cdk as cdk
 from constructs import Construct
@@ -11,10 +11,12 @@ from infra.config import StageConfig
 from infra.constructs.nag import acknowledge
 from infra.constructs.retention import log_key
 from infra.constructs.storage import TrialStorage
+from infra.stacks import StackOptions
 
 
 class StatefulStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, **kwargs: Any) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig,
+                 **kwargs: Unpack[StackOptions]) -> None:
         super().__init__(scope, construct_id, termination_protection=True, **kwargs)
         self.storage = TrialStorage(self, "Storage", noncurrent_version_days=config.noncurrent_version_days)
         # For the log group of CDK's bucket-notifications function (infra.constructs.retention.ExpiringFunctionLogs).

@@ -15,7 +15,7 @@ class BatchJobsApi:
     def __init__(self) -> None:
         self._instance_types: dict[str, str | None] = {}
 
-    def instance_type(self, job_queue: str) -> str | None:
+    def queue_instance_type(self, job_queue: str) -> str | None:
         """A queue's compute environments do not change under a deployed function, so the answer is kept."""
         if job_queue not in self._instance_types:
             self._instance_types[job_queue] = queue_instance_type(job_queue)

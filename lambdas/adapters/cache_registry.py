@@ -8,11 +8,16 @@ value.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lambdas.adapters.aws import client, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
+from lambdas.domain.cache_entries import RegistryEntry
+from lambdas.domain.json_types import JsonObject
 from lambdas.services.ports import Outcome
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef, UpdateItemInputTypeDef
 
 
 class DynamoCacheRegistry:
@@ -23,11 +28,11 @@ class DynamoCacheRegistry:
         self,
         key: str,
         expression: str,
-        values: dict[str, Any],
+        values: dict[str, AttributeValueTypeDef],
         names: dict[str, str] | None = None,
         condition: str | None = None,
     ) -> bool:
-        kwargs: dict[str, Any] = {
+        kwargs: UpdateItemInputTypeDef = {
             "TableName": self.table,
             "Key": {"cache_key": {"S": key}},
             "UpdateExpression": expression,
@@ -47,7 +52,7 @@ class DynamoCacheRegistry:
         prefix: str,
         model_slug: str,
         compiler_version: str,
-        components: dict[str, Any] | None,
+        components: JsonObject | None,
         at: str,
     ) -> None:
         values = to_item(
@@ -126,14 +131,14 @@ class DynamoCacheRegistry:
             {"#st": "status"},
         )
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> RegistryEntry | None:
         got = client("dynamodb").get_item(TableName=self.table, Key={"cache_key": {"S": key}}, ConsistentRead=True)
-        return from_item(got["Item"]) if "Item" in got else None
+        return RegistryEntry.model_validate(from_item(got["Item"])) if "Item" in got else None
 
-    def iter_all(self) -> Iterator[dict[str, Any]]:
+    def iter_all(self) -> Iterator[RegistryEntry]:
         for page in pages("dynamodb", "scan", TableName=self.table):
             for item in page["Items"]:
-                yield from_item(item)
+                yield RegistryEntry.model_validate(from_item(item))
 
     def delete(self, key: str) -> None:
         client("dynamodb").delete_item(TableName=self.table, Key={"cache_key": {"S": key}})

@@ -1,14 +1,17 @@
-"""The ledger in DynamoDB: facts are created once (conditional put), the cost entry only moves forward."""
+"""The ledger in DynamoDB: facts are created once (conditional put), the cost entry only moves forward.
+
+Every entry's body is one string attribute of canonical JSON: a fact's body (read back through its kind's model),
+or the run's cost entry (:class:`StoredCost`).
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 from lambdas.adapters.aws import client, pages, written
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry
+from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry, LedgerRow, RowKind, StoredCost, fact_of
 
 
 class DynamoLedger:
@@ -48,7 +51,7 @@ class DynamoLedger:
                 )
         return out
 
-    def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
+    def put_cost(self, run_key: str, body: StoredCost, facts: int) -> bool:
         trial_id, run = run_key.rsplit("#", 1)
         item = {
             "run_key": {"S": run_key},
@@ -57,7 +60,7 @@ class DynamoLedger:
             "trial_id": {"S": trial_id},
             "run": {"S": run},
             "facts": {"N": str(facts)},
-            "body": {"S": canonical_json(body)},
+            "body": {"S": canonical_json(body.model_dump(mode="json"))},
         }
         return written(lambda: client("dynamodb").put_item(
             TableName=self.table,
@@ -66,20 +69,20 @@ class DynamoLedger:
             ExpressionAttributeValues={":f": {"N": str(facts)}},
         ))
 
-    def cost(self, run_key: str) -> dict[str, Any] | None:
+    def cost(self, run_key: str) -> StoredCost | None:
         got = client("dynamodb").get_item(
             TableName=self.table,
             ConsistentRead=True,
             Key={"run_key": {"S": run_key}, "entry_key": {"S": COST_ENTRY_KEY}},
         )
         item = got.get("Item")
-        return json.loads(item["body"]["S"]) if item else None
+        return StoredCost.model_validate_json(item["body"]["S"]) if item else None
 
-    def iter_costs(self) -> Iterator[dict[str, Any]]:
+    def iter_costs(self) -> Iterator[LedgerRow]:
         """Every run's cost entry: one pass over the table (linear in its size)."""
         return self.iter_kinds(("cost",))
 
-    def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    def iter_kinds(self, kinds: tuple[RowKind, ...]) -> Iterator[LedgerRow]:
         """Entries of the given kinds, with their kind, in one scan of the table."""
         values = {f":k{i}": {"S": k} for i, k in enumerate(kinds)}
         for page in pages(
@@ -91,4 +94,7 @@ class DynamoLedger:
             ProjectionExpression="run_key, #k, body",
         ):
             for item in page["Items"]:
-                yield {"run_key": item["run_key"]["S"], "kind": item["kind"]["S"], **json.loads(item["body"]["S"])}
+                kind = next(k for k in kinds if k == item["kind"]["S"])
+                text = item["body"]["S"]
+                body = StoredCost.model_validate_json(text) if kind == "cost" else fact_of(kind, json.loads(text))
+                yield LedgerRow(item["run_key"]["S"], kind, body)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lambdas.adapters.aws import client
 from lambdas.domain import telemetry
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDataQueryTypeDef
 
 NAMESPACE = telemetry.NAMESPACE  # where the trainer publishes its per-attempt metrics
 PHASE_METRICS = {
@@ -21,7 +24,7 @@ PHASE_METRICS = {
 STEP_METRIC = "GlobalStep"
 
 
-def _dimensions(trial_id: str, run: str, attempt: int) -> list[dict[str, str]]:
+def _dimensions(trial_id: str, run: str, attempt: int) -> list[DimensionTypeDef]:
     return [
         {"Name": "TrialId", "Value": trial_id},
         {"Name": "Run", "Value": run},
@@ -67,7 +70,7 @@ class CloudWatchRunMetrics:
     ) -> tuple[dict[str, float], int | None]:
         """Summed phase seconds and the highest global step the attempt published (empty when it published none)."""
         dims = _dimensions(trial_id, run, attempt)
-        queries: list[dict[str, Any]] = []
+        queries: list[MetricDataQueryTypeDef] = []
         for i, (field, metric) in enumerate([*PHASE_METRICS.items(), ("global_step", STEP_METRIC)]):
             queries.append(
                 {

@@ -11,12 +11,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from lambdas.adapters.aws import client, error_code, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
+from lambdas.domain.booking import Booking
+from lambdas.domain.json_types import JsonValue
+from lambdas.domain.trial_record import TrialRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
 USAGE_KEY = "usage_key"  # the usage table's partition key (infra.constructs.storage)
 USAGE_EXPIRES = "expires_at"  # its TTL attribute: counted-write markers expire, team items never do
@@ -24,34 +30,50 @@ COUNTED_WRITE_TTL_S = 35 * 86400  # longer than any trial runs, so a redelivered
 TEAM_INDEX = "team-created"  # partition key team, sort key created_at (infra.constructs.storage)
 
 
-def _team_query(team: str) -> dict[str, Any]:
+class _Expression(TypedDict, total=False):
+    """The expression parts of an UpdateItem (or a transaction's Update) request."""
+
+    UpdateExpression: str
+    ConditionExpression: str
+    ExpressionAttributeNames: dict[str, str]
+    ExpressionAttributeValues: dict[str, AttributeValueTypeDef]
+
+
+class _TeamQuery(TypedDict):
+    IndexName: str
+    KeyConditionExpression: str
+    ExpressionAttributeNames: dict[str, str]
+    ExpressionAttributeValues: dict[str, AttributeValueTypeDef]
+
+
+def _team_query(team: str) -> _TeamQuery:
     return {"IndexName": TEAM_INDEX, "KeyConditionExpression": "#team = :team",
             "ExpressionAttributeNames": {"#team": "team"}, "ExpressionAttributeValues": {":team": {"S": team}}}
 
 
-def _assignments(fields: dict[str, Any]) -> dict[str, Any]:
+def _assignments(fields: Mapping[str, JsonValue]) -> _Expression:
     """An UpdateExpression that sets each field, removing those given as None."""
     values = to_item({f":v{i}": v for i, v in enumerate(fields.values())})
     names = {f"#n{i}": k for i, k in enumerate(fields)}
     assignments = ", ".join(f"#n{i} = :v{i}" for i in range(len(fields)) if f":v{i}" in values)
     removals = ", ".join(f"#n{i}" for i in range(len(fields)) if f":v{i}" not in values)
     expression = (f"SET {assignments}" if assignments else "") + (f" REMOVE {removals}" if removals else "")
-    out: dict[str, Any] = {"UpdateExpression": expression.strip(), "ExpressionAttributeNames": names}
+    out: _Expression = {"UpdateExpression": expression.strip(), "ExpressionAttributeNames": names}
     if values:
         out["ExpressionAttributeValues"] = values
     return out
 
 
-def _team_key(team: str) -> dict[str, Any]:
+def _team_key(team: str) -> dict[str, AttributeValueTypeDef]:
     return {USAGE_KEY: {"S": f"team#{team}"}}
 
 
-def _adds(values: dict[str, Decimal], limits: dict[str, Decimal] | None = None) -> dict[str, Any]:
+def _adds(values: Mapping[str, Decimal], limits: Mapping[str, Decimal] | None = None) -> _Expression:
     """An ``ADD`` update of the usage item, conditional on each limited attribute holding at most its room."""
     names = {f"#u{i}": name for i, name in enumerate(values)}
-    numbers = {f":u{i}": {"N": str(value)} for i, value in enumerate(values.values())}
-    update: dict[str, Any] = {"UpdateExpression": "ADD " + ", ".join(f"#u{i} :u{i}" for i in range(len(values))),
-                              "ExpressionAttributeNames": names, "ExpressionAttributeValues": numbers}
+    numbers: dict[str, AttributeValueTypeDef] = {f":u{i}": {"N": str(value)} for i, value in enumerate(values.values())}
+    update: _Expression = {"UpdateExpression": "ADD " + ", ".join(f"#u{i} :u{i}" for i in range(len(values))),
+                           "ExpressionAttributeNames": names, "ExpressionAttributeValues": numbers}
     conditions = []
     for i, (name, most) in enumerate((limits or {}).items()):
         update["ExpressionAttributeNames"][f"#r{i}"] = name
@@ -79,9 +101,14 @@ def _first_condition_failed(exc: BaseException) -> bool:
     raise exc
 
 
-def _status_condition(statuses: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    allowed = {f":s{i}": {"S": s} for i, s in enumerate(statuses)}
+def _status_condition(statuses: tuple[str, ...]) -> tuple[str, dict[str, AttributeValueTypeDef]]:
+    allowed: dict[str, AttributeValueTypeDef] = {f":s{i}": {"S": s} for i, s in enumerate(statuses)}
     return f"#status IN ({', '.join(allowed)})", allowed
+
+
+def _record(item: dict[str, AttributeValueTypeDef]) -> TrialRecord:
+    """The record a DynamoDB item holds (``TrialRecord.from_item`` migrates items of older versions)."""
+    return TrialRecord.from_item(from_item(item))
 
 
 class DynamoTrials:
@@ -93,15 +120,14 @@ class DynamoTrials:
             raise RuntimeError("this function has no usage table (USAGE_TABLE): it cannot book or release quotas")
         return self.usage_table
 
-    def usage(self, team: str) -> dict[str, Any] | None:
+    def usage(self, team: str) -> dict[str, int | float] | None:
         got = client("dynamodb").get_item(TableName=self._usage(), Key=_team_key(team), ConsistentRead=True)
         if "Item" not in got:
             return None
         item = from_item(got["Item"])
-        item.pop(USAGE_KEY, None)
-        return item
+        return {name: value for name, value in item.items() if isinstance(value, int | float) and name != USAGE_KEY}
 
-    def seed_usage(self, team: str, values: dict[str, Decimal], bookings: dict[str, dict[str, Any]]) -> bool:
+    def seed_usage(self, team: str, values: Mapping[str, Decimal], bookings: Mapping[str, Booking]) -> bool:
         """Create the team's usage item from its trials (made before bookings existed), once: the item is put only
         if absent, and each trial is given the booking that item counts (only if it has none)."""
         item = {USAGE_KEY: {"S": f"team#{team}"}, **{k: {"N": str(v)} for k, v in values.items()}}
@@ -109,20 +135,21 @@ class DynamoTrials:
             TableName=self._usage(), Item=item, ConditionExpression=f"attribute_not_exists({USAGE_KEY})"))
         if made:
             for trial_id, booking in bookings.items():
-                self._give_booking(trial_id, booking)
+                self._give_booking(trial_id, booking.model_dump(mode="json"))
         return made
 
-    def _give_booking(self, trial_id: str, booking: dict[str, Any]) -> bool:
+    def _give_booking(self, trial_id: str, booking: dict[str, JsonValue]) -> bool:
         return written(lambda: client("dynamodb").update_item(
             TableName=self.table, Key={"trial_id": {"S": trial_id}}, UpdateExpression="SET #b = :b",
             ConditionExpression="attribute_exists(trial_id) AND attribute_not_exists(#b)",
             ExpressionAttributeNames={"#b": "booking"}, ExpressionAttributeValues=to_item({":b": booking})))
 
-    def admit(self, item: dict[str, Any], additions: dict[str, Decimal],
-              limits: dict[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
+    def admit(self, record: TrialRecord, additions: Mapping[str, Decimal],
+              limits: Mapping[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
         """Create the trial item and book it on its team's usage item in one transaction, conditional on the trial
         being new and on every limited usage attribute holding at most its room."""
-        booking = {"Update": {"TableName": self._usage(), "Key": _team_key(str(item["team"])),
+        item = record.to_item()
+        booking = {"Update": {"TableName": self._usage(), "Key": _team_key(str(record.team)),
                               **_adds(additions, limits)}}
         try:
             client("dynamodb").transact_write_items(TransactItems=[
@@ -141,8 +168,8 @@ class DynamoTrials:
             raise
         return "created"
 
-    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal],
-              **fields: Any) -> bool:
+    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
+              **fields: JsonValue) -> bool:
         """Move the trial out of ``statuses`` and release its booking in one transaction: of two racing closes one
         is made, and the booking is released once."""
         if not release:
@@ -161,7 +188,7 @@ class DynamoTrials:
             return _first_condition_failed(exc)
         return True
 
-    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal]) -> bool:
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal]) -> bool:
         """Delete a trial that never started and release its booking in one transaction."""
         condition, allowed = _status_condition(statuses)
         try:
@@ -175,7 +202,7 @@ class DynamoTrials:
             return _first_condition_failed(exc)
         return True
 
-    def tally_once(self, trial_id: str, fact: str, add: dict[str, int], *, now_s: int) -> dict[str, Any] | None:
+    def tally_once(self, trial_id: str, fact: str, add: Mapping[str, int], *, now_s: int) -> TrialRecord | None:
         """Add ``add`` to the trial's counters once per ``fact`` (an object version): a marker for the fact and the
         counters are written in one transaction, so a redelivered event finds the marker and counts nothing.
         Returns the trial item after the write, or None when ``fact`` was counted before (or there is no trial)."""
@@ -199,42 +226,42 @@ class DynamoTrials:
             return None
         return self.get(trial_id)
 
-    def create(self, item: dict[str, Any]) -> bool:
+    def create(self, record: TrialRecord) -> bool:
         return written(lambda: client("dynamodb").put_item(
-            TableName=self.table, Item=to_item(item), ConditionExpression="attribute_not_exists(trial_id)"
+            TableName=self.table, Item=to_item(record.to_item()), ConditionExpression="attribute_not_exists(trial_id)"
         ))
 
-    def get(self, trial_id: str) -> dict[str, Any] | None:
+    def get(self, trial_id: str) -> TrialRecord | None:
         got = client("dynamodb").get_item(TableName=self.table, Key={"trial_id": {"S": trial_id}}, ConsistentRead=True)
-        return from_item(got["Item"]) if "Item" in got else None
+        return _record(got["Item"]) if "Item" in got else None
 
     def delete(self, trial_id: str) -> None:
         client("dynamodb").delete_item(TableName=self.table, Key={"trial_id": {"S": trial_id}})
 
-    def update(self, trial_id: str, **fields: Any) -> None:
+    def update(self, trial_id: str, **fields: JsonValue) -> None:
         client("dynamodb").update_item(
             TableName=self.table, Key={"trial_id": {"S": trial_id}},
             ConditionExpression="attribute_exists(trial_id)", **_assignments(fields),
         )
 
-    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: Any) -> bool:
+    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: JsonValue) -> bool:
         """Update the trial only while its status is one of ``statuses`` (a conditional write: of two racing
         transitions one is made, the other finds the condition false and writes nothing)."""
         update = _assignments(fields)
         update["ExpressionAttributeNames"]["#status"] = "status"
-        allowed = {f":s{i}": {"S": s} for i, s in enumerate(statuses)}
+        condition, allowed = _status_condition(statuses)
         update.setdefault("ExpressionAttributeValues", {}).update(allowed)
         return written(lambda: client("dynamodb").update_item(
             TableName=self.table, Key={"trial_id": {"S": trial_id}},
-            ConditionExpression=f"#status IN ({', '.join(allowed)})", **update,
+            ConditionExpression=condition, **update,
         ))
 
-    def tally(self, trial_id: str, *, set_fields: dict[str, Any] | None = None,
-              add: dict[str, int] | None = None) -> dict[str, Any] | None:
+    def tally(self, trial_id: str, *, set_fields: Mapping[str, JsonValue] | None = None,
+              add: Mapping[str, int] | None = None) -> TrialRecord | None:
         """Set ``set_fields`` and add ``add`` to counters in one update, returning the whole item after it (None when
         there is no such trial). ADD on a missing number starts it at 0 (developer guide, "Update expressions")."""
         names: dict[str, str] = {}
-        values: dict[str, Any] = {}
+        values: dict[str, JsonValue] = {}
         sets, adds = [], []
         for i, (name, value) in enumerate((set_fields or {}).items()):
             names[f"#s{i}"], values[f":s{i}"] = name, value
@@ -252,13 +279,13 @@ class DynamoTrials:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return None
             raise
-        return from_item(got["Attributes"])
+        return _record(got["Attributes"])
 
-    def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[TrialRecord], str | None]:
         """A page of trials: one team's, newest first (the team index), or every team's (a scan). Raises
         ``ValueError`` for a ``start`` that is not a key this listing returned: a team's page keys are the index's
         (trial_id, team, created_at) in that team's partition, a scan's the table's (trial_id)."""
-        kwargs: dict[str, Any] = {"TableName": self.table, "Limit": limit}
+        kwargs: dict[str, str | int | dict[str, AttributeValueTypeDef]] = {"TableName": self.table, "Limit": limit}
         if start:
             key = json.loads(base64.urlsafe_b64decode(start.encode()))
             names = {"trial_id"} if team is None else {"trial_id", "team", "created_at"}
@@ -276,22 +303,22 @@ class DynamoTrials:
             page = client("dynamodb").query(**kwargs, **_team_query(team), ScanIndexForward=False)
         token = page.get("LastEvaluatedKey")
         next_token = base64.urlsafe_b64encode(json.dumps(token).encode()).decode() if token else None
-        return [from_item(i) for i in page["Items"]], next_token
+        return [_record(i) for i in page["Items"]], next_token
 
-    def of_team(self, team: str) -> Iterator[dict[str, Any]]:
+    def of_team(self, team: str) -> Iterator[TrialRecord]:
         for page in pages("dynamodb", "query", TableName=self.table, **_team_query(team)):
             for item in page["Items"]:
-                yield from_item(item)
+                yield _record(item)
 
-    def iter_all(self) -> Iterator[dict[str, Any]]:
+    def iter_all(self) -> Iterator[TrialRecord]:
         for page in pages("dynamodb", "scan", TableName=self.table):
             for item in page["Items"]:
-                yield from_item(item)
+                yield _record(item)
 
-    def with_status(self, statuses: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    def with_status(self, statuses: tuple[str, ...]) -> Iterator[TrialRecord]:
         """Every trial whose status is one of ``statuses`` (a filtered scan: the reconciler's sweep)."""
         condition, allowed = _status_condition(statuses)
         for page in pages("dynamodb", "scan", TableName=self.table, FilterExpression=condition,
                           ExpressionAttributeNames={"#status": "status"}, ExpressionAttributeValues=allowed):
             for item in page["Items"]:
-                yield from_item(item)
+                yield _record(item)

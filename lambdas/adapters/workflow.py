@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from lambdas.adapters.aws import client, error_code
+from lambdas.domain.trial_record import ExecutionInput
 from lambdas.services.ports import Started
 
 
@@ -18,10 +18,11 @@ class StepFunctionsWorkflow:
         prefix, machine = self.state_machine_arn.split(":stateMachine:", 1)
         return f"{prefix}:execution:{machine}:{name}"
 
-    def start(self, name: str, payload: dict[str, Any]) -> Started:
+    def start(self, name: str, execution_input: ExecutionInput) -> Started:
         try:
             got = client("stepfunctions").start_execution(
-                stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(payload, sort_keys=True)
+                stateMachineArn=self.state_machine_arn, name=name,
+                input=json.dumps(execution_input.payload(), sort_keys=True)
             )
         except Exception as exc:
             if error_code(exc) == "ExecutionAlreadyExists":

@@ -41,7 +41,7 @@ class ArtifactRejected(ValueError):
 
 
 class ShardRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     name: Annotated[str, Field(min_length=1, max_length=512)]
     bytes: Annotated[int, Field(ge=0, le=MAX_BYTES)]
@@ -50,7 +50,7 @@ class ShardRecord(BaseModel):
 class CheckpointManifest(BaseModel):
     """The trainer's ``manifest.json`` (``containers/trainer/checkpoint.py``), the fields the plane reads."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     step: Annotated[int, Field(ge=0, le=MAX_STEP)]
     shards: Annotated[list[ShardRecord], Field(min_length=1, max_length=100_000,

@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.domain.json_types import JsonMapping
+
 Format = Literal["trainer_state", "metrics_jsonl", "csv"]
 MAX_BASELINE_BYTES = 64 * 2**20  # a log, not a checkpoint
 MIN_SHARED_STEPS = 3  # fewer common steps than this prove nothing either way
@@ -35,7 +37,7 @@ class BaselineInvalid(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Baseline(_Model):
@@ -67,7 +69,7 @@ def _step(value: Any, where: str) -> int:
     return number
 
 
-def _from_trainer_state(document: Mapping[str, Any]) -> Baseline:
+def _from_trainer_state(document: JsonMapping) -> Baseline:
     history = document.get("log_history")
     if not isinstance(history, list):
         raise BaselineInvalid("trainer_state.json: log_history is not a list")

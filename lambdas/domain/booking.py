@@ -17,12 +17,16 @@ transaction as that status change, so a release happens once however often the c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.governance import Quotas
 from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
+
+if TYPE_CHECKING:  # a trial's booking is read by functions that never check quotas
+    from lambdas.domain.governance import Quotas
 
 ACTIVE = "active"  # trials holding a place
 COMPILE_JOBS = "compile_jobs"  # warm-up compile jobs booked across the team's compile queues
@@ -40,7 +44,7 @@ def queue_attribute(queue: str) -> str:
 class Booking(BaseModel):
     """What a trial holds on its team's usage item (stored on the trial item, so its release undoes exactly it)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     team: str
     month: str = Field(pattern=r"^\d{4}-\d{2}$", description="the calendar month (UTC) the dollars are booked to")
@@ -87,15 +91,21 @@ def room(quotas: Quotas, booking: Booking) -> dict[str, Decimal]:
     return out
 
 
+# A team's usage item as the table returns it: attribute name to number (``ACTIVE``, month and queue attributes).
+UsageItem: TypeAlias = Mapping[str, int | float | Decimal]
+
+
 class UsageCounts(BaseModel):
     """The team's usage item as read back: what its bookings hold now."""
+
+    model_config = ConfigDict(defer_build=True)
 
     active: int = 0
     month_usd: Decimal = Decimal(0)
     queue_jobs: dict[str, int] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, item: dict[str, object], month: str) -> UsageCounts:
+    def of(cls, item: UsageItem, month: str) -> UsageCounts:
         queues = {name.removeprefix("jobs#"): int(str(value)) for name, value in item.items()
                   if name.startswith("jobs#")}
         return cls(active=int(str(item.get(ACTIVE, 0))), month_usd=Decimal(str(item.get(month_attribute(month), 0))),

@@ -13,7 +13,7 @@ Family = Literal["gpu", "trn2"]
 
 
 class InstanceInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     family: Family
     accelerator: str
@@ -32,7 +32,7 @@ class InstanceInfo(BaseModel):
 
 
 class InstanceCatalogue(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     catalogue_version: str
     notes: str = ""

@@ -9,36 +9,67 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from lambdas.domain.cache_entries import (
+    ENTRY_MARKER,
+    QUARANTINE,
+    EntryRejected,
+    RegistryEntry,
+    check_digest,
+    check_entry,
+    completion_marker,
+    entry_name,
+)
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
+from lambdas.domain.json_types import JsonObject, JsonValue
 from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
-from lambdas.domain.vocabulary import COMPILE_RUN
+
+# The registry's entries and the completion marker need no trial spec: they are lambdas.domain.cache_entries, which
+# the functions that only observe, list or check entries load alone; they are named here too, beside the key.
+__all__ = [
+    "CHANGE_CLASSES",
+    "COMPONENT_CLASSES",
+    "ENTRY_MARKER",
+    "ENVIRONMENT_FIELDS",
+    "KEY_VERSION",
+    "QUARANTINE",
+    "CacheKey",
+    "EntryRejected",
+    "Explanation",
+    "KeyDifference",
+    "RegistryEntry",
+    "architecture_hash",
+    "cache_key",
+    "cache_url",
+    "check_digest",
+    "check_entry",
+    "compare_components",
+    "completion_marker",
+    "entry_name",
+    "explain",
+    "key_components",
+    "slug",
+]
 
 # 2: the model's architecture is part of the key; 3: TorchNeuron (torch, execution, fullgraph); 4: every LoRA setting
 # (alpha and dropout are constants of the traced graph) and the tokenizer a model built from its config takes its
 # special-token ids from (the embedding's padding index).
 KEY_VERSION = 4
-# An entry is published with this marker after all its artefacts, listing each with its size and sha256 (complete
-# or absent: no marker, or artefacts that disagree with it, not served: check_entry); a failed compile leaves only a
-# record under QUARANTINE/ (see containers/trainer/cache.py).
-ENTRY_MARKER = "_dualtrack_complete.json"
-QUARANTINE = "_failed"
 # Versions an image pins; when the run's environment record is not known yet, the SDK release stands for them.
 ENVIRONMENT_FIELDS = ("torch", "neuronx_cc", "torch_neuronx", "neuron_runtime")
 
 
 class CacheKey(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     key: str
     prefix: str
     model_slug: str
     compiler_version: str
-    components: dict[str, Any]
+    components: JsonObject
 
 
 def slug(text: str) -> str:
@@ -46,7 +77,7 @@ def slug(text: str) -> str:
 
 
 def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
-                   catalogue: InstanceCatalogue | None = None) -> dict[str, Any]:
+                   catalogue: InstanceCatalogue | None = None) -> JsonObject:
     track = spec.tracks.trn2
     if not isinstance(track, Trn2Track):
         raise ValueError("compile-cache keys exist only for trials with a trn2 track")
@@ -54,6 +85,7 @@ def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
     layout = track_layout(spec, "trn2", cat)
     env = environment or {}
     pinned = {name: env.get(name) or f"sdk-{track.neuron_sdk}" for name in ENVIRONMENT_FIELDS}
+    target_modules: list[JsonValue] | None = [*sorted(spec.lora.target_modules)] if spec.lora else None
     return {
         "key_version": KEY_VERSION,
         "model_id": spec.model.id,
@@ -61,7 +93,7 @@ def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
         "architecture": architecture_hash(spec),
         "method": spec.method,
         "lora_rank": spec.lora.rank if spec.lora else None,
-        "lora_target_modules": sorted(spec.lora.target_modules) if spec.lora else None,
+        "lora_target_modules": target_modules,
         "lora_alpha": spec.lora.alpha if spec.lora else None,
         "lora_dropout": spec.lora.dropout if spec.lora else None,
         "tokenizer": (spec.model.tokenizer or "byte") if spec.model.config is not None else None,
@@ -118,16 +150,16 @@ COMPONENT_CLASSES: dict[str, str] = {
 
 
 class KeyDifference(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     component: str
-    a: Any
-    b: Any
+    a: JsonValue
+    b: JsonValue
     change_class: str
 
 
 class Explanation(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     same_key: bool
     differences: list[KeyDifference]
@@ -143,7 +175,7 @@ def explain(a: TrialSpec, b: TrialSpec, environment_a: dict[str, str] | None = N
                               a.workload.custom_cuda_ops != b.workload.custom_cuda_ops)
 
 
-def compare_components(ka: dict[str, Any], kb: dict[str, Any], kernels_changed: bool = False) -> Explanation:
+def compare_components(ka: JsonObject, kb: JsonObject, kernels_changed: bool = False) -> Explanation:
     """``explain`` over two key-component records (as the trials table keeps them)."""
     # A record of an older key version lacks the components added since: the version names that difference.
     versions_differ = ka.get("key_version") != kb.get("key_version")
@@ -175,93 +207,3 @@ def cache_key(spec: TrialSpec, environment: dict[str, str] | None = None,
 
 def cache_url(bucket: str, key: CacheKey) -> str:
     return f"s3://{bucket}/{key.prefix}"
-
-
-# ---- who may speak for an entry --------------------------------------------------------------------------------
-def compile_writer(warm: bool, compile_stage: bool) -> str | None:
-    """The run the workflow sends to build a trial's entry: the warm-up compile stage when the entry is cold and the
-    stage has a compile queue (its CacheCold choice), else the training run, which compiles it itself; none when the
-    entry is warm (the training run is sent to use it, not to write it)."""
-    if warm:
-        return None
-    return COMPILE_RUN if compile_stage else "trn2"
-
-
-def claim_refusal(trial: dict[str, Any], run: str, claimed: str, outcome: str) -> str | None:
-    """Why a run's summary may not report ``outcome`` for entry ``claimed`` (None: it may). A summary speaks only for
-    the entry the plane resolved for its trial; any Trainium2 run of the trial may report a hit, but only the run
-    sent to compile the entry marks it ready or failed."""
-    resolved, writer = trial.get("cache_key"), trial.get("cache_writer")
-    if run not in ("trn2", COMPILE_RUN):
-        return f"run {run} runs on GPUs and uses no compile-cache entry, but reported {outcome} for {claimed}"
-    if not resolved:
-        return f"no compile-cache entry was resolved for this trial, but run {run} reported {outcome} for {claimed}"
-    if claimed != resolved:
-        return f"run {run} reported {outcome} for entry {claimed}; the plane resolved {resolved} for it"
-    if outcome != "hit" and run != writer:
-        builder = f"only {writer} was sent to compile" if writer else "no run was sent to compile (it was warm)"
-        return f"run {run} reported {outcome} for its entry, which {builder}"
-    return None
-
-
-# ---- the completion marker -------------------------------------------------------------------------------------
-MARKER_VERSION = 2  # 1 recorded only a count and a total; 2 lists every artefact with its size and sha256
-
-
-class EntryRejected(ValueError):
-    """A cache entry that must not be served (torn, or disagreeing with its completion marker): the reason."""
-
-
-def entry_name(name: str) -> str:
-    """``name`` as a path inside an entry, or EntryRejected when it would leave the entry (S3 keys are any string:
-    ``..`` segments and absolute paths become writes outside a local mirror)."""
-    if (not name or name.startswith("/") or "\\" in name or any(ord(c) < 32 for c in name)
-            or any(part in ("", ".", "..") for part in name.split("/"))):
-        raise EntryRejected(f"object name {name!r} leaves the entry (empty, absolute or '.'/'..' segments)")
-    return name
-
-
-def completion_marker(files: dict[str, tuple[int, str | None]]) -> dict[str, Any]:
-    """What a publisher writes last: every artefact (name -> size and, where the publisher read it, sha256)."""
-    listed = {name: {"bytes": size, **({"sha256": digest} if digest else {})}
-              for name, (size, digest) in sorted(files.items())}
-    return {"version": MARKER_VERSION, "files": listed, "count": len(listed),
-            "bytes": sum(size for size, _ in files.values())}
-
-
-def listed_files(marker: Any) -> dict[str, tuple[int, str | None]]:
-    """The artefacts a completion marker lists (name -> size, sha256 or None); EntryRejected for a marker that is
-    absent, lists nothing (an older trainer's count-only marker included) or names a path outside the entry."""
-    if marker is None:
-        raise EntryRejected("no completion marker: the upload did not finish")
-    files = marker.get("files") if isinstance(marker, dict) else None
-    if not isinstance(files, dict) or not files:
-        raise EntryRejected("the completion marker lists no files to check the entry against")
-    out: dict[str, tuple[int, str | None]] = {}
-    for name, record in files.items():
-        size = record.get("bytes") if isinstance(record, dict) else None
-        digest = record.get("sha256") if isinstance(record, dict) else None
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise EntryRejected(f"the completion marker gives {name!r} no size")
-        if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
-            raise EntryRejected(f"the completion marker gives {name!r} a malformed sha256")
-        out[entry_name(str(name))] = (size, digest)
-    return out
-
-
-def check_entry(marker: Any, held: dict[str, int]) -> dict[str, tuple[int, str | None]]:
-    """The marker's files when every one is held at its listed size (``held``: name -> size, as S3 lists them);
-    EntryRejected naming the first that is missing or another size. Hashes are the reader's to check (it has the
-    bytes): :func:`check_digest`."""
-    listed = listed_files(marker)
-    for name, (size, _) in listed.items():
-        if name not in held:
-            raise EntryRejected(f"{name} is listed by the completion marker but absent")
-        if held[name] != size:
-            raise EntryRejected(f"{name} is {held[name]} bytes; the completion marker lists {size}")
-    return listed
-
-
-def check_digest(name: str, digest: str | None, data: bytes) -> None:
-    if digest is not None and hashlib.sha256(data).hexdigest() != digest:
-        raise EntryRejected(f"{name}'s sha256 is not the one the completion marker lists")

@@ -19,7 +19,7 @@ nodes; S3 storage and requests are added to checkpoint_storage on top. All arith
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from decimal import ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Literal
 
@@ -43,7 +43,7 @@ GIB = Decimal(2**30)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Phases(_Model):
@@ -77,7 +77,7 @@ class RunUsage(_Model):
     instance_type: str
     nodes: int = Field(default=1, ge=1)
     region: str | None = None
-    attempts: list[AttemptUsage] = Field(default_factory=list)
+    attempts: Sequence[AttemptUsage] = Field(default_factory=list)
     checkpoint_bytes: int = Field(default=0, ge=0)
     checkpoint_put_requests: int = Field(default=0, ge=0)
     checkpoint_get_requests: int = Field(default=0, ge=0)
@@ -99,6 +99,12 @@ class CostBreakdown(_Model):
     checkpoint_storage_usd: Decimal = Decimal(0)
     queue_environment_usd: Decimal = Decimal(0)
     total_usd: Decimal = Decimal(0)
+
+    def amounts(self) -> dict[str, Decimal]:
+        """USD by component (in ``COMPONENTS`` order), then ``total_usd``."""
+        return {"effective_training_usd": self.effective_training_usd, "compile_usd": self.compile_usd,
+                "failed_reruns_usd": self.failed_reruns_usd, "checkpoint_storage_usd": self.checkpoint_storage_usd,
+                "queue_environment_usd": self.queue_environment_usd, "total_usd": self.total_usd}
 
 
 class RunCost(CostBreakdown):

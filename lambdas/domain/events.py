@@ -13,7 +13,7 @@ from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus
 
 
 class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, defer_build=True)
 
 
 class KeyValue(_Lenient):

@@ -24,7 +24,8 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+
+from lambdas.domain.json_types import JsonObject
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
@@ -42,7 +43,7 @@ class Interval:
     confidence: float = CONFIDENCE
     method: str = "percentile bootstrap of the median"
 
-    def as_json(self, digits: int = 6) -> dict[str, Any]:
+    def as_json(self, digits: int = 6) -> JsonObject:
         out = asdict(self)
         for name in ("estimate", "low", "high"):
             out[name] = round(out[name], digits)
@@ -178,7 +179,7 @@ class Equivalence:
     different: bool | None  # the interval lies wholly outside the margin
     detail: str
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         out = asdict(self)
         for name in ("mean", "p_lower", "p_upper", "low", "high"):
             if out[name] is not None:

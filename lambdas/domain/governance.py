@@ -35,7 +35,7 @@ Usd = Annotated[Decimal, Field(gt=0, allow_inf_nan=False, max_digits=14, decimal
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Quotas(_Model):

@@ -17,7 +17,7 @@ from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 class JobTarget(BaseModel):
     """What the workflow submits for one instance type: queue and job definition names (not ARNs)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     queue: str = Field(min_length=1, description="the job queue's name")
     single_node: str = Field(min_length=1, description="the single-node job definition's name")
@@ -38,7 +38,7 @@ class JobTarget(BaseModel):
 
 
 JobTargets = dict[str, dict[str, JobTarget]]  # track -> instance type -> target
-JOB_TARGETS = TypeAdapter(JobTargets)
+JOB_TARGETS = TypeAdapter(JobTargets, config=ConfigDict(defer_build=True))
 
 
 def parse_job_targets(value: object) -> JobTargets:

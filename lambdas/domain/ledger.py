@@ -9,7 +9,8 @@ canonical JSON: recomputing from the same ledger gives the same bytes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -17,7 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.cost import AttemptUsage, Phases, RunUsage
+from lambdas.domain.cost import AttemptUsage, Phases, RunCost, RunUsage
+from lambdas.domain.json_types import JsonIn, JsonMapping, JsonObject
 from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus, track_of
 
 COST_ENTRY_KEY = "cost"
@@ -27,6 +29,20 @@ def run_key(trial_id: str, run: str) -> str:
     return f"{trial_id}#{run}"
 
 
+class _OfRun:
+    """The trial and run of something keyed by ``run_key``."""
+
+    run_key: str
+
+    @property
+    def trial_id(self) -> str:
+        return self.run_key.rsplit("#", 1)[0]
+
+    @property
+    def run(self) -> str:
+        return self.run_key.rsplit("#", 1)[1]
+
+
 # ---- the facts ---------------------------------------------------------------------------------------------
 # One model per kind of fact; the ledger stores each as its body (the model without ``kind``) next to the kind,
 # and reads it back into the same model. Unknown fields in a stored body are ignored, so a body written by an
@@ -34,11 +50,11 @@ def run_key(trial_id: str, run: str) -> str:
 
 
 class _Fact(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
     KEY: ClassVar[str]  # the entry key: the fact's identity, so a second delivery of it is the same entry
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return self.model_dump(mode="json", exclude={"kind"})
 
     def entry_key(self) -> str:
@@ -93,11 +109,42 @@ class SummaryFact(_Fact):
     steps_this_attempt: int | None = None
     tokens_this_attempt: int | None = None
     phases: dict[str, float] | None = None
-    compile: dict[str, Any] | None = None
+    compile: JsonObject | None = Field(default=None, description="the summary's compile record, as reported")
     started_at: str | None = None
     ended_at: str | None = None
     attempt: int = Field(ge=0)
     final_loss: float | None = None
+
+    def compile_use(self) -> CompileUse:
+        """What the attempt reported about its compile-cache entry (fields of another type read as absent)."""
+        record = self.compile or {}
+        key, cache = record.get("cache_key"), record.get("cache")
+        seconds = record.get("seconds")
+        reason = next((r for r in (record.get("error"), record.get("reason")) if isinstance(r, str) and r), None)
+        return CompileUse(
+            cache_key=key if isinstance(key, str) and key else None,
+            cache=cache if isinstance(cache, str) else None,
+            failed=record.get("status") == "failed" or bool(record.get("failed")),
+            seconds=float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else 0.0,
+            reason=reason,
+        )
+
+
+@dataclass(frozen=True)
+class CompileUse:
+    """An attempt's use of its compile-cache entry: the key, the lookup's outcome (hit, miss, none...), whether the
+    compile failed, its seconds and the compiler's message."""
+
+    cache_key: str | None
+    cache: str | None
+    failed: bool
+    seconds: float
+    reason: str | None
+
+    @property
+    def outcome(self) -> str | None:
+        """The outcome the registry counts: a failed compile is ``failed`` whatever the lookup found."""
+        return "failed" if self.failed else self.cache
 
 
 
@@ -127,15 +174,20 @@ class CheckpointFact(_Fact):
 
 Fact = Annotated[TransitionFact | AttemptFact | SummaryFact | MetricsFact | CheckpointFact,
                  Field(discriminator="kind")]
-FACTS: TypeAdapter[Fact] = TypeAdapter(Fact)
+FACTS: TypeAdapter[Fact] = TypeAdapter(Fact, config=ConfigDict(defer_build=True))  # built by the first fact read
 EntryKind = Literal["transition", "attempt", "summary", "metrics", "checkpoint"]
 F = TypeVar("F", TransitionFact, AttemptFact, SummaryFact, MetricsFact, CheckpointFact)
 
 
-class LedgerEntry(BaseModel):
+def fact_of(kind: str, body: JsonMapping) -> Fact:
+    """A stored body read as the fact of its kind (a ValidationError for an unknown kind or a malformed body)."""
+    return FACTS.validate_python({**body, "kind": kind})
+
+
+class LedgerEntry(_OfRun, BaseModel):
     """A fact as the ledger stores it: its run, its key, its kind and its body (``fact`` reads the body typed)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     run_key: str
     entry_key: str
@@ -144,7 +196,7 @@ class LedgerEntry(BaseModel):
     _fact: Fact = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:
-        self._fact = FACTS.validate_python({**self.body, "kind": self.kind})
+        self._fact = fact_of(self.kind, self.body)
 
     @classmethod
     def of(cls, trial_id: str, run: str, fact: Fact) -> LedgerEntry:
@@ -153,14 +205,6 @@ class LedgerEntry(BaseModel):
     @property
     def fact(self) -> Fact:
         return self._fact
-
-    @property
-    def trial_id(self) -> str:
-        return self.run_key.rsplit("#", 1)[0]
-
-    @property
-    def run(self) -> str:
-        return self.run_key.rsplit("#", 1)[1]
 
     def body_json(self) -> str:
         return canonical_json(self.body)
@@ -208,9 +252,10 @@ def attempt_entry(
         exit_code=exit_code, status_reason=status_reason))
 
 
-def summary_entry(trial_id: str, run: str, attempt: int, summary: Mapping[str, Any]) -> LedgerEntry:
+def summary_entry(trial_id: str, run: str, attempt: int, summary: JsonMapping) -> LedgerEntry:
     """The cost-relevant part of the trainer's run summary for one attempt."""
-    fields = {name: summary.get(name) for name in SummaryFact.model_fields if name not in ("kind", "final_loss")}
+    fields: dict[str, JsonIn] = {name: summary.get(name) for name in SummaryFact.model_fields
+                                 if name not in ("kind", "final_loss")}
     loss = summary.get("loss")
     final_loss = loss.get("final") if isinstance(loss, Mapping) else None
     fields.update(attempt=attempt, final_loss=float(final_loss) if isinstance(final_loss, int | float) else None)
@@ -244,7 +289,7 @@ def _ms(text: str) -> int:
 class RunFold(BaseModel):
     """What the ledger says about one run: the usage the cost model prices, and whether it is final."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     usage: RunUsage
     terminal_status: Literal["SUCCEEDED", "FAILED"] | None
@@ -256,6 +301,9 @@ class RunFold(BaseModel):
         default_factory=dict,
         description="attempt -> why its Batch attempt record was set aside and the attempt billed from its "
                     "transitions instead")
+    instance_mismatch: str | None = Field(
+        default=None, description="the instance types Batch reported for the run's jobs when they are not the one "
+                                  "it was submitted for (the run is priced as submitted)")
 
 
 # EventBridge gives an event's time in whole seconds, so a transition can read up to a second before the
@@ -286,6 +334,7 @@ def fold_run(
     ``open_until``, an attempt that has started and not ended is billed up to that time (a projection of an open
     run's spend; the fold is then never complete)."""
     facts = sorted({e.entry_key: e for e in entries}.values(), key=lambda e: e.entry_key)
+    reported: set[str] = set()  # what Batch said the run's queue runs on, checked against ``instance_type``
     attempts: dict[tuple[str, int], _Attempt] = {}
     job_created: dict[str, int] = {}
     summaries: dict[int, SummaryFact] = {}
@@ -300,7 +349,7 @@ def fold_run(
                 created = fact.created_at_ms or _ms(fact.at)
                 job_created[fact.job_id] = min(job_created.get(fact.job_id, created), created)
                 if fact.instance_type:
-                    instance_type = fact.instance_type
+                    reported.add(fact.instance_type)
                 nodes = max(nodes, fact.nodes)
             else:
                 slot.record = fact
@@ -342,6 +391,7 @@ def fold_run(
         terminal, complete = None, False
 
     puts, gets = _checkpoint_requests(checkpoints, usages)
+    instance_type, mismatch = _priced_instance(instance_type, reported)
     run_usage = RunUsage(
         trial_id=trial_id,
         run=run,
@@ -364,7 +414,21 @@ def fold_run(
         fingerprint=digest,
         ended_at=ended_at,
         suspect=suspect,
+        instance_mismatch=mismatch,
     )
+
+
+def _priced_instance(submitted: str, reported: set[str]) -> tuple[str, str | None]:
+    """The instance type a run is priced at: the one it was submitted for. Batch's answer (the one type its queue's
+    compute environments allow) is checked against it; it prices the run only for a record that never said (an
+    item stored before runs kept their instance type)."""
+    if submitted == "unknown" and len(reported) == 1:
+        return next(iter(reported)), None
+    others = sorted(reported - {submitted})
+    if not others:
+        return submitted, None
+    return submitted, (f"Batch reported {', '.join(others)} for the queue of a run submitted for {submitted}; "
+                       f"priced as {submitted}")
 
 
 def _job_ends(attempts: Mapping[tuple[str, int], _Attempt]) -> dict[str, int]:
@@ -477,22 +541,72 @@ def _seconds(start: int | None, end: int | None) -> Decimal:
     return Decimal(end - start) / Decimal(1000)
 
 
-def cost_body(fold: RunFold, cost: BaseModel) -> dict[str, Any]:
-    """The cost entry's body: the priced fold plus what it was computed from (so a reader can re-check it). An
-    attempt billed from its transitions because its Batch record was impossible carries ``suspect``: why."""
-    usage = fold.usage.model_dump(mode="json")
-    for attempt in usage["attempts"]:
-        if attempt["attempt"] in fold.suspect:
-            attempt["suspect"] = fold.suspect[attempt["attempt"]]
-    return {
-        "cost": cost.model_dump(mode="json"),
-        "facts": fold.facts,
-        "fingerprint": fold.fingerprint,
-        "complete": fold.complete,
-        "terminal_status": fold.terminal_status,
-        "ended_at": fold.ended_at,
-        "usage": usage,
-    }
+# ---- the cost entry ----------------------------------------------------------------------------------------
+
+
+class SettledAttempt(AttemptUsage):
+    """An attempt as the cost entry records it; ``suspect`` (only present when set) says why its Batch attempt record
+    was set aside and the attempt billed from its transitions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    suspect: list[str] | None = Field(default=None, exclude_if=lambda value: value is None)
+
+
+class SettledUsage(RunUsage):
+    """The usage a cost entry was priced from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    attempts: Sequence[SettledAttempt] = Field(default_factory=list)
+
+
+class StoredCost(BaseModel):
+    """A run's cost entry: the priced fold plus what it was computed from (so a reader can re-check it). The ledger
+    stores it as its canonical JSON, one entry per run, replaced only by a fold over more facts."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
+
+    cost: RunCost
+    facts: int = Field(ge=0, description="ledger entries folded; a later fold over more facts supersedes this one")
+    fingerprint: str
+    complete: bool = Field(description="terminal, and every attempt has a start and an end")
+    terminal_status: Literal["SUCCEEDED", "FAILED"] | None
+    ended_at: str | None
+    usage: SettledUsage
+    instance_mismatch: str | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="Batch reported another instance type than the run was submitted for (priced as submitted)")
+
+
+def cost_body(fold: RunFold, cost: RunCost) -> StoredCost:
+    """The cost entry of a priced fold. An attempt billed from its transitions because its Batch record was
+    impossible carries ``suspect``: why."""
+    attempts = [SettledAttempt(**attempt.model_dump(), suspect=fold.suspect.get(attempt.attempt))
+                for attempt in fold.usage.attempts]
+    return StoredCost(
+        cost=cost,
+        facts=fold.facts,
+        fingerprint=fold.fingerprint,
+        complete=fold.complete,
+        terminal_status=fold.terminal_status,
+        ended_at=fold.ended_at,
+        usage=SettledUsage(**fold.usage.model_dump(exclude={"attempts"}), attempts=attempts),
+        instance_mismatch=fold.instance_mismatch,
+    )
+
+
+RowKind = Literal["cost", "transition", "attempt", "summary", "metrics", "checkpoint"]
+
+
+@dataclass(frozen=True)
+class LedgerRow(_OfRun):
+    """An entry as a pass over the whole ledger returns it: its run, its kind, and its body read as that kind's
+    model (the cost entry, or a fact)."""
+
+    run_key: str
+    kind: RowKind
+    body: StoredCost | Fact
 
 
 def _runs(entries: Iterable[LedgerEntry]) -> dict[str, list[LedgerEntry]]:

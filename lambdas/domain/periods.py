@@ -18,6 +18,8 @@ SCHEDULES: dict[str, str] = {
     "week": "cron(0 6 ? * MON *)",
     "month": "cron(0 6 1 * ? *)",
 }
+# The newest scheduled report, as written (what GET /reports/costs serves); each period's report is kept beside it.
+LATEST = "reports/cost/latest.json"
 
 
 def _start_of(period: str, at: datetime) -> datetime:

@@ -11,10 +11,11 @@ import json
 from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.vocabulary import COMPILE_RUN
 
 if TYPE_CHECKING:
@@ -66,14 +67,14 @@ def _problems(exc: ValidationError) -> list[str]:
     return out
 
 
-def _mapping(value: Any, path: str, shape: str) -> dict[str, Any]:
+def _mapping(value: object, path: str, shape: str) -> JsonObject:
     if not isinstance(value, dict):
         raise PricesInvalid(f"price overrides: {path}: must be a JSON object {shape} (got {type(value).__name__})")
     return value
 
 
 class InstancePrice(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     hourly_usd: Decimal = Field(ge=0)
     confidence: Literal["list", "estimate", "override", "pricing-api"] = "list"
@@ -81,7 +82,7 @@ class InstancePrice(BaseModel):
 
 
 class S3Rates(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     storage_gb_month_usd: Decimal = Field(ge=0)
     put_per_1000_usd: Decimal = Field(ge=0)
@@ -89,7 +90,7 @@ class S3Rates(BaseModel):
 
 
 class PriceTable(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     version: str
     currency: Literal["USD"] = "USD"
@@ -119,7 +120,7 @@ class PriceTable(BaseModel):
             raise PriceMissing(f"no S3 rates for {region} in price table {self.version}; add an s3 override")
         return rates
 
-    def with_overrides(self, overrides: dict[str, Any] | None) -> PriceTable:
+    def with_overrides(self, overrides: JsonObject | None) -> PriceTable:
         """This table with ``overrides`` applied. Raises ``PricesInvalid`` naming the field of a malformed one."""
         if not overrides:
             return self
@@ -153,7 +154,7 @@ def _shipped_table() -> PriceTable:
     return PriceTable.model_validate(json.loads(text))
 
 
-def load_price_table(overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> PriceTable:
+def load_price_table(overrides: JsonObject | None = None, base: JsonObject | None = None) -> PriceTable:
     """The shipped table (or `base`, e.g. a refreshed table) with per-deployment overrides applied."""
     try:
         table = PriceTable.model_validate(base) if base is not None else _shipped_table()

@@ -12,6 +12,8 @@ which.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Annotated, Literal
 
@@ -25,7 +27,7 @@ WRITTEN_OBJECTS = "written_objects"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Limit(_Model):
@@ -81,17 +83,25 @@ def _shown(value: Decimal) -> str:
     return format(value.normalize(), "f")
 
 
-def trial_spend(item: dict[str, object]) -> Decimal:
-    """The trial's spend as the ledger last projected it: the sum over its runs."""
-    prefix = SPEND_ATTRIBUTE.split("{", 1)[0]
-    return sum((Decimal(str(v)) for k, v in item.items() if k.startswith(prefix)), Decimal(0))
+@dataclass(frozen=True)
+class TrialUse:
+    """What a running trial has used, as its record's counters hold it."""
+
+    spend_usd: Mapping[str, str] = field(default_factory=dict)  # per run, as the ledger last projected it
+    written_bytes: int = 0
+    written_objects: int = 0
+
+    @property
+    def spend(self) -> Decimal:
+        """The trial's spend: the sum over its runs."""
+        return sum((Decimal(v) for v in self.spend_usd.values()), Decimal(0))
 
 
-def crossed(limits: RunLimits, *, item: dict[str, object], at: str, run: str | None = None,
+def crossed(limits: RunLimits, *, use: TrialUse, at: str, run: str | None = None,
             failed_retries: int | None = None) -> LimitCrossed | None:
-    """The first limit the trial item's counters (and, for one run, its failed retries) are over; None if none.
+    """The first limit the trial's use (and, for one run, its failed retries) is over; None if none.
     A limit is crossed when use goes above it: a limit of 0 retries allows none, a 5 USD limit allows 5 USD."""
-    spend = trial_spend(item)
+    spend = use.spend
     if limits.max_usd is not None and spend > limits.max_usd.value:
         return LimitCrossed(limit="max_usd", source=limits.max_usd.source,
                             value=f"{_shown(limits.max_usd.value)} USD",
@@ -101,12 +111,12 @@ def crossed(limits: RunLimits, *, item: dict[str, object], at: str, run: str | N
         return LimitCrossed(limit="failed_retries_per_run", source=limits.failed_retries_per_run.source,
                             value=f"{_shown(limits.failed_retries_per_run.value)} retries",
                             observed=f"{failed_retries} failed attempts", run=run, at=at)
-    written = Decimal(str(item.get(WRITTEN_BYTES) or 0))
+    written = Decimal(use.written_bytes)
     if limits.write_bytes is not None and written > limits.write_bytes.value:
         return LimitCrossed(limit="write_bytes", source=limits.write_bytes.source,
                             value=f"{_shown(limits.write_bytes.value)} bytes", observed=f"{written} bytes written",
                             at=at)
-    objects = Decimal(str(item.get(WRITTEN_OBJECTS) or 0))
+    objects = Decimal(use.written_objects)
     if limits.write_requests is not None and objects > limits.write_requests.value:
         return LimitCrossed(limit="write_requests", source=limits.write_requests.source,
                             value=f"{_shown(limits.write_requests.value)} objects",

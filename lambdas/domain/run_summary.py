@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.vocabulary import RunName
 
 SUMMARY_SCHEMA_VERSION: Literal[1] = 1
@@ -29,7 +30,7 @@ Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Phases(_Model):
@@ -279,7 +280,7 @@ class RunSummary(_Model):
         return self.model_dump_json(indent=2)
 
 
-def parse_summary(data: str | bytes | dict[str, Any]) -> RunSummary:
+def parse_summary(data: str | bytes | JsonObject) -> RunSummary:
     if isinstance(data, dict):
         return RunSummary.model_validate(data)
     return RunSummary.model_validate_json(data)

@@ -29,7 +29,7 @@ from lambdas.domain.trial import Route, TrackName, TrialSpec
 
 
 class Scores(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     gpu: int
     trn2_trial: int
@@ -111,7 +111,7 @@ SCENARIOS = _load_scenarios()
 
 
 class Considered(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     scenario: str
     matched: bool
@@ -119,7 +119,7 @@ class Considered(BaseModel):
 
 
 class TriageResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     route: Route
     scenario: str

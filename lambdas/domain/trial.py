@@ -29,6 +29,7 @@ from pydantic import (
 
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
+from lambdas.domain.json_types import JsonObject
 
 SCHEMA_VERSION = 1
 TrackName = Literal["gpu", "trn2"]
@@ -859,5 +860,5 @@ def parse_trial(data: Any, *, allow_local_paths: bool = False,
     return spec
 
 
-def json_schema() -> dict[str, Any]:
+def json_schema() -> JsonObject:
     return TrialSpec.model_json_schema()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,16 +11,21 @@ from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.sources import UriSources
+from lambdas.domain.json_types import JsonObject
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ReportSettings, per_environment, settings_for
-from lambdas.services.cache_resolution import load_spec, now_iso
+from lambdas.services.clock import now_iso
+from lambdas.services.frozen_specs import load_spec
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
 from lambdas.services.trial_reporting import write_report
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 
 class ReportRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
 
@@ -41,11 +46,11 @@ def compose() -> Composition:
 
 
 @lambda_handler(ReportSettings)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     request = ReportRequest.model_validate(event)
     app = compose()
     spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
     out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources,
                        registry=app.registry)
-    logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out["verdict"]})
-    return out
+    logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out.verdict})
+    return out.as_json()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.domain.vocabulary import COMPILE_RUN, RunName
+from lambdas.domain.branches import BranchOutput, runs_to_settle
+from lambdas.domain.json_types import JsonObject
 from lambdas.runtime.composition import settlement
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import count_run_outcomes, logger, record_trial_cost
@@ -16,20 +17,14 @@ from lambdas.runtime.settings import LedgerSettings, per_environment, settings_f
 from lambdas.services.run_settlement import RunSettlement
 from lambdas.services.trial_costs import close_trial_costs
 
-
-class BranchOutput(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    run: RunName
-    status: str = "SUCCEEDED"
-    job_id: str | None = None
-    fallback: bool = False
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 class CloseRequest(BaseModel):
     """The workflow's input to this task: the trial and what each track's branch returned."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
     runs: list[BranchOutput | list[BranchOutput]] = Field(default_factory=list)
@@ -41,14 +36,7 @@ class CloseRequest(BaseModel):
         return flat
 
     def run_names(self) -> list[str]:
-        """Runs to settle: every run that ran, plus the trn2 run a GPU fallback replaced (it ran and failed), unless
-        the warm-up compile stage failed first (then the training job never started)."""
-        ran = [b for b in self.branches() if b.status != "SKIPPED"]
-        names = {b.run for b in ran}
-        compile_failed = any(b.run == COMPILE_RUN and b.status == "FAILED" for b in ran)
-        if any(b.fallback for b in ran) and not compile_failed:
-            names.add("trn2")
-        return sorted(names)
+        return runs_to_settle(self.branches())
 
 
 @per_environment
@@ -57,11 +45,12 @@ def compose() -> RunSettlement:
 
 
 @lambda_handler(LedgerSettings)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     request = CloseRequest.model_validate(event)
     job_ids = [b.job_id for b in request.branches() if b.job_id]
     closed = close_trial_costs(compose(), request.trial_id, request.run_names(), job_ids)
     count_run_outcomes(closed.new_terminal_statuses)
     record_trial_cost(float(closed.total_usd))
     logger.info("trial costs closed", extra={"trial_id": request.trial_id, "total_usd": str(closed.total_usd)})
-    return {"trial_id": request.trial_id, "runs": closed.runs, "total_usd": str(closed.total_usd)}
+    runs: JsonObject = {run: cost.model_dump(mode="json") for run, cost in closed.runs.items()}
+    return {"trial_id": request.trial_id, "runs": runs, "total_usd": str(closed.total_usd)}

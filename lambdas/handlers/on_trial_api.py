@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -26,16 +26,17 @@ from lambdas.adapters.run_metrics import CloudWatchRunMetrics
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.workflow import StepFunctionsWorkflow
 from lambdas.domain.governance import NotPermitted
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.trial import TrialInvalid, duplicate_key_problems, problems_from_errors
 from lambdas.handlers.trial_api import compile_cache, reports, trials
 from lambdas.handlers.trial_api.models import ErrorBody, Problem
-from lambdas.runtime.composition import settlement
+from lambdas.runtime.api_settings import ApiSettings
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
-from lambdas.runtime.settings import ApiSettings, per_environment, settings_for
+from lambdas.runtime.settings import per_environment, settings_for
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, RunMetrics, Trials, Workflow
-from lambdas.services.run_settlement import RunSettlement
+from lambdas.services.run_folds import RunFolds
 from lambdas.services.trial_submission import (
     DecisionConflict,
     QuotaExceeded,
@@ -43,6 +44,9 @@ from lambdas.services.trial_submission import (
     TrialClosed,
     TrialNotFound,
 )
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @dataclass(frozen=True)
@@ -54,18 +58,19 @@ class Composition:
     registry: CacheRegistry
     workflow: Workflow
     prices: PriceTable
-    settlement: RunSettlement
+    settlement: RunFolds
     metrics: RunMetrics
 
 
 @per_environment
 def compose() -> Composition:
     settings = settings_for(ApiSettings)
-    return Composition(settings, DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE),
-                       DynamoLedger(settings.LEDGER_TABLE),
-                       S3Objects(settings.ARTIFACTS_BUCKET), DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
-                       StepFunctionsWorkflow(settings.STATE_MACHINE_ARN), load_price_table(settings.PRICE_OVERRIDES),
-                       settlement(settings), CloudWatchRunMetrics())
+    trials, ledger = DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE), DynamoLedger(settings.LEDGER_TABLE)
+    artifacts, prices = S3Objects(settings.ARTIFACTS_BUCKET), load_price_table(settings.PRICE_OVERRIDES)
+    # The API reads runs' costs (a trial's status) and never records or settles them.
+    return Composition(settings, trials, ledger, artifacts, DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
+                       StepFunctionsWorkflow(settings.STATE_MACHINE_ARN), prices,
+                       RunFolds(ledger, trials, artifacts, prices, settings.PRICE_REGION), CloudWatchRunMetrics())
 
 
 app = APIGatewayRestResolver(enable_validation=True,
@@ -77,24 +82,28 @@ app.include_router(compile_cache.router, prefix="/compile-cache")
 app.include_router(reports.router, prefix="/reports")
 
 
-def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+# An HTTP answer this module makes: a JSON object body.
+Answer: TypeAlias = Response[JsonObject]
+
+
+def _json(status: int, body: JsonObject, headers: dict[str, str] | None = None) -> Answer:
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
                     body=json.loads(json.dumps(body, default=str)), headers=headers)
 
 
 def _error(status: int, message: str, errors: list[dict[str, str]] | None = None,
-           headers: dict[str, str] | None = None) -> Response[dict[str, Any]]:
+           headers: dict[str, str] | None = None) -> Answer:
     return _json(status, ErrorBody.model_validate({"message": message, "errors": errors or []}).model_dump(),
                  headers)
 
 
 @app.exception_handler(TrialInvalid)
-def _invalid(exc: TrialInvalid) -> Response[dict[str, Any]]:
+def _invalid(exc: TrialInvalid) -> Answer:
     return _error(422, "the trial is invalid; nothing was stored", exc.as_dicts())
 
 
 @app.exception_handler(RequestValidationError)
-def _request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
+def _request_invalid(exc: RequestValidationError) -> Answer:
     errors = [{**err, "loc": tuple(p for p in err.get("loc", ()) if p != "body")} for err in exc.errors()]
     problems = [{"path": p.path, "message": p.message} for p in problems_from_errors(errors)]
     is_trial = app.current_event.http_method.upper() == "POST" and app.current_event.path.rstrip("/") == "/trials"
@@ -103,10 +112,11 @@ def _request_invalid(exc: RequestValidationError) -> Response[dict[str, Any]]:
 
 
 @app.exception_handler(SubmissionRefused)
-def _refused(exc: SubmissionRefused) -> Response[dict[str, Any]]:
+def _refused(exc: SubmissionRefused) -> Answer:
     status = 409 if exc.reason == "triage" else 422
     detail = dict(exc.detail)
-    errors = detail.pop("errors", [])
+    listed = detail.pop("errors", [])
+    errors = list(listed) if isinstance(listed, list) else []
     if "message" in detail:  # the triage's sentence is a problem of the trial, not the answer's own message
         errors = [{"path": exc.reason, "message": detail.pop("message")}, *errors]
     return _json(status, {"message": f"submission refused ({exc.reason}); nothing was started", "errors": errors,
@@ -114,12 +124,12 @@ def _refused(exc: SubmissionRefused) -> Response[dict[str, Any]]:
 
 
 @app.exception_handler(NotPermitted)
-def _not_permitted(exc: NotPermitted) -> Response[dict[str, Any]]:
+def _not_permitted(exc: NotPermitted) -> Answer:
     return _error(403, f"not permitted ({exc.role}); nothing was changed", [{"path": exc.role, "message": str(exc)}])
 
 
 @app.exception_handler(QuotaExceeded)
-def _over_quota(exc: QuotaExceeded) -> Response[dict[str, Any]]:
+def _over_quota(exc: QuotaExceeded) -> Answer:
     """429 when every quota exceeded frees by itself (a running trial ends, a month turns); 409 when the trial
     itself must change (a per-trial limit)."""
     frees = all(b.quota in ("concurrent_trials", "usd_per_month") for b in exc.breaches)
@@ -132,47 +142,47 @@ def _over_quota(exc: QuotaExceeded) -> Response[dict[str, Any]]:
 
 
 @app.exception_handler(DecisionConflict)
-def _decided(exc: DecisionConflict) -> Response[dict[str, Any]]:
+def _decided(exc: DecisionConflict) -> Answer:
     return _error(409, str(exc), [{"path": "status", "message": f"the trial is {exc.status}"}])
 
 
 @app.exception_handler(TrialClosed)
-def _closed(exc: TrialClosed) -> Response[dict[str, Any]]:
+def _closed(exc: TrialClosed) -> Answer:
     return _json(409, {"message": f"{exc}; nothing was started", "status": exc.status, "status_cause": exc.cause,
                        "errors": [{"path": "status", "message": f"the trial is {exc.status}"}]})
 
 
 @app.exception_handler(TrialNotFound)
-def _missing(exc: TrialNotFound) -> Response[dict[str, Any]]:
+def _missing(exc: TrialNotFound) -> Answer:
     return _error(404, f"no trial {exc.args[0]!r}; list trials with GET /trials")
 
 
 @app.exception_handler(trials.ReportNotReady)
-def _no_report(exc: trials.ReportNotReady) -> Response[dict[str, Any]]:
+def _no_report(exc: trials.ReportNotReady) -> Answer:
     return _error(404, f"trial {exc.args[0]} has no report yet; it is written when the trial settles")
 
 
 @app.exception_handler(reports.CostReportNotReady)
-def _no_cost_report(exc: reports.CostReportNotReady) -> Response[dict[str, Any]]:
+def _no_cost_report(exc: reports.CostReportNotReady) -> Answer:
     return _error(404, "no cost report yet: the first is written after the stage's first whole reporting period "
                   "(cost_report_period)")
 
 
 @app.exception_handler(trials.BadPageToken)
-def _bad_token(exc: trials.BadPageToken) -> Response[dict[str, Any]]:
+def _bad_token(exc: trials.BadPageToken) -> Answer:
     return _error(400, "next_token is not a token this API returned; omit it to start over",
                   [{"path": "next_token", "message": "use the next_token of a previous page"}])
 
 
 @app.exception_handler(RecursionError)
-def _too_deep(exc: RecursionError) -> Response[dict[str, Any]]:
+def _too_deep(exc: RecursionError) -> Answer:
     # Retrying can never help, so this is the client's error, not a 503.
     return _error(400, "the JSON body is nested too deeply to parse; nothing was stored",
                   [{"path": "", "message": "send a trial document (a few levels deep)"}])
 
 
 @app.exception_handler(Exception)
-def _unexpected(exc: Exception) -> Response[dict[str, Any]]:
+def _unexpected(exc: Exception) -> Answer:
     logger.exception("request failed")
     return _error(503, "the request could not be completed and nothing was left half-stored; "
                        "send it again (submissions are idempotent)")
@@ -188,7 +198,7 @@ def routes() -> dict[str, set[str]]:
 
 
 @app.not_found
-def _not_found(exc: NotFoundError) -> Response[dict[str, Any]]:
+def _not_found(exc: NotFoundError) -> Answer:
     path, method = app.current_event.path, app.current_event.http_method.upper()
     for template, methods in routes().items():
         if re.fullmatch(re.sub(r"\{[^}]+\}", "[^/]+", template), path):
@@ -199,12 +209,12 @@ def _not_found(exc: NotFoundError) -> Response[dict[str, Any]]:
     return _error(404, f"no route {method} {path}; see the OpenAPI document for the routes")
 
 
-def refused_before_parsing(event: dict[str, Any], max_body_bytes: int) -> dict[str, Any] | None:
+def refused_before_parsing(event: JsonObject, max_body_bytes: int) -> JsonObject | None:
     """A 413 for a body over the limit, a 415 for a body type other than JSON, a 400 for a body flagged base64 that
     does not decode to text: answered before the resolver parses and validates the body. Validation would otherwise
     parse form and multipart bodies into fields (this API takes JSON only), fail outright on a multipart type without
     its boundary, and read a huge body before refusing it."""
-    size = len((event.get("body") or "").encode())
+    size = len(_raw_body(event).encode())
     if size > max_body_bytes:
         return _answer(413, f"request body is {size} bytes; the limit is {max_body_bytes}", "",
                        f"send at most {max_body_bytes} bytes")
@@ -226,10 +236,16 @@ def refused_before_parsing(event: dict[str, Any], max_body_bytes: int) -> dict[s
 JSON_TYPES = "application/json, or a structured-syntax type ending in +json such as application/vnd.api+json"
 
 
-def _media_type(event: dict[str, Any]) -> str:
+def _raw_body(event: JsonObject) -> str:
+    body = event.get("body")
+    return body if isinstance(body, str) else ""
+
+
+def _media_type(event: JsonObject) -> str:
     """The body's media type without parameters, lowercased (type and subtype are case-insensitive: RFC 9110,
     8.3.1)."""
-    headers = {str(k).lower(): str(v) for k, v in (event.get("headers") or {}).items()}
+    given = event.get("headers")
+    headers = {str(k).lower(): str(v) for k, v in given.items()} if isinstance(given, dict) else {}
     return headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
@@ -238,18 +254,18 @@ def _is_json(media: str) -> bool:
     return not media or media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-def _text_body(event: dict[str, Any]) -> str | None:
+def _text_body(event: JsonObject) -> str | None:
     """The body as text: decoded when API Gateway base64-encoded it, None when that does not decode to UTF-8."""
-    body = event.get("body") or ""
+    body = _raw_body(event)
     if not event.get("isBase64Encoded"):
-        return str(body)
+        return body
     try:
         return base64.b64decode(body, validate=True).decode("utf-8")
     except ValueError:  # binascii.Error (not base64), UnicodeDecodeError (not UTF-8), non-ASCII input
         return None
 
 
-def as_json_request(event: dict[str, Any]) -> dict[str, Any]:
+def as_json_request(event: JsonObject) -> JsonObject:
     """The event as the resolver parses it: a base64 body decoded, and a JSON body's Content-Type written
     ``application/json`` (the resolver matches that spelling only, and would fail on any other with no answer a
     client can act on). Called on an event ``refused_before_parsing`` let through."""
@@ -259,15 +275,15 @@ def as_json_request(event: dict[str, Any]) -> dict[str, Any]:
     out = dict(out)
     for field in ("headers", "multiValueHeaders"):
         given = event.get(field)
-        if given:
-            kept = {k: v for k, v in given.items() if str(k).lower() != "content-type"}
+        if isinstance(given, dict) and given:
+            kept: JsonObject = {k: v for k, v in given.items() if str(k).lower() != "content-type"}
             kept["Content-Type"] = [content_types.APPLICATION_JSON] if field == "multiValueHeaders" else (
                 content_types.APPLICATION_JSON)
             out[field] = kept
     return out
 
 
-def _answer(status: int, message: str, path: str, fix: str) -> dict[str, Any]:
+def _answer(status: int, message: str, path: str, fix: str) -> JsonObject:
     body = ErrorBody(message=message, errors=[Problem(path=path, message=fix)])
     return {"statusCode": status, "headers": {"Content-Type": content_types.APPLICATION_JSON},
             "body": body.model_dump_json(), "isBase64Encoded": False}
@@ -278,7 +294,7 @@ def openapi_document() -> str:
 
 
 @lambda_handler(ApiSettings, correlation_id_path="requestContext.requestId")
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     api = compose()
     refused = refused_before_parsing(event, api.settings.MAX_BODY_BYTES)
     if refused is not None:

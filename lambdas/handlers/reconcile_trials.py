@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -13,15 +13,19 @@ from lambdas.adapters.batch_jobs import BatchJobTerminator
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.workflow import StepFunctionsWorkflow
+from lambdas.domain.json_types import JsonObject
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger, record_reconciled
 from lambdas.runtime.settings import ReconcileSettings, per_environment, settings_for
 from lambdas.services.reconciliation import reconcile
 from lambdas.services.trial_status import Stopper
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 
 class ScheduledEvent(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     time: datetime | None = None
 
@@ -35,7 +39,7 @@ def compose() -> Stopper:
 
 
 @lambda_handler(ReconcileSettings)
-def handler(event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
+def handler(event: JsonObject | None, context: LambdaContext) -> JsonObject:
     request = ScheduledEvent.model_validate(event or {})
     done = reconcile(compose(), (request.time or datetime.now(UTC)).astimezone(UTC),
                      overdue_after_s=settings_for(ReconcileSettings).STOP_OVERDUE_AFTER_S)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -14,17 +14,22 @@ from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.notifier import SnsNotifier
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
+from lambdas.domain.json_types import JsonObject
+from lambdas.runtime.cost_report_settings import CostReportSettings
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
-from lambdas.runtime.settings import CostReportSettings, per_environment, settings_for
+from lambdas.runtime.settings import per_environment, settings_for
 from lambdas.services.cost_reporting import publish_cost_report
 from lambdas.services.ports import CacheRegistry, Ledger, Notifier, Objects, Trials
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 class ScheduledEvent(BaseModel):
     """An EventBridge scheduled event (its ``time`` is when the schedule fired); any other field is ignored."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     time: datetime | None = None
 
@@ -48,7 +53,7 @@ def compose() -> Composition:
 
 
 @lambda_handler(CostReportSettings)
-def handler(event: dict[str, Any] | None, context: Any) -> dict[str, Any]:
+def handler(event: JsonObject | None, context: LambdaContext) -> JsonObject:
     request = ScheduledEvent.model_validate(event or {})
     app = compose()
     governance = app.settings.GOVERNANCE

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.trials_table import DynamoTrials
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.vocabulary import TrialStatus
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import LedgerSettings, per_environment, settings_for
-from lambdas.services.cache_resolution import now_iso
+from lambdas.services.clock import now_iso
 from lambdas.services.ports import Trials
 from lambdas.services.trial_status import set_status
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 
 class StatusRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     trial_id: str = Field(min_length=1)
     status: TrialStatus
@@ -34,7 +38,7 @@ def compose() -> Trials:
 
 
 @lambda_handler(LedgerSettings)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     request = StatusRequest.model_validate(event)
     done = set_status(compose(), request.trial_id, request.status, request.cause, now_iso(),
                       settled_usd=request.settled_usd)

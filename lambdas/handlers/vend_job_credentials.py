@@ -7,17 +7,21 @@ stops with the reason). See :mod:`lambdas.services.job_credentials`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.writer_role import StsWriterRole
+from lambdas.domain.json_types import JsonObject
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import count_refused_credentials, logger
 from lambdas.runtime.settings import CredentialSettings, per_environment, settings_for
 from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequest, vend
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @per_environment
@@ -27,7 +31,7 @@ def compose() -> tuple[BatchJobsApi, DynamoTrials, StsWriterRole]:
 
 
 @lambda_handler(CredentialSettings)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     try:
         request = CredentialsRequest.model_validate(event)
     except ValidationError as exc:

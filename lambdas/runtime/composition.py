@@ -3,21 +3,13 @@ module composes its own service (``@per_environment``); what two or more of them
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic
-
 from lambdas.adapters.aws import reset_clients
-from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
-from lambdas.adapters.workflow import StepFunctionsWorkflow
 from lambdas.domain.prices import load_price_table
-from lambdas.runtime.idempotency import Fact, OncePerFact, Result, once_per_fact
-from lambdas.runtime.settings import LedgerSettings, RunEventSettings, reset_settings
-from lambdas.services.limit_guard import LimitGuard
-from lambdas.services.ports import BatchJobs, CacheRegistry, RunMetrics
+from lambdas.runtime.settings import LedgerSettings, reset_settings
+from lambdas.services.ports import BatchJobs, RunMetrics
 from lambdas.services.run_settlement import RunSettlement
 
 
@@ -35,25 +27,6 @@ def settlement(settings: LedgerSettings, *, metrics: RunMetrics | None = None,
         metrics,
         jobs,
     )
-
-
-@dataclass(frozen=True)
-class Recorder(Generic[Fact, Result]):
-    """What an event function composes: runs recorded and settled over the ledger, the trials' limits held as facts
-    arrive, the compile-cache registry, and its side effect, run once per fact."""
-
-    settlement: RunSettlement
-    guard: LimitGuard
-    registry: CacheRegistry
-    record: OncePerFact[Fact, Result]
-
-
-def recorder(settings: RunEventSettings, side_effect: Callable[..., Result], result: type[Result], *,
-             metrics: RunMetrics, jobs: BatchJobs | None = None) -> Recorder[Any, Result]:
-    runs = settlement(settings, metrics=metrics, jobs=jobs)
-    return Recorder(runs, LimitGuard(runs, StepFunctionsWorkflow(settings.STATE_MACHINE_ARN)),
-                    DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE),
-                    once_per_fact(side_effect, table=settings.IDEMPOTENCY_TABLE, result=result))
 
 
 def reset_environment() -> None:

@@ -4,12 +4,15 @@ helpers that publish the custom metrics named in ``lambdas.domain.telemetry``.""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 
 from lambdas.domain import telemetry
-from lambdas.services.cache_observation import RefusedClaim
+
+if TYPE_CHECKING:  # every function imports this module; only the event functions observe cache claims
+    from lambdas.services.cache_observation import RefusedClaim
 
 logger = Logger()
 metrics = Metrics(namespace=telemetry.NAMESPACE)
@@ -74,3 +77,25 @@ def count_limit_stop(limit: str, **context: str | None) -> None:
 def count_refused_credentials(reason: str, **context: str | None) -> None:
     logger.warning("job credentials refused", extra={"reason": reason, **context})
     metrics.add_metric(name=telemetry.JOB_CREDENTIALS_REFUSED, unit=MetricUnit.Count, value=1)
+
+
+class PowertoolsTelemetry:
+    """The run-events service's ``Telemetry`` port: the metrics and log lines above."""
+
+    def run_outcomes(self, statuses: Iterable[str]) -> None:
+        count_run_outcomes(statuses)
+
+    def cache_outcomes(self, counted: Mapping[str, int]) -> None:
+        count_cache_outcomes(counted)
+
+    def refused_claims(self, refused: Iterable[RefusedClaim]) -> None:
+        count_refused_cache_claims(refused)
+
+    def rejected_event(self, reason: str, **context: str | None) -> None:
+        count_rejected_event(reason, **context)
+
+    def limit_stop(self, limit: str, **context: str | None) -> None:
+        count_limit_stop(limit, **context)
+
+    def recorded(self, message: str, **context: str | int | bool | None) -> None:
+        logger.info(message, extra=context)

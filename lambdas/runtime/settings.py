@@ -5,29 +5,27 @@ compositions, built once per execution environment from them.
 invocation with a message naming the variable and what it must hold, before anything else runs, instead of a
 ``KeyError`` deep inside an adapter. ``@per_environment`` marks a function's composition (its service and the
 adapters it takes), built on the first call and kept for the life of the execution environment.
+
+The settings that carry the stage's governance are in their functions' own modules (``lambdas.runtime.api_settings``,
+``lambdas.runtime.cost_report_settings``), so the other functions never load the models behind them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from functools import cache, wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lambdas.domain.governance import Governance
 from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
-from lambdas.domain.job_targets import JobTargets
-from lambdas.domain.periods import Period
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.prices import load_price_table
 
 if TYPE_CHECKING:
     from functools import _lru_cache_wrapper
-
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 class SettingsInvalid(RuntimeError):
@@ -52,35 +50,35 @@ class _Settings(BaseModel):
             raise SettingsInvalid(f"{cls.__name__}: " + "; ".join(problems)) from None
 
 
-def _name(description: str) -> Any:
+def name_field(description: str) -> Any:
     return Field(min_length=1, description=description)
 
 
 class LedgerSettings(_Settings):
-    LEDGER_TABLE: str = _name("name of the DynamoDB ledger table (pk run_key, sk entry_key)")
-    TRIALS_TABLE: str = _name("name of the DynamoDB trials table (pk trial_id)")
-    USAGE_TABLE: str = _name("name of the DynamoDB usage table (pk usage_key): the teams' quota bookings")
-    ARTIFACTS_BUCKET: str = _name("name of the artifacts bucket holding trials/<id>/...")
+    LEDGER_TABLE: str = name_field("name of the DynamoDB ledger table (pk run_key, sk entry_key)")
+    TRIALS_TABLE: str = name_field("name of the DynamoDB trials table (pk trial_id)")
+    USAGE_TABLE: str = name_field("name of the DynamoDB usage table (pk usage_key): the teams' quota bookings")
+    ARTIFACTS_BUCKET: str = name_field("name of the artifacts bucket holding trials/<id>/...")
     PRICE_REGION: str = Field(default="us-east-1", description="region whose prices the cost model applies")
-    PRICE_OVERRIDES: dict[str, Any] | None = Field(
+    PRICE_OVERRIDES: JsonObject | None = Field(
         default=None, description="JSON object of price-table overrides (negotiated rates, Savings Plans)"
     )
 
     @field_validator("PRICE_OVERRIDES", mode="before")
     @classmethod
     def _overrides(cls, value: Any) -> Any:
-        return None if value in (None, "") else _json_text(value)
+        return None if value in (None, "") else json_text(value)
 
     @field_validator("PRICE_OVERRIDES")
     @classmethod
-    def _overrides_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _overrides_apply(cls, value: JsonObject | None) -> JsonObject | None:
         # Applied here, at the first invocation, so a malformed override names its field before anything runs,
         # rather than failing every request from inside the function's composition.
         load_price_table(value)
         return value
 
 
-def _json_text(value: Any) -> Any:
+def json_text(value: Any) -> Any:
     """An environment variable holding JSON, decoded (anything else is left to the field's own validation)."""
     if isinstance(value, str):
         try:
@@ -91,114 +89,47 @@ def _json_text(value: Any) -> Any:
 
 
 class ReportSettings(LedgerSettings):
-    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
+    CACHE_REGISTRY_TABLE: str = name_field("name of the DynamoDB compile-cache registry table (pk cache_key)")
 
 
 class IdempotentSettings(LedgerSettings):
-    IDEMPOTENCY_TABLE: str = _name("name of the DynamoDB idempotency table (pk id, TTL attribute expiration)")
+    IDEMPOTENCY_TABLE: str = name_field("name of the DynamoDB idempotency table (pk id, TTL attribute expiration)")
 
 
 class RunEventSettings(IdempotentSettings):
-    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
-    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine (a trial over a limit is stopped)")
+    CACHE_REGISTRY_TABLE: str = name_field("name of the DynamoDB compile-cache registry table (pk cache_key)")
+    STATE_MACHINE_ARN: str = name_field("ARN of the trial workflow state machine (a trial over a limit is stopped)")
 
 
 class ArtifactEventSettings(RunEventSettings):
-    CACHE_BUCKET: str = _name("name of the compile-cache bucket (neuron/<model>/<compiler>/<key>/)")
+    CACHE_BUCKET: str = name_field("name of the compile-cache bucket (neuron/<model>/<compiler>/<key>/)")
 
 
-def _image_versions() -> Any:
+def image_versions() -> Any:
     return Field(default_factory=dict, description="JSON: per track, the versions its trainer image pins "
                  '({"trn2": {"neuron_sdk": "2.26.0", "neuronx_cc": ...}}); the compile-cache key takes them and a '
                  "trial declaring another Neuron SDK is refused")
 
 
-class ApiSettings(ArtifactEventSettings):
-    MAX_BODY_BYTES: int = Field(default=256 * 1024, ge=1024, description="largest accepted request body")
-    REPORT_URL_EXPIRES_S: int = Field(default=900, ge=60, le=43200, description="presigned report URL lifetime")
-    ATTEMPT_TIMEOUT_S: int = Field(
-        default=86400, ge=60,
-        description="the stage's Batch attempt timeout in seconds (at least 60, the Batch minimum); a trial's "
-        "limits.max_hours can only shorten it",
-    )
-    COMPILE_TIMEOUT_S: int = Field(
-        default=7200, ge=60,
-        description="the warm-up compile stage's attempt timeout in seconds (the stage's compile_timeout_hours, "
-        "within its attempt timeout)",
-    )
-    JOB_TARGETS: JobTargets = Field(
-        description="JSON: per track and instance type the stage offers, its Batch queue and job definition names "
-        '({"gpu": {"p5.48xlarge": {"queue": ..., "single_node": ..., "multi_node": {"2": ..., "4": ...}}}}); '
-        'a trn2 type also names its "compile_queue" when the stage runs the warm-up compile stage',
-    )
-    DATA_BUCKETS: tuple[str, ...] = Field(
-        default=(),
-        description="comma-separated names of the buckets the job role can read trial inputs from (the stage "
-        "setting data_buckets); may be empty, the artifacts bucket's trials/ prefix is always readable",
-    )
-
-    MAX_ATTEMPTS: int = Field(default=1, ge=1, le=10, description="the stage's Batch attempts per run (max_attempts); "
-                              "a trial's worst case counts every one")
-    GOVERNANCE: Governance = Field(
-        default_factory=Governance, description="JSON: the stage's teams, their members, approvers and quotas, and "
-        "its platform admins (the stage setting governance, lambdas.domain.governance.Governance)")
-    IMAGE_VERSIONS: dict[str, dict[str, str]] = _image_versions()
-
-    @field_validator("JOB_TARGETS", "GOVERNANCE", "IMAGE_VERSIONS", mode="before")
-    @classmethod
-    def _json_settings(cls, value: Any) -> Any:
-        return _json_text(value)
-
-    @field_validator("DATA_BUCKETS", mode="before")
-    @classmethod
-    def _data_buckets(cls, value: Any) -> Any:
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            value = [name.strip() for name in value.split(",") if name.strip()]
-        if isinstance(value, list | tuple):
-            for name in value:
-                if not isinstance(name, str) or not _BUCKET_NAME.match(name):
-                    raise ValueError(f"{name!r} is not an S3 bucket name; give bucket names separated by commas, "
-                                     "without s3://")
-            return tuple(dict.fromkeys(value))
-        return value
-
-
 class CacheSettings(ArtifactEventSettings):
     CACHE_RETENTION_DAYS: int = Field(default=30, ge=1, description="days an unused cache entry is kept")
-    IMAGE_VERSIONS: dict[str, dict[str, str]] = _image_versions()
+    IMAGE_VERSIONS: dict[str, dict[str, str]] = image_versions()
 
     @field_validator("IMAGE_VERSIONS", mode="before")
     @classmethod
     def _json_versions(cls, value: Any) -> Any:
-        return _json_text(value)
+        return json_text(value)
 
 
 class ReconcileSettings(LedgerSettings):
-    STATE_MACHINE_ARN: str = _name("ARN of the trial workflow state machine (pending stops are finished)")
+    STATE_MACHINE_ARN: str = name_field("ARN of the trial workflow state machine (pending stops are finished)")
     STOP_OVERDUE_AFTER_S: int = Field(
         default=900, ge=60, description="seconds a stop may stay pending before the StopsPending alarm counts it")
 
 
-class CostReportSettings(LedgerSettings):
-    CACHE_REGISTRY_TABLE: str = _name("name of the DynamoDB compile-cache registry table (pk cache_key)")
-    REPORT_TOPIC_ARN: str | None = Field(default=None, description="SNS topic ARN that receives the summary")
-    COST_REPORT_PERIOD: Period = Field(
-        default="week", description="day, week or month: what the schedule repeats at, and so what a report covers")
-    GOVERNANCE: Governance = Field(
-        default_factory=Governance, description="JSON: the stage's teams and quotas (each team's usd_per_month is "
-        "its budget)")
-
-    @field_validator("GOVERNANCE", mode="before")
-    @classmethod
-    def _json_governance(cls, value: Any) -> Any:
-        return _json_text(value)
-
-
 class CredentialSettings(_Settings):
-    TRIALS_TABLE: str = _name("name of the DynamoDB trials table (pk trial_id)")
-    ARTIFACTS_BUCKET: str = _name("name of the artifacts bucket holding trials/<id>/...")
+    TRIALS_TABLE: str = name_field("name of the DynamoDB trials table (pk trial_id)")
+    ARTIFACTS_BUCKET: str = name_field("name of the artifacts bucket holding trials/<id>/...")
     WRITER_ROLE_ARN: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$",
                                  description="ARN of the trial writer role a job's credentials are issued for")
     CREDENTIALS_DURATION_S: int = Field(default=MAX_SESSION_S, ge=MIN_SESSION_S, le=MAX_SESSION_S,

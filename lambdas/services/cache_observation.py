@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from lambdas.domain.compile_cache import claim_refusal
+from lambdas.domain.cache_entries import claim_refusal
 from lambdas.domain.ledger import LedgerEntry, SummaryFact, facts_of, run_key
-from lambdas.services.ports import CacheRegistry, Ledger, Trials
+from lambdas.domain.trial_record import TrialRecord
+from lambdas.services.ports import CacheRegistry, Ledger, Outcome, Trials
 
 REFUSED_CLAIMS = "cache_claims_refused"  # the trial item's count of its runs' refused claims
+COUNTED: dict[str, Outcome] = {"hit": "hit", "miss": "miss", "failed": "failed"}  # what an attempt may report
 
 
 @dataclass(frozen=True)
@@ -35,33 +36,30 @@ class Observed:
 
 
 def observe_run(ledger: Ledger, registry: CacheRegistry, trials: Trials, trial_id: str, run: str,
-                entries: list[LedgerEntry] | None = None, trial: dict[str, Any] | None = None) -> Observed:
+                entries: list[LedgerEntry] | None = None, trial: TrialRecord | None = None) -> Observed:
     """Count each attempt's reported outcome in the registry once, or refuse it (see the module). ``entries`` are
     the run's ledger entries and ``trial`` its trial item when the caller has just read them (else read here)."""
     counted: Counter[str] = Counter()
     refused: list[RefusedClaim] = []
     item, read = trial, False
     for summary in facts_of(entries if entries is not None else ledger.entries(run_key(trial_id, run)), SummaryFact):
-        compile_info = summary.compile or {}
-        key = compile_info.get("cache_key")
-        outcome = compile_info.get("cache")
-        if compile_info.get("status") == "failed" or compile_info.get("failed"):
-            outcome = "failed"
-        if not key or outcome not in ("hit", "miss", "failed"):
+        use = summary.compile_use()
+        key, outcome = use.cache_key, COUNTED.get(use.outcome or "")
+        if key is None or outcome is None:
             continue
         at = summary.ended_at or summary.started_at or "1970-01-01T00:00:00Z"
-        reason = compile_info.get("error") or compile_info.get("reason")
         observation = f"{trial_id}#{run}#a{summary.attempt:03d}"
-        if item is None or not (item.get("cache_key") or read):
+        if item is None or not (item.cache_key or read):
             # A copy read before the resolve step wrote the entry would refuse every claim: read it (once) again.
-            item, read = trials.get(trial_id) or {}, True
-        refusal = claim_refusal(item, run, str(key), outcome)
+            item, read = trials.get(trial_id), True
+        refusal = claim_refusal(item.cache_key if item else None, item.cache_writer if item else None, run, key,
+                                outcome)
         if refusal is not None:
             # Counted once per attempt, however often the summary is seen (its own event, the run's end).
             if trials.tally_once(trial_id, f"compile-cache-claim#{observation}", {REFUSED_CLAIMS: 1},
                                  now_s=int(datetime.now(UTC).timestamp())) is not None:
-                refused.append(RefusedClaim(observation, str(key), refusal))
+                refused.append(RefusedClaim(observation, key, refusal))
             continue
-        if registry.observe(key, observation, outcome, float(compile_info.get("seconds") or 0.0), at, reason=reason):
+        if registry.observe(key, observation, outcome, use.seconds, at, reason=use.reason):
             counted[outcome] += 1
     return Observed(counted, refused)

@@ -2,28 +2,41 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
-from lambdas.domain.compile_cache import ENTRY_MARKER, EntryRejected, cache_key, cache_url, check_entry, compile_writer
-from lambdas.domain.trial import TrialSpec, parse_trial, split_s3_uri
+from lambdas.domain.cache_entries import ENTRY_MARKER, EntryRejected, RegistryEntry, check_entry, compile_writer
+from lambdas.domain.compile_cache import cache_key, cache_url
 from lambdas.domain.vocabulary import COMPILE_RUN, TRIAL_ACTIVE
-from lambdas.services.cache_retention import entry_view, expired_entries
+from lambdas.services.cache_retention import expired_entries
+from lambdas.services.clock import now_iso
+from lambdas.services.frozen_specs import load_spec
 from lambdas.services.ports import CacheRegistry, Objects, Trials
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+@dataclass(frozen=True)
+class Resolution:
+    """A trial's compile-cache entry as the workflow's Trn2 branch takes it."""
+
+    cache_url: str
+    cache_key: str
+    prefix: str
+    warm: bool
+    failed_before: bool
+    retry_requested: bool
+    writer: str | None  # the run sent to build the entry (none when it is warm)
+    rejected: str | None  # why an entry that looked warm is not served
 
 
-def load_spec(artifacts: Objects, spec_uri: str) -> TrialSpec:
-    _bucket, key = split_s3_uri(spec_uri)
-    if artifacts.uri(key) != spec_uri:
-        raise ValueError(f"spec_uri {spec_uri!r} is outside the artifacts bucket; pass s3://<artifacts>/{key}")
-    body = artifacts.get_json(key)
-    if body is None:
-        raise LookupError(f"no frozen spec at {spec_uri}; submit the trial through the API first")
-    return parse_trial(body)
+@dataclass(frozen=True)
+class Collected:
+    """What one garbage collection found (and, unless a dry run, deleted)."""
+
+    expired: list[str]
+    deleted_objects: int
+    dry_run: bool
+    retention_days: int
+    protected: list[str]  # keys an active trial uses
 
 
 class CompileCaches:
@@ -36,7 +49,7 @@ class CompileCaches:
         self.cache_bucket = cache_bucket
         self.image_versions = dict(image_versions or {})  # the Trainium2 image's: the key carries its compiler
 
-    def resolve(self, trial_id: str, spec_uri: str, *, retry_failed: bool = False) -> dict[str, Any]:
+    def resolve(self, trial_id: str, spec_uri: str, *, retry_failed: bool = False) -> Resolution:
         spec = load_spec(self.artifacts, spec_uri)
         if spec.trial_id != trial_id:
             raise ValueError(f"spec at {spec_uri} is trial {spec.trial_id}, not {trial_id}")
@@ -45,12 +58,11 @@ class CompileCaches:
         self.registry.ensure(key.key, prefix=key.prefix, model_slug=key.model_slug,
                              compiler_version=key.compiler_version, components=key.components, at=at)
         self.registry.touch(key.key, at)
-        entry = self.registry.get(key.key) or {"cache_key": key.key}
-        failed_before = entry.get("status") in ("failed", "retry_requested")
-        if retry_failed and entry.get("status") == "failed":
+        entry = self.registry.get(key.key) or RegistryEntry(cache_key=key.key)
+        failed_before = entry.status in ("failed", "retry_requested")
+        if retry_failed and entry.status == "failed":
             self.registry.request_retry(key.key)
-        view = entry_view(entry)
-        warm = view["status"] == "ready" and (view["objects"] > 0 or view["hits"] > 0 or view["misses"] > 0)
+        warm = entry.status == "ready" and (len(entry.objects) > 0 or entry.hits > 0 or entry.misses > 0)
         rejected = self.entry_problem(key.prefix) if warm else None
         if rejected is not None:
             # Not served: the workflow builds it again (the warm-up stage, or the training run), and the rebuilding
@@ -58,21 +70,14 @@ class CompileCaches:
             self.registry.reject(key.key, rejected, at)
             warm = False
         trial = self.trials.get(trial_id)
-        writer = compile_writer(warm, COMPILE_RUN in ((trial or {}).get("queues") or {}))
+        writer = compile_writer(warm, trial is not None and COMPILE_RUN in trial.queues)
         if trial is not None:
             # What the trial's runs may speak for (cache_observation) and write (job_credentials); no run writes a
             # warm entry.
             self.trials.update(trial_id, cache_key=key.key, cache_prefix=key.prefix, cache_writer=writer)
-        return {
-            "cache_url": cache_url(self.cache_bucket, key),
-            "cache_key": key.key,
-            "prefix": key.prefix,
-            "warm": warm,
-            "failed_before": failed_before,
-            "retry_requested": bool(retry_failed and failed_before),
-            "writer": writer,
-            "rejected": rejected,
-        }
+        return Resolution(cache_url=cache_url(self.cache_bucket, key), cache_key=key.key, prefix=key.prefix, warm=warm,
+                          failed_before=failed_before, retry_requested=retry_failed and failed_before, writer=writer,
+                          rejected=rejected)
 
     def entry_problem(self, prefix: str) -> str | None:
         """Why the entry under ``prefix`` must not be served (None: its objects are the ones its completion marker
@@ -87,20 +92,19 @@ class CompileCaches:
             return f"the completion marker is not JSON: {exc}"
         return None
 
-    def collect_garbage(self, *, retention_days: int, dry_run: bool, now: datetime | None = None) -> dict[str, Any]:
-        active = {str(t["cache_key"]) for t in self.trials.iter_all()
-                  if t.get("cache_key") and t.get("status") in TRIAL_ACTIVE}
+    def collect_garbage(self, *, retention_days: int, dry_run: bool, now: datetime | None = None) -> Collected:
+        active = {t.cache_key for t in self.trials.iter_all() if t.cache_key and t.status in TRIAL_ACTIVE}
         expired = expired_entries(self.registry.iter_all(), now=now or datetime.now(UTC),
                                   retention_days=retention_days, active_keys=active)
         deleted_objects = 0
         if not dry_run:
             for key in expired:
-                entry = self.registry.get(key) or {}
-                prefix = entry.get("prefix")
+                entry = self.registry.get(key)
+                prefix = entry.prefix if entry is not None else None
                 if prefix:
                     for object_key in self.cache_objects.list_keys(prefix):
                         self.cache_objects.delete_key(object_key)
                         deleted_objects += 1
                 self.registry.delete(key)
-        return {"expired": expired, "deleted_objects": deleted_objects, "dry_run": dry_run,
-                "retention_days": retention_days, "protected": sorted(active)}
+        return Collected(expired=expired, deleted_objects=deleted_objects, dry_run=dry_run,
+                         retention_days=retention_days, protected=sorted(active))

@@ -8,19 +8,17 @@ trial of the team touched (their components name other teams' weights) stay hidd
 
 from __future__ import annotations
 
-from typing import Any
-
+from lambdas.domain.cache_entries import RegistryEntry
 from lambdas.domain.governance import Caller, NotPermitted
 from lambdas.services.ports import CacheRegistry, Trials
 
 
-def used_by(entry: dict[str, Any]) -> set[str]:
+def used_by(entry: RegistryEntry) -> set[str]:
     """The trial ids an entry's recorded uses name."""
-    observed = {str(o).split("#", 1)[0] for o in entry.get("observed") or ()}
-    return observed | {str(t) for t in entry.get("hit_trials") or ()}
+    return {o.split("#", 1)[0] for o in entry.observed} | set(entry.hit_trials)
 
 
-def visible_entries(caller: Caller, *, registry: CacheRegistry, trials: Trials) -> list[dict[str, Any]]:
+def visible_entries(caller: Caller, *, registry: CacheRegistry, trials: Trials) -> list[RegistryEntry]:
     """The registry's entries ``caller`` may read. Raises ``NotPermitted`` for a principal in no team."""
     if caller.admin:
         return list(registry.iter_all())
@@ -30,7 +28,7 @@ def visible_entries(caller: Caller, *, registry: CacheRegistry, trials: Trials) 
     ids: set[str] = set()
     keys: set[str] = set()
     for trial in trials.of_team(caller.team):
-        ids.add(str(trial["trial_id"]))
-        if trial.get("cache_key"):
-            keys.add(str(trial["cache_key"]))
-    return [e for e in registry.iter_all() if e.get("cache_key") in keys or used_by(e) & ids]
+        ids.add(trial.trial_id)
+        if trial.cache_key:
+            keys.add(trial.cache_key)
+    return [e for e in registry.iter_all() if e.cache_key in keys or used_by(e) & ids]

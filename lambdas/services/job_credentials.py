@@ -26,6 +26,7 @@ from lambdas.domain.job_access import (
     write_prefix,
 )
 from lambdas.domain.trial import BATCH_SAFE_NAME
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import RUNS, TRIAL_TERMINAL
 from lambdas.services.ports import JobDescriptions, Trials, WriterRole
 
@@ -39,7 +40,7 @@ _SAFE = re.compile(BATCH_SAFE_NAME)
 class CredentialsRequest(BaseModel):
     """What a job sends: its AWS_BATCH_JOB_ID and its DUALTRACK_RUN_TOKEN."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     job_id: str = Field(pattern=JOB_ID)
     token: str = Field(pattern=TOKEN)
@@ -65,11 +66,11 @@ class JobIdentity:
 _CACHE_KEY = re.compile(r"^[0-9a-f]{64}$")
 
 
-def cache_entry(item: dict[str, Any], run: str) -> tuple[str | None, str | None]:
+def cache_entry(record: TrialRecord, run: str) -> tuple[str | None, str | None]:
     """(key, prefix) of the entry ``run`` may write: the one the resolve step recorded, for the run it named to compile
     it; (None, None) for every other run."""
-    key, prefix = str(item.get("cache_key") or ""), str(item.get("cache_prefix") or "")
-    if run != item.get("cache_writer") or not _CACHE_KEY.match(key) or not prefix.endswith(f"/{key}/"):
+    key, prefix = record.cache_key or "", record.cache_prefix or ""
+    if run != record.cache_writer or not _CACHE_KEY.match(key) or not prefix.endswith(f"/{key}/"):
         return None, None
     return key, prefix
 
@@ -106,12 +107,12 @@ def identify(request: CredentialsRequest, jobs: JobDescriptions, trials: Trials)
     tags = job.get("tags") or {}
     if tags.get("dualtrack:trial") != trial_id or tags.get("dualtrack:run") != run:
         raise CredentialsRefused(f"job {parent}: its tags do not match its settings (the workflow sets both)")
-    item = trials.get(trial_id)
-    if item is None:
+    record = trials.get(trial_id)
+    if record is None:
         raise CredentialsRefused(f"job {parent}: trial {trial_id} is not one this plane holds")
-    if item.get("status") in TRIAL_TERMINAL:
-        raise CredentialsRefused(f"job {parent}: trial {trial_id} is {item.get('status')}; its jobs write nothing more")
-    return JobIdentity(parent, trial_id, run, *cache_entry(item, run))
+    if record.status in TRIAL_TERMINAL:
+        raise CredentialsRefused(f"job {parent}: trial {trial_id} is {record.status}; its jobs write nothing more")
+    return JobIdentity(parent, trial_id, run, *cache_entry(record, run))
 
 
 def vend(request: CredentialsRequest, *, jobs: JobDescriptions, trials: Trials, writer: WriterRole, bucket: str,

@@ -18,7 +18,6 @@ ledger again.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from lambdas.domain import ledger as L
 from lambdas.domain.cost import compute_run_cost
@@ -30,6 +29,7 @@ from lambdas.domain.run_limits import (
     RunLimits,
     crossed,
 )
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL
 from lambdas.services.ports import Workflow
 from lambdas.services.run_settlement import RunSettlement
@@ -51,17 +51,13 @@ class LimitGuard:
     def __init__(self, settlement: RunSettlement, workflow: Workflow | None) -> None:
         self.settlement, self.workflow = settlement, workflow
         self._spend: dict[tuple[str, str], str] = {}
-        self._parsed: dict[str, RunLimits] = {}  # limits are frozen at submission: parse them once
 
-    def _limits(self, trial_id: str) -> tuple[dict[str, Any], RunLimits] | None:
-        """The trial item as this environment read it, and its frozen limits (parsed once per trial)."""
-        item = self.settlement.trial(trial_id)
-        raw = item.get("run_limits")
-        if not raw:
+    def _limits(self, trial_id: str) -> tuple[TrialRecord, RunLimits] | None:
+        """The trial record as this environment read it, and the limits frozen on it at submission."""
+        record = self.settlement.trial(trial_id)
+        if record is None or record.run_limits is None:
             return None
-        if trial_id not in self._parsed:
-            self._parsed[trial_id] = RunLimits.model_validate(raw)
-        return item, self._parsed[trial_id]
+        return record, record.run_limits
 
     def after_run_facts(self, trial_id: str, run: str, entries: list[L.LedgerEntry],
                         at: datetime) -> LimitCrossed | None:
@@ -72,9 +68,9 @@ class LimitGuard:
         found = self._limits(trial_id)
         if found is None:
             return None
-        item, limits = found
-        fold = self.settlement.fold(trial_id, run, entries, item, open_until=at)
-        current = item
+        record, limits = found
+        fold = self.settlement.fold(trial_id, run, entries, record, open_until=at)
+        current = record
         if limits.max_usd is not None:
             usd = compute_run_cost(fold.usage, self.settlement.prices).total_usd
             text = str(usd)
@@ -82,9 +78,9 @@ class LimitGuard:
                 updated = self.settlement.trials.tally(trial_id,
                                                        set_fields={SPEND_ATTRIBUTE.format(run=run): text})
                 self._spend[(trial_id, run)] = text
-                current = updated or item
+                current = updated or record
         retries = failed_retries(entries) if fold.terminal_status is None else None
-        hit = crossed(limits, item=current, at=_iso(at), run=run, failed_retries=retries)
+        hit = crossed(limits, use=current.use, at=_iso(at), run=run, failed_retries=retries)
         return hit if hit is not None and self.stop(current, hit, at) else None
 
     def after_write(self, trial_id: str, size: int, at: datetime, *, fact: str) -> LimitCrossed | None:
@@ -94,13 +90,14 @@ class LimitGuard:
         found = self._limits(trial_id)
         if found is None or not found[1].counts_writes:
             return None
-        item, limits = found
+        record, limits = found
         updated = self.settlement.trials.tally_once(
             trial_id, fact, {WRITTEN_BYTES: max(0, int(size)), WRITTEN_OBJECTS: 1}, now_s=int(at.timestamp()))
         if updated is None:  # counted before: the stop it may have crossed is finished from the trial's state
             updated = self.settlement.trials.get(trial_id)
-        hit = crossed(limits, item=updated or item, at=_iso(at))
-        return hit if hit is not None and self.stop(updated or item, hit, at) else None
+        current = updated or record
+        hit = crossed(limits, use=current.use, at=_iso(at))
+        return hit if hit is not None and self.stop(current, hit, at) else None
 
     def _stopper(self) -> Stopper | None:
         if self.workflow is None:
@@ -115,14 +112,14 @@ class LimitGuard:
         if stopper is None or latest is None or latest.status not in BATCH_TERMINAL:
             return
         current = self.settlement.trials.get(trial_id)
-        if current is not None and current.get("status") == "STOPPING":
+        if current is not None and current.status == "STOPPING":
             finish_stop(current, stopper, now=_iso(at))
 
-    def stop(self, item: dict[str, Any], hit: LimitCrossed, at: datetime) -> bool:
+    def stop(self, record: TrialRecord, hit: LimitCrossed, at: datetime) -> bool:
         """Stop the trial through the cancel path, recording the limit, or finish a stop already recorded; False
         when it was no longer running (a cancel, another limit or the workflow's end came first)."""
         stopper = self._stopper()
-        if stopper is None or item.get("status") not in RUNNING:
+        if stopper is None or record.status not in RUNNING:
             return False
-        result = request_stop(item, stopper, cause=hit.message, now=_iso(at), stopped_by=hit.model_dump(mode="json"))
+        result = request_stop(record, stopper, cause=hit.message, now=_iso(at), stopped_by=hit.model_dump(mode="json"))
         return result.changed

@@ -3,16 +3,20 @@ and tests can substitute in-memory fakes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.json_types import JsonObject, JsonValue
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the ports only name these types: a function loads the modules its own path uses
+    from lambdas.domain.booking import Booking, UsageItem
+    from lambdas.domain.cache_entries import RegistryEntry
     from lambdas.domain.events import BatchJobStateChangeDetail
+    from lambdas.domain.ledger import LedgerEntry, LedgerRow, RowKind, StoredCost
+    from lambdas.domain.trial_record import ExecutionInput, TrialRecord
 
 
 class Ledger(Protocol):
@@ -22,72 +26,77 @@ class Ledger(Protocol):
 
     def entries(self, run_key: str) -> list[LedgerEntry]: ...
 
-    def put_cost(self, run_key: str, body: dict[str, Any], facts: int) -> bool:
+    def put_cost(self, run_key: str, body: StoredCost, facts: int) -> bool:
         """Store a run's cost unless a fold over as many or more facts is already stored."""
         ...
 
-    def cost(self, run_key: str) -> dict[str, Any] | None: ...
+    def cost(self, run_key: str) -> StoredCost | None: ...
 
-    def iter_costs(self) -> Iterator[dict[str, Any]]: ...
+    def iter_costs(self) -> Iterator[LedgerRow]:
+        """Every run's cost entry (rows of kind ``cost``), in one pass."""
+        ...
 
-    def iter_kinds(self, kinds: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-        """Entries of the given kinds, with their kind, in one pass."""
+    def iter_kinds(self, kinds: tuple[RowKind, ...]) -> Iterator[LedgerRow]:
+        """Entries of the given kinds, each with its run and its body read as its kind's model, in one pass."""
         ...
 
 
 class Trials(Protocol):
-    def create(self, item: dict[str, Any]) -> bool: ...
+    """The trials table. Reads return :class:`TrialRecord` (the adapter migrates items of older versions); writes
+    of single attributes take JSON values under the record's field names (``TrialRecord.to_item`` is the layout)."""
 
-    def get(self, trial_id: str) -> dict[str, Any] | None: ...
+    def create(self, record: TrialRecord) -> bool: ...
+
+    def get(self, trial_id: str) -> TrialRecord | None: ...
 
     def delete(self, trial_id: str) -> None: ...
 
-    def update(self, trial_id: str, **fields: Any) -> None: ...
+    def update(self, trial_id: str, **fields: JsonValue) -> None: ...
 
-    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: Any) -> bool:
+    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: JsonValue) -> bool:
         """Update only while the trial's status is one of ``statuses``; False (nothing written) otherwise."""
         ...
 
-    def tally(self, trial_id: str, *, set_fields: dict[str, Any] | None = None,
-              add: dict[str, int] | None = None) -> dict[str, Any] | None:
-        """Set fields and add to counters in one write; the whole item after it (None: no such trial)."""
+    def tally(self, trial_id: str, *, set_fields: Mapping[str, JsonValue] | None = None,
+              add: Mapping[str, int] | None = None) -> TrialRecord | None:
+        """Set fields and add to counters in one write; the whole record after it (None: no such trial)."""
         ...
 
-    def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    def list(self, limit: int, start: str | None, team: str | None = None) -> tuple[list[TrialRecord], str | None]:
         """A page of trials: ``team``'s newest first, or every team's when None."""
         ...
 
-    def of_team(self, team: str) -> Iterable[dict[str, Any]]: ...
+    def of_team(self, team: str) -> Iterable[TrialRecord]: ...
 
-    def iter_all(self) -> Iterable[dict[str, Any]]: ...
+    def iter_all(self) -> Iterable[TrialRecord]: ...
 
-    def with_status(self, statuses: tuple[str, ...]) -> Iterable[dict[str, Any]]: ...
+    def with_status(self, statuses: tuple[str, ...]) -> Iterable[TrialRecord]: ...
 
-    def usage(self, team: str) -> dict[str, Any] | None:
+    def usage(self, team: str) -> UsageItem | None:
         """The team's usage item (what its trials' bookings hold), None before its first booking."""
         ...
 
-    def seed_usage(self, team: str, values: dict[str, Decimal], bookings: dict[str, dict[str, Any]]) -> bool:
+    def seed_usage(self, team: str, values: Mapping[str, Decimal], bookings: Mapping[str, Booking]) -> bool:
         """Create the team's usage item once (False: it exists), giving each listed trial its booking."""
         ...
 
-    def admit(self, item: dict[str, Any], additions: dict[str, Decimal],
-              limits: dict[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
+    def admit(self, record: TrialRecord, additions: Mapping[str, Decimal],
+              limits: Mapping[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
         """Create the trial and add ``additions`` to its team's usage item in one write, conditional on the trial
         being new and each attribute in ``limits`` holding at most its value."""
         ...
 
-    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal],
-              **fields: Any) -> bool:
+    def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
+              **fields: JsonValue) -> bool:
         """``transition`` and, in the same write, add ``release`` to the team's usage item."""
         ...
 
-    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: dict[str, Decimal]) -> bool:
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal]) -> bool:
         """Delete a trial that never started (status in ``statuses``, no execution) and release its booking."""
         ...
 
-    def tally_once(self, trial_id: str, fact: str, add: dict[str, int], *, now_s: int) -> dict[str, Any] | None:
-        """Add to the trial's counters once per ``fact``: the item after, or None when already counted."""
+    def tally_once(self, trial_id: str, fact: str, add: Mapping[str, int], *, now_s: int) -> TrialRecord | None:
+        """Add to the trial's counters once per ``fact``: the record after, or None when already counted."""
         ...
 
 
@@ -126,7 +135,7 @@ class CacheRegistry(Protocol):
     """The compile-cache registry: one entry per cache key, counting each run attempt's outcome once."""
 
     def ensure(self, key: str, *, prefix: str, model_slug: str, compiler_version: str,
-               components: dict[str, Any] | None, at: str) -> None: ...
+               components: JsonObject | None, at: str) -> None: ...
 
     def record_object(self, key: str, name: str, size: int, at: str) -> None: ...
 
@@ -142,9 +151,9 @@ class CacheRegistry(Protocol):
         rebuilds it reports its miss (ready again)."""
         ...
 
-    def get(self, key: str) -> dict[str, Any] | None: ...
+    def get(self, key: str) -> RegistryEntry | None: ...
 
-    def iter_all(self) -> Iterator[dict[str, Any]]: ...
+    def iter_all(self) -> Iterator[RegistryEntry]: ...
 
     def delete(self, key: str) -> None: ...
 
@@ -160,7 +169,7 @@ class Workflow(Protocol):
 
     def execution_arn(self, name: str) -> str: ...
 
-    def start(self, name: str, payload: dict[str, Any]) -> Started: ...
+    def start(self, name: str, execution_input: ExecutionInput) -> Started: ...
 
     def status(self, execution_arn: str) -> str | None: ...
 
@@ -180,7 +189,7 @@ class RunMetrics(Protocol):
 class BatchJobs(Protocol):
     """What AWS Batch says about the jobs the workflow submitted."""
 
-    def instance_type(self, job_queue: str) -> str | None:
+    def queue_instance_type(self, job_queue: str) -> str | None:
         """The one instance type the queue's compute environments allow (None when not pinned to one)."""
         ...
 

@@ -48,10 +48,10 @@ def _iso(now: datetime) -> str:
 def reconcile(stopper: Stopper, now: datetime, *, overdue_after_s: int) -> Reconciled:
     done = Reconciled()
     stamp = _iso(now)
-    for item in stopper.trials.with_status(("STOPPING",)):
-        trial_id = str(item["trial_id"])
+    for record in stopper.trials.with_status(("STOPPING",)):
+        trial_id = record.trial_id
         try:
-            state = finish_stop(item, stopper, now=stamp)
+            state = finish_stop(record, stopper, now=stamp)
         except Exception as exc:  # one trial's failing call must not hold up the others; it stays STOPPING
             done.stop_errors[trial_id] = f"{type(exc).__name__}: {exc}"[:500]
             state = None
@@ -59,14 +59,14 @@ def reconcile(stopper: Stopper, now: datetime, *, overdue_after_s: int) -> Recon
             done.stops_finished.append(trial_id)
             continue
         done.stops_pending.append(trial_id)
-        if age_s(item.get("stop_requested_at") or item.get("updated_at"), now) > overdue_after_s:
+        if age_s(record.stop_requested_at or record.updated_at, now) > overdue_after_s:
             done.stops_overdue.append(trial_id)
-    for item in stopper.trials.with_status(("SUBMITTING",)):
-        if item.get("execution_arn") or age_s(item.get("updated_at"), now) < START_CUT_SHORT_S:
+    for record in stopper.trials.with_status(("SUBMITTING",)):
+        if record.execution_arn or age_s(record.updated_at, now) < START_CUT_SHORT_S:
             continue
-        trial_id = str(item["trial_id"])
-        if (item.get("approval") or {}).get("status") == "APPROVED" and item.get("execution_input"):
-            started = stopper.workflow.start(trial_id, item["execution_input"])
+        trial_id = record.trial_id
+        if record.approval is not None and record.approval.status == "APPROVED" and record.execution_input:
+            started = stopper.workflow.start(trial_id, record.execution_input)
             if stopper.workflow.status(started.execution_arn) in EXECUTION_TERMINAL:
                 continue  # an execution of an earlier life of this trial: leave it for a person to look at
             if stopper.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED",
@@ -78,7 +78,7 @@ def reconcile(stopper: Stopper, now: datetime, *, overdue_after_s: int) -> Recon
             if stopper.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=arn,
                                          updated_at=stamp):
                 done.starts_finished.append(trial_id)
-        elif stopper.trials.withdraw(trial_id, ("SUBMITTING",), team=str(item.get("team")),
-                                     release=release_of(item)):
+        elif stopper.trials.withdraw(trial_id, ("SUBMITTING",), team=str(record.team),
+                                     release=release_of(record)):
             done.submissions_withdrawn.append(trial_id)
     return done

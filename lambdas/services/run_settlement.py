@@ -7,20 +7,18 @@ STARTING, a checkpoint manifest), so the stored cost is the fold of the full led
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lambdas.domain import ledger as L
 from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
-from lambdas.domain.canonical import canonical_json
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
-from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, runs_of, track_of
+from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, runs_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
+from lambdas.services.run_folds import RunFolds
 
 if TYPE_CHECKING:  # the API settles runs without parsing Batch events: it need not build their models
     from lambdas.domain.events import BatchJobStateChangeDetail
@@ -92,16 +90,13 @@ def job_facts(identity: JobIdentity, detail: BatchJobStateChangeDetail, at: date
     return facts
 
 
-class RunSettlement:
+class RunSettlement(RunFolds):
     def __init__(
         self, ledger: Ledger, trials: Trials, artifacts: Objects, prices: PriceTable, region: str,
         metrics: RunMetrics | None = None, jobs: BatchJobs | None = None,
     ) -> None:
-        self.ledger, self.trials, self.artifacts = ledger, trials, artifacts
-        self.prices, self.region, self.metrics, self.jobs = prices, region, metrics, jobs
-        # Trials whose runs are known to be the plane's, as read then: what the fold uses of an item (its tracks'
-        # declared instance types and nodes) is frozen at submission, so the copy stays right.
-        self._trials: dict[str, dict[str, Any]] = {}
+        super().__init__(ledger, trials, artifacts, prices, region)
+        self.metrics, self.jobs = metrics, jobs
         self._started: set[tuple[str, str]] = set()
 
     def check_started(self, trial_id: str, run: str) -> None:
@@ -109,17 +104,16 @@ class RunSettlement:
         the life of the execution environment, so a trial's events cost one trials-table read per environment."""
         if (trial_id, run) in self._started:
             return
-        item = self._trials.get(trial_id) or self.trials.get(trial_id)
-        if item is None:
+        record = self._trials.get(trial_id) or self.trials.get(trial_id)
+        if record is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
-        tracks = set(item.get("tracks") or {})
-        runs = runs_of(tracks)
+        runs = runs_of(record.tracks)
         if run not in runs:
             raise ForeignEvent(f"trial {trial_id} has no run {run!r} (its runs: {', '.join(sorted(runs))})")
-        status = item.get("status")
-        if status in NEVER_STARTED or (status == "CANCELLED" and not item.get("execution_arn")):
+        status = record.status
+        if status in NEVER_STARTED or (status == "CANCELLED" and not record.started):
             raise ForeignEvent(f"trial {trial_id} never started (status {status})")
-        self._trials[trial_id] = item
+        self._trials[trial_id] = record
         self._started.add((trial_id, run))
 
     def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
@@ -129,7 +123,7 @@ class RunSettlement:
         if identity is None:
             return None
         self.check_started(identity.trial_id, identity.run)
-        instance_type = self.jobs.instance_type(detail.job_queue) if self.jobs and detail.job_queue else None
+        instance_type = self.jobs.queue_instance_type(detail.job_queue) if self.jobs and detail.job_queue else None
         return JobRecorded(identity, self.record(job_facts(identity, detail, at, instance_type)))
 
     def reconcile_jobs(self, trial_id: str, job_ids: list[str]) -> list[str]:
@@ -148,10 +142,6 @@ class RunSettlement:
             if outcome is not None:
                 terminal.append(outcome)
         return terminal
-
-    def entries(self, trial_id: str, run: str) -> list[L.LedgerEntry]:
-        """The run's ledger entries (one read), for a caller that passes them on to ``outcome`` and ``settle_run``."""
-        return self.ledger.entries(L.run_key(trial_id, run))
 
     def outcome(self, recorded: JobRecorded, entries: list[L.LedgerEntry] | None = None) -> str | None:
         """The run's folded terminal status when the facts ``recorded`` added made the run terminal, else None: the
@@ -193,31 +183,6 @@ class RunSettlement:
             raise ArtifactRejected(key, f"not JSON: {exc}") from None
         return artifact_fact(key, document, self.artifacts.uri(key), sizes)
 
-    def trial(self, trial_id: str) -> dict[str, Any]:
-        """The trial item as this environment first read it (empty when there is none)."""
-        return self._trials.get(trial_id) or self.trials.get(trial_id) or {}
-
-    def fold(self, trial_id: str, run: str, entries: list[L.LedgerEntry] | None = None,
-             trial: dict[str, Any] | None = None, open_until: datetime | None = None) -> L.RunFold:
-        """The run's usage from its ledger entries (read here unless given) and the trial's declared layout; with
-        ``open_until``, an open attempt is billed up to that time."""
-        if trial is None:
-            trial = self.trial(trial_id)
-        if entries is None:
-            entries = self.ledger.entries(L.run_key(trial_id, run))
-        tracks = trial.get("tracks") or {}
-        declared = tracks.get(track_of(run)) or {}
-        return L.fold_run(
-            entries,
-            trial_id=trial_id,
-            run=run,
-            instance_type=str(declared.get("instance_type") or "unknown"),
-            nodes=int(declared.get("nodes") or 1),
-            region=self.region,
-            storage_days=Decimal(30),
-            open_until=open_until,
-        )
-
     def backfill_metrics(self, trial_id: str, run: str, fold: L.RunFold,
                          entries: list[L.LedgerEntry] | None = None) -> list[L.LedgerEntry]:
         """For attempts without a summary, take phase seconds and steps from CloudWatch (stored as facts); returns
@@ -242,7 +207,7 @@ class RunSettlement:
                 found.append(L.metrics_entry(trial_id, run, usage.attempt, phases, step))
         return self.record(found)
 
-    def settle(self, trial_id: str, run: str, *, collect: bool = False) -> dict[str, Any] | None:
+    def settle(self, trial_id: str, run: str, *, collect: bool = False) -> L.StoredCost | None:
         """Close the run's cost if it is terminal. Returns the stored cost body (or None while it is open)."""
         return self.settle_run(trial_id, run, collect=collect).cost
 
@@ -270,7 +235,7 @@ class RunSettlement:
                 fold = self.fold(trial_id, run, entries, trial)
         body = L.cost_body(fold, compute_run_cost(fold.usage, self.prices))
         if self.ledger.put_cost(key, body, fold.facts):
-            return Settled(json.loads(canonical_json(body)), entries)
+            return Settled(body, entries)
         return Settled(self.ledger.cost(key), entries)
 
 
@@ -278,7 +243,7 @@ class RunSettlement:
 class Settled:
     """What settling a run left: its stored cost (None while the run is open) and the ledger entries it read."""
 
-    cost: dict[str, Any] | None
+    cost: L.StoredCost | None
     entries: list[L.LedgerEntry]
 
 

@@ -5,18 +5,25 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from lambdas.domain.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvalid, parse_baseline
 from lambdas.domain.cost import RunCost
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.ledger import LedgerEntry, run_key
 from lambdas.domain.report import build_trial_report
+from lambdas.domain.report_model import UnreadableSummary
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary, parse_summary
+from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import RUNS
+from lambdas.services.frozen_specs import load_spec
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
+
+if TYPE_CHECKING:  # the report function builds reports from the spec; only the API passes a trial item
+    from lambdas.domain.trial_record import TrialRecord
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 
@@ -43,12 +50,12 @@ def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> Evidence:
                 evidence.unreadable.append({"key": key, "error": str(exc).splitlines()[0]})
         stored = ledger.cost(run_key(trial_id, run))
         if stored is not None:
-            evidence.costs[run] = RunCost.model_validate(stored["cost"])
+            evidence.costs[run] = stored.cost
         evidence.entries += ledger.entries(run_key(trial_id, run))
     return evidence
 
 
-def read_baseline(spec: Any, sources: Sources | None) -> Baseline | str | None:
+def read_baseline(spec: TrialSpec, sources: Sources | None) -> Baseline | str | None:
     """The trial's GPU baseline, or why it could not be read (the report says so; it never fails on it)."""
     uri = spec.baseline_logs_uri
     if uri is None:
@@ -63,50 +70,65 @@ def read_baseline(spec: Any, sources: Sources | None) -> Baseline | str | None:
         return f"could not be read ({type(exc).__name__}: {str(exc)[:200]})"
 
 
-def cache_entries_of(summaries: Mapping[str, Sequence[Any]], registry: CacheRegistry | None
-                     ) -> dict[str, dict[str, Any]]:
+def cache_entries_of(summaries: Mapping[str, Sequence[RunSummary]], registry: CacheRegistry | None
+                     ) -> dict[str, JsonObject]:
     """The registry entries of the cache keys the runs' attempts used (the compile accounting rule reads them)."""
     if registry is None:
         return {}
     keys = {s.compile.cache_key for attempts in summaries.values() for s in attempts if s.compile.cache_key}
-    return {key: entry for key in sorted(keys) if (entry := registry.get(key)) is not None}
+    return {key: entry.model_dump(mode="json") for key in sorted(keys) if (entry := registry.get(key)) is not None}
 
 
-def write_report(trial_id: str, spec: Any, artifacts: Objects, ledger: Ledger, generated_at: str,
-                 stopped_by: dict[str, Any] | None = None, sources: Sources | None = None,
-                 registry: CacheRegistry | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WrittenReport:
+    """Where a trial's report was written, and its verdict."""
+
+    report_uri: str
+    verdict: str
+    markdown_uri: str
+    html_uri: str
+
+    def as_json(self) -> JsonObject:
+        return {"report_uri": self.report_uri, "verdict": self.verdict, "markdown_uri": self.markdown_uri,
+                "html_uri": self.html_uri}
+
+
+def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Ledger, generated_at: str,
+                 stopped_by: JsonObject | None = None, sources: Sources | None = None,
+                 registry: CacheRegistry | None = None) -> WrittenReport:
     """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
     ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
     GPU baseline."""
     evidence = gather(trial_id, artifacts, ledger)
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
                                 stopped_by=stopped_by, baseline=read_baseline(spec, sources),
-                                cache_entries=cache_entries_of(evidence.summaries, registry))
-    report["unreadable_summaries"] = evidence.unreadable
+                                cache_entries=cache_entries_of(evidence.summaries, registry),
+                                unreadable=[UnreadableSummary.model_validate(u) for u in evidence.unreadable])
     base = f"trials/{trial_id}/report/"
-    artifacts.put_json(base + "report.json", report)
+    artifacts.put_json(base + "report.json", report.model_dump(mode="json"))
     artifacts.put_text(base + "report.md", render_markdown(report), "text/markdown; charset=utf-8")
     artifacts.put_text(base + "report.html", render_html(report), "text/html; charset=utf-8")
-    return {
-        "report_uri": artifacts.uri(base + "report.json"),
-        "verdict": report["comparison"]["verdict"],
-        "markdown_uri": artifacts.uri(base + "report.md"),
-        "html_uri": artifacts.uri(base + "report.html"),
-    }
+    return WrittenReport(report_uri=artifacts.uri(base + "report.json"), verdict=report.comparison.verdict,
+                         markdown_uri=artifacts.uri(base + "report.md"), html_uri=artifacts.uri(base + "report.html"))
 
 
-def report_stopped_trial(item: dict[str, Any], artifacts: Objects, ledger: Ledger, generated_at: str,
-                         spec: Any, sources: Sources | None = None,
-                         registry: CacheRegistry | None = None) -> dict[str, Any] | None:
-    """The report of a trial the cancel path stopped (a person, or a limit), whose workflow never reached its report
-    step: written once every run that started has a settled cost; None while a run is still stopping, or when no
-    job ever ran."""
-    trial_id = item["trial_id"]
+def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger, generated_at: str,
+                         sources: Sources | None = None,
+                         registry: CacheRegistry | None = None) -> WrittenReport | None:
+    """The report of a trial the cancel path stopped after it started (a person, or a limit), whose workflow never
+    reached its report step: written once every run that started has a settled cost. None for a trial that was not
+    stopped after it started, while a run is still stopping, or when no job ever ran."""
+    if not record.stopped_after_start or record.spec_uri is None:
+        return None
+    trial_id = record.trial_id
     started = [run for run in RUNS if ledger.entries(run_key(trial_id, run))]
     if not started:
         return None  # stopped before any job ran: there is nothing to report
     for run in started:
-        if not (ledger.cost(run_key(trial_id, run)) or {}).get("terminal_status"):
+        stored = ledger.cost(run_key(trial_id, run))
+        if stored is None or not stored.terminal_status:
             return None
-    return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=item.get("stopped_by"),
-                        sources=sources, registry=registry)
+    spec = load_spec(artifacts, record.spec_uri)
+    stopped_by = record.stopped_by.model_dump(mode="json") if record.stopped_by else None
+    return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=stopped_by, sources=sources,
+                        registry=registry)

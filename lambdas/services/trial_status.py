@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
 from lambdas.domain import ledger as L
-from lambdas.domain.booking import Booking
+from lambdas.domain.json_types import JsonValue
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, TRIAL_ACTIVE, TRIAL_STOPPABLE, TRIAL_TERMINAL
 from lambdas.services.ports import JobTerminator, Ledger, Trials, Workflow
 
@@ -28,17 +28,11 @@ class StatusSet:
     changed: bool
 
 
-def booking_of(item: dict[str, Any]) -> Booking | None:
-    raw = item.get("booking")
-    return Booking.model_validate(raw) if isinstance(raw, dict) else None
-
-
-def release_of(item: dict[str, Any], settled_usd: Decimal | None = None) -> dict[str, Decimal]:
+def release_of(record: TrialRecord, settled_usd: Decimal | None = None) -> dict[str, Decimal]:
     """What the trial's end gives back to its team's usage item (nothing for a trial booked before bookings)."""
-    booking = booking_of(item)
-    if booking is None:
+    if record.booking is None:
         return {}
-    return booking.release(started=bool(item.get("execution_arn")), settled_usd=settled_usd)
+    return record.booking.release(started=record.started, settled_usd=settled_usd)
 
 
 def set_status(trials: Trials, trial_id: str, status: str, cause: str | None, now: str,
@@ -49,17 +43,17 @@ def set_status(trials: Trials, trial_id: str, status: str, cause: str | None, no
     current = trials.get(trial_id)
     if current is None:
         raise LookupError(f"unknown trial {trial_id!r}: submit it through POST /trials first")
-    if current.get("status") == "CANCELLED" and status != "CANCELLED":
+    if current.status == "CANCELLED" and status != "CANCELLED":
         return StatusSet(trial_id, "CANCELLED", changed=False)
-    if current.get("status") == "STOPPING":
-        done = trials.close(trial_id, ("STOPPING",), team=str(current.get("team")), release=release_of(current),
+    if current.status == "STOPPING":
+        done = trials.close(trial_id, ("STOPPING",), team=str(current.team), release=release_of(current),
                             status="CANCELLED", stopped_at=now, stop_pending=None, updated_at=now)
         return StatusSet(trial_id, "CANCELLED", changed=done)
-    fields: dict[str, Any] = {"status": status, "status_cause": cause, "updated_at": now}
+    fields: dict[str, JsonValue] = {"status": status, "status_cause": cause, "updated_at": now}
     if settled_usd is not None:
         fields["total_usd"] = str(settled_usd)
-    if status in TRIAL_TERMINAL and current.get("status") in TRIAL_ACTIVE:
-        if trials.close(trial_id, TRIAL_ACTIVE, team=str(current.get("team")),
+    if status in TRIAL_TERMINAL and current.status in TRIAL_ACTIVE:
+        if trials.close(trial_id, TRIAL_ACTIVE, team=str(current.team),
                         release=release_of(current, settled_usd), **fields):
             return StatusSet(trial_id, status, changed=True)
         return set_status(trials, trial_id, status, cause, now, settled_usd)  # it moved meanwhile: look again
@@ -77,12 +71,12 @@ class StopState:
     execution_status: str | None = None
     pending: list[str] = field(default_factory=list)
 
-    def view(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"trial_id": self.trial_id, "status": self.status, "changed": self.changed}
+    def view(self) -> dict[str, JsonValue]:
+        out: dict[str, JsonValue] = {"trial_id": self.trial_id, "status": self.status, "changed": self.changed}
         if self.execution_status is not None:
             out["execution_status"] = self.execution_status
         if self.pending:
-            out["pending"] = self.pending
+            out["pending"] = list(self.pending)
         return out
 
 
@@ -97,17 +91,17 @@ class Stopper:
     jobs: JobTerminator | None = None
 
 
-def request_stop(item: dict[str, Any], stopper: Stopper, *, cause: str, now: str, **fields: Any) -> StopState:
+def request_stop(record: TrialRecord, stopper: Stopper, *, cause: str, now: str, **fields: JsonValue) -> StopState:
     """Record a stop (STOPPING, with why and who) and try to finish it at once. A trial already STOPPING is
     finished again: this is how a stop whose first attempt failed is retried. Of two racing stops one reason is
     recorded."""
-    trial_id = item["trial_id"]
-    requested = item.get("status") in TRIAL_STOPPABLE and stopper.trials.transition(
+    trial_id = record.trial_id
+    requested = record.status in TRIAL_STOPPABLE and stopper.trials.transition(
         trial_id, TRIAL_STOPPABLE, status="STOPPING", status_cause=cause, stop_requested_at=now, updated_at=now,
         **fields)
-    current = stopper.trials.get(trial_id) or item
-    if current.get("status") != "STOPPING":
-        return StopState(trial_id, str(current.get("status")), changed=False)
+    current = stopper.trials.get(trial_id) or record
+    if current.status != "STOPPING":
+        return StopState(trial_id, current.status, changed=False)
     done = finish_stop(current, stopper, now=now)
     return StopState(trial_id, done.status, changed=requested or done.status == "CANCELLED",
                      execution_status=done.execution_status, pending=done.pending)
@@ -125,14 +119,14 @@ def live_jobs(ledger: Ledger, trial_id: str) -> dict[str, str]:
     return live
 
 
-def finish_stop(item: dict[str, Any], stopper: Stopper, *, now: str) -> StopState:
-    """One attempt to finish the STOPPING trial ``item``: stop its execution, terminate its live jobs (when the
+def finish_stop(record: TrialRecord, stopper: Stopper, *, now: str) -> StopState:
+    """One attempt to finish the STOPPING trial ``record``: stop its execution, terminate its live jobs (when the
     caller reaches Batch), and make it CANCELLED once nothing of it runs. Raises whatever the AWS calls raise: the
     trial stays STOPPING, and the next attempt starts again from here."""
-    trial_id, cause = item["trial_id"], str(item.get("status_cause") or "stopped")
+    trial_id, cause = record.trial_id, record.status_cause or "stopped"
     pending: list[str] = []
     execution: str | None = None
-    arn = item.get("execution_arn")
+    arn = record.execution_arn
     if arn:
         stopper.workflow.stop(arn, cause)
         execution = stopper.workflow.status(arn)
@@ -146,9 +140,9 @@ def finish_stop(item: dict[str, Any], stopper: Stopper, *, now: str) -> StopStat
             stopper.jobs.terminate(job_id, f"dualtrack: {cause}"[:1024])
         pending.append(f"job {job_id} ({run}) has not ended yet")
     if pending:
-        stopper.trials.update(trial_id, stop_pending=pending, stop_checked_at=now)
+        stopper.trials.update(trial_id, stop_pending=list(pending), stop_checked_at=now)
         return StopState(trial_id, "STOPPING", changed=False, execution_status=execution, pending=pending)
-    closed = stopper.trials.close(trial_id, ("STOPPING",), team=str(item.get("team")), release=release_of(item),
+    closed = stopper.trials.close(trial_id, ("STOPPING",), team=str(record.team), release=release_of(record),
                                   status="CANCELLED", stopped_at=now, stop_pending=None, updated_at=now)
-    current = stopper.trials.get(trial_id) or item
-    return StopState(trial_id, str(current.get("status")), changed=closed, execution_status=execution)
+    current = stopper.trials.get(trial_id) or record
+    return StopState(trial_id, current.status, changed=closed, execution_status=execution)

@@ -35,10 +35,21 @@ from lambdas.domain.governance import (
     quota_breaches,
 )
 from lambdas.domain.job_targets import JobTarget
+from lambdas.domain.json_types import JsonObject, JsonValue
 from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
 from lambdas.domain.run_limits import RunLimits, tighter
-from lambdas.domain.triage import effective_route, planned_tracks, submission_refusal, triage
-from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialSpec, unreadable_inputs
+from lambdas.domain.triage import TriageResult, effective_route, planned_tracks, submission_refusal, triage
+from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialInvalid, TrialSpec, check_rules, unreadable_inputs
+from lambdas.domain.trial_record import (
+    RUN_OF_TARGET,
+    Approval,
+    ExecutionInput,
+    Follows,
+    JobPlacement,
+    RunTarget,
+    TriageRecord,
+    TrialRecord,
+)
 from lambdas.domain.vocabulary import (
     COMPILE_RUN,
     COMPILE_TARGET,
@@ -46,16 +57,17 @@ from lambdas.domain.vocabulary import (
     RUNS,
     TRIAL_ACTIVE,
     TRIAL_TERMINAL,
+    track_of,
 )
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Started, Trials, Workflow
 from lambdas.services.reconciliation import START_CUT_SHORT_S, age_s
+from lambdas.services.run_folds import RunFolds
 from lambdas.services.run_progress import run_progress
-from lambdas.services.run_settlement import RunSettlement
 from lambdas.services.trial_status import Stopper, StopState, finish_stop, request_stop
 
 
 class SubmissionRefused(Exception):
-    def __init__(self, reason: str, detail: dict[str, Any]) -> None:
+    def __init__(self, reason: str, detail: JsonObject) -> None:
         super().__init__(reason)
         self.reason, self.detail = reason, detail
 
@@ -66,16 +78,11 @@ class TrialNotFound(LookupError):
 
 @dataclass
 class Submitted:
-    body: dict[str, Any]
+    body: JsonObject
     created: bool
 
 
-# The execution input's ``jobs`` names each target by what the workflow submits: a track, ``fallback`` (the GPU
-# fallback) or ``compile`` (the warm-up compile stage); this is the run each one is.
-RUN_OF_TARGET = {"fallback": FALLBACK_RUN, COMPILE_TARGET: COMPILE_RUN}
-
-
-def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]]) -> dict[str, dict[str, Any]]:
+def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]]) -> dict[str, JobPlacement]:
     """Queue and job definition (by name) for every run of ``spec``, from the stage's targets
     (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
 
@@ -83,8 +90,8 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
     sent there would wait RUNNABLE until cancelled), or a node count the stage has no multi-node job definition for.
     A multi-node run carries ``nodes``; the workflow then passes the run's settings as job parameters.
     """
-    problems: list[dict[str, str]] = []
-    jobs: dict[str, dict[str, Any]] = {}
+    problems: list[JsonValue] = []
+    jobs: dict[str, JobPlacement] = {}
     for track in spec.track_names():
         config = spec.track(track)
         offered = targets.get(track) or {}
@@ -110,22 +117,32 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
                     f"or add it to dualtrack:stages.<stage>.{track}.multi_node_counts")})
                 continue
             # One multi-node job definition per node count: Step Functions cannot override a job's node count.
-            jobs[track] = {"queue": target.queue, "definition": multi[config.nodes], "nodes": config.nodes}
+            jobs[track] = JobPlacement(queue=target.queue, definition=multi[config.nodes], nodes=config.nodes)
         else:
-            jobs[track] = {"queue": target.queue, "definition": target.single_node}
+            jobs[track] = JobPlacement(queue=target.queue, definition=target.single_node)
         if track == "trn2" and target.compile_queue:
             # The warm-up compile stage: the training job's definition and node count, on the compile queue.
-            jobs[COMPILE_TARGET] = {**jobs[track], "queue": target.compile_queue}
+            jobs[COMPILE_TARGET] = jobs[track].model_copy(update={"queue": target.compile_queue})
     if problems:
         raise SubmissionRefused("placement", {"errors": problems})
     if "gpu" in jobs and "trn2" in jobs:
-        jobs["fallback"] = dict(jobs["gpu"])  # the GPU fallback runs the trial's GPU track configuration
+        jobs["fallback"] = jobs["gpu"]  # the GPU fallback runs the trial's GPU track configuration
     return jobs
 
 
+def run_targets(spec: TrialSpec, jobs: Mapping[str, JobPlacement]) -> dict[str, RunTarget]:
+    """Each run's placement with the instance type its jobs are submitted for (its track's)."""
+    runs: dict[str, RunTarget] = {}
+    for target, job in jobs.items():
+        run = RUN_OF_TARGET.get(target, target)
+        runs[run] = RunTarget(queue=job.queue, definition=job.definition, nodes=job.nodes or 1,
+                              instance_type=spec.track(track_of(run)).instance_type)
+    return runs
+
+
 def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: int,
-                    jobs: Mapping[str, Mapping[str, Any]] | None = None,
-                    compile_timeout_s: int | None = None) -> dict[str, Any]:
+                    jobs: Mapping[str, JobPlacement] | None = None,
+                    compile_timeout_s: int | None = None) -> ExecutionInput:
     """The workflow's input. ``attempt_timeout_s`` is the stage's Batch attempt timeout; the trial's
     ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. The warm-up compile
     stage's timeout is the stage's ``compile_timeout_s`` within that. Retries are the job definitions' own (their
@@ -142,32 +159,31 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     if spec.limits and spec.limits.max_hours:
         timeout = min(timeout, int(spec.limits.max_hours * 3600))
     timeout = max(MIN_ATTEMPT_TIMEOUT_S, timeout)
-    return {
-        "trial_id": spec.trial_id,
-        "spec_uri": artifacts.uri(f"{base}/spec.json"),
-        "tracks": tracks,
-        "run_dirs": run_dirs,
-        "jobs": {run: dict(target) for run, target in (jobs or {}).items()},
-        "attempt_timeout_s": timeout,
-        "compile_timeout_s": max(MIN_ATTEMPT_TIMEOUT_S, min(int(compile_timeout_s or timeout), timeout)),
-    }
+    return ExecutionInput(
+        trial_id=spec.trial_id,
+        spec_uri=artifacts.uri(f"{base}/spec.json"),
+        tracks=list(tracks),
+        run_dirs=run_dirs,
+        jobs=dict(jobs or {}),
+        attempt_timeout_s=timeout,
+        compile_timeout_s=max(MIN_ATTEMPT_TIMEOUT_S, min(int(compile_timeout_s or timeout), timeout)),
+    )
 
 
-def follows_earlier(trials: Trials, team: str, spec: TrialSpec, components: dict[str, Any]
-                    ) -> dict[str, Any] | None:
+def follows_earlier(trials: Trials, team: str, spec: TrialSpec, components: JsonObject) -> Follows | None:
     """The team's newest earlier trial of the same model with a Trainium2 track, and the change class that
     separates the two (the source document's graph-change classes): whether this trial can reuse its compiled graphs
     or needs a recompile, said at submission."""
-    earlier = [item for item in trials.of_team(team)
-               if item.get("trial_id") != spec.trial_id and item.get("model_id") == spec.model.id
-               and isinstance(item.get("cache_components"), dict)]
+    earlier = [(record, record.cache_components) for record in trials.of_team(team)
+               if record.trial_id != spec.trial_id and record.model_id == spec.model.id
+               and record.cache_components is not None]
     if not earlier:
         return None
-    previous = max(earlier, key=lambda item: str(item.get("created_at") or ""))
-    explained = compare_components(previous["cache_components"], components)
-    return {"trial_id": previous["trial_id"], "same_key": explained.same_key,
-            "change_classes": explained.change_classes, "components": [d.component for d in explained.differences],
-            "summary": explained.summary}
+    previous, previous_components = max(earlier, key=lambda found: found[0].created_at or "")
+    explained = compare_components(previous_components, components)
+    return Follows(trial_id=previous.trial_id, same_key=explained.same_key,
+                   change_classes=list(explained.change_classes),
+                   components=[d.component for d in explained.differences], summary=explained.summary)
 
 
 def check_image(spec: TrialSpec, image_versions: Mapping[str, Mapping[str, str]]) -> None:
@@ -192,7 +208,7 @@ def check_readable(spec: TrialSpec, data_buckets: Sequence[str], artifacts_bucke
 
 
 def preflight(spec: TrialSpec, prices: PriceTable, region: str,
-              attempts: int = 1, compile_hours: float | None = None) -> tuple[Any, dict[str, str]]:
+              attempts: int = 1, compile_hours: float | None = None) -> tuple[TriageResult, dict[str, str]]:
     """Triage and the worst-case ceiling (every attempt Batch may make); raises SubmissionRefused when the trial
     must not start."""
 
@@ -312,7 +328,7 @@ def _month(at: datetime | str) -> str:
     return (at.astimezone(UTC).strftime("%Y-%m") if isinstance(at, datetime) else str(at)[:7])
 
 
-def booking_for(team: str, now: datetime, worst_total: Decimal | None, queues: dict[str, str]) -> Booking:
+def booking_for(team: str, now: datetime, worst_total: Decimal | None, queues: Mapping[str, str]) -> Booking:
     counts: dict[str, int] = {}
     for queue in queues.values():
         counts[queue] = counts.get(queue, 0) + 1
@@ -327,26 +343,25 @@ def seed_usage(trials: Trials, team: str, now: datetime) -> None:
         return
     month = _month(now)
     values: dict[str, Decimal] = {}
-    bookings: dict[str, dict[str, Any]] = {}
+    bookings: dict[str, Booking] = {}
 
     def add(name: str, amount: Decimal) -> None:
         values[name] = values.get(name, Decimal(0)) + amount
 
-    for item in trials.of_team(team):
-        never_started = item.get("status") == "REJECTED" or (
-            item.get("status") == "CANCELLED" and not item.get("execution_arn"))
-        worst = Decimal(str((item.get("worst_case_usd") or {}).get("total") or 0))
-        booked_month = _month(str(item.get("created_at") or ""))
+    for record in trials.of_team(team):
+        never_started = record.status == "REJECTED" or (record.status == "CANCELLED" and not record.started)
+        worst = Decimal(record.worst_case_usd.get("total") or 0)
+        booked_month = _month(record.created_at or "")
         if booked_month == month and not never_started:
             add(month_attribute(month), worst)
-        if item.get("status") in TRIAL_ACTIVE:
-            booking = booking_for(team, now, worst, {k: str(v) for k, v in (item.get("queues") or {}).items()})
+        if record.status in TRIAL_ACTIVE:
+            booking = booking_for(team, now, worst, record.queues)
             booking = booking.model_copy(update={"month": booked_month if len(booked_month) == 7 else month,
                                                  "usd": worst if booked_month == month else Decimal(0)})
             for name, amount in booking.additions().items():
                 if name != month_attribute(booking.month):
                     add(name, amount)
-            bookings[str(item["trial_id"])] = booking.model_dump(mode="json")
+            bookings[record.trial_id] = booking
     trials.seed_usage(team, values, bookings)
 
 
@@ -374,37 +389,64 @@ def attempts_allowed(stage_attempts: int, quotas: Quotas) -> int:
     return max(1, min(stage_attempts, quotas.failed_retries_per_run + 1))
 
 
-def _existing(plane: Plane, caller: Caller, item: dict[str, Any]) -> Submitted:
+def _existing(plane: Plane, caller: Caller, record: TrialRecord) -> Submitted:
     """A submission that finds its trial stored: the same answer as the first time (no second execution), a
     conflict for a terminal rejection or cancellation, and the start finished for a trial whose first submission
     stored it but never saw its execution start."""
-    if not caller.sees(item.get("team")):
-        raise TrialNotFound(item["trial_id"])  # another team's trial: never say it exists
-    if item.get("status") in ("REJECTED", "CANCELLED", "STOPPING"):
-        raise TrialClosed(item["trial_id"], str(item["status"]), item.get("status_cause"))
+    if not caller.sees(record.team):
+        raise TrialNotFound(record.trial_id)  # another team's trial: never say it exists
+    if record.status in ("REJECTED", "CANCELLED", "STOPPING"):
+        raise TrialClosed(record.trial_id, record.status, record.status_cause)
     now = datetime.now(UTC)
-    if (item.get("status") == "SUBMITTING" and not item.get("execution_arn") and item.get("execution_input")
-            and age_s(item.get("updated_at"), now) >= START_CUT_SHORT_S):
-        return Submitted(_start(plane, item, _iso(now)), created=False)
+    if (record.status == "SUBMITTING" and not record.started and record.execution_input
+            and age_s(record.updated_at, now) >= START_CUT_SHORT_S):
+        return Submitted(_start(plane, record, _iso(now)), created=False)
     # Recent: the submission that stored it is starting it now; this one answers without a second start.
-    return Submitted(_view(item, already_submitted=True), created=False)
+    return Submitted(_view(record, already_submitted=True), created=False)
 
 
-def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: datetime) -> Submitted:
-    """Store the trial and start its workflow, or store it PENDING_APPROVAL when an approver must agree first."""
+@dataclass(frozen=True)
+class Admission:
+    """A trial this stage can run, as checked before anything is stored: where each target's jobs go, the triage,
+    and the worst case of every attempt Batch may make, for the team it is booked to."""
+
+    team: str
+    quotas: Quotas
+    jobs: dict[str, JobPlacement]
+    triage: TriageResult
+    worst_case_usd: dict[str, str]
+
+
+def admit(spec: TrialSpec, stage: Stage, prices: PriceTable, caller: Caller) -> Admission:
+    """Every check a submission passes before it is stored, in one place: the catalogue's rules (instance types,
+    layouts, limits: ``TrialInvalid``), the team it is booked to (``NotPermitted``), then what the stage can do
+    (inputs its job role reads, the image's Neuron SDK, queues and node counts, triage, the worst case against
+    ``limits.max_usd``: ``SubmissionRefused``). Quotas, which depend on the team's other trials, are checked when
+    the trial is booked."""
+    problems = check_rules(spec)
+    if problems:
+        raise TrialInvalid(problems)
     team = submitting_team(spec, caller, stage.governance)
     quotas = stage.governance.quotas(team)
     check_readable(spec, stage.data_buckets, stage.artifacts_bucket)
     check_image(spec, stage.image_versions)
     jobs = job_targets(spec, stage.targets)
-    triage_result, worst = preflight(spec, plane.prices, stage.region, attempts_allowed(stage.max_attempts, quotas),
+    triage_result, worst = preflight(spec, prices, stage.region, attempts_allowed(stage.max_attempts, quotas),
                                      stage.compile_hours if COMPILE_TARGET in jobs else None)
+    return Admission(team, quotas, jobs, triage_result, worst)
+
+
+def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: datetime) -> Submitted:
+    """Store the trial and start its workflow, or store it PENDING_APPROVAL when an approver must agree first."""
+    admission = admit(spec, stage, plane.prices, caller)
+    team, quotas, jobs = admission.team, admission.quotas, admission.jobs
+    triage_result, worst = admission.triage, admission.worst_case_usd
     trial_id = spec.trial_id
     existing = plane.trials.get(trial_id)
     if existing is not None:
         return _existing(plane, caller, existing)
     worst_total = Decimal(worst["total"]) if "total" in worst else None
-    queues = {RUN_OF_TARGET.get(run, run): str(job["queue"]) for run, job in jobs.items()}
+    queues = {RUN_OF_TARGET.get(target, target): job.queue for target, job in jobs.items()}
     booking = booking_for(team, now, worst_total, queues)
     seed_usage(plane.trials, team, now)
     _check_quotas(quotas, spec, booking, worst_total, quota_state(plane.trials, team, now), now)
@@ -419,50 +461,41 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
                   if spec.tracks.trn2 is not None else None)
     plane.artifacts.put_json(f"trials/{trial_id}/spec.json", spec.model_dump(mode="json", exclude_none=True))
     stamp = _iso(now)
-    item = {
-        "trial_id": trial_id,
-        "model_id": spec.model.id,
-        "name": spec.name,
-        "owner": spec.owner,
-        "team": team,
-        "submitted_by": caller.principal,
-        "submitted_as": caller.authenticated_as,
-        "spec_hash": spec.spec_hash(),
-        "spec_uri": payload["spec_uri"],
-        "status": "PENDING_APPROVAL" if reasons else "SUBMITTING",
-        "created_at": stamp,
-        "updated_at": stamp,
-        "tracks": {t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
-        "max_steps": spec.max_steps,
-        "triage": {
-            "route": triage_result.route,
-            "scenario": triage_result.scenario,
-            "scores": triage_result.scores.model_dump(),
-            "conclusion": triage_result.conclusion,
-            "reasons": triage_result.reasons,
-            "risks": triage_result.risks,
-        },
-        "worst_case_usd": worst,
-        "queues": queues,
-        "booking": booking.model_dump(mode="json"),
-        # Kept so that a start that failed half-way (or an approval) is finished with the input checked here.
-        "execution_input": payload,
-    }
-    if components is not None:
-        item["cache_components"] = components
-        follows = follows_earlier(plane.trials, team, spec, components)
-        if follows is not None:
-            item["follows"] = follows
     limits = run_limits(spec, quotas, team)
-    if not limits.empty:
-        item["run_limits"] = limits.model_dump(mode="json", exclude_none=True)
-    if reasons:
-        item["approval"] = {"status": "PENDING", "reasons": reasons, "requested_by": caller.principal,
-                            "requested_at": stamp}
+    record = TrialRecord(
+        trial_id=trial_id,
+        model_id=spec.model.id,
+        name=spec.name,
+        owner=spec.owner,
+        team=team,
+        submitted_by=caller.principal,
+        submitted_as=caller.authenticated_as,
+        spec_hash=spec.spec_hash(),
+        spec_uri=payload.spec_uri,
+        status="PENDING_APPROVAL" if reasons else "SUBMITTING",
+        created_at=stamp,
+        updated_at=stamp,
+        tracks={t: spec.track(t).model_dump(mode="json") for t in spec.track_names()},
+        runs=run_targets(spec, jobs),
+        max_steps=spec.max_steps,
+        triage=TriageRecord(route=triage_result.route, scenario=triage_result.scenario,
+                            scores=triage_result.scores.model_dump(), conclusion=triage_result.conclusion,
+                            reasons=triage_result.reasons, risks=triage_result.risks),
+        worst_case_usd=worst,
+        queues=queues,
+        booking=booking,
+        # Kept so that a start that failed half-way (or an approval) is finished with the input checked here.
+        execution_input=payload,
+        cache_components=components,
+        follows=follows_earlier(plane.trials, team, spec, components) if components is not None else None,
+        run_limits=None if limits.empty else limits,
+        approval=Approval(status="PENDING", reasons=reasons, requested_by=caller.principal,
+                          requested_at=stamp) if reasons else None,
+    )
     for _ in range(3):  # the room read above may be taken by an interleaved submission: read it again
-        admitted = plane.trials.admit(item, booking.additions(), room(quotas, booking))
+        admitted = plane.trials.admit(record, booking.additions(), room(quotas, booking))
         if admitted == "exists":  # an interleaved submission of the same trial stored it first
-            return _existing(plane, caller, plane.trials.get(trial_id) or item)
+            return _existing(plane, caller, plane.trials.get(trial_id) or record)
         if admitted == "created":
             break
         _check_quotas(quotas, spec, booking, worst_total, quota_state(plane.trials, team, now), now)
@@ -471,7 +504,7 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
             quota="concurrent_trials", limit=str(quotas.concurrent_trials), current="changing",
             requested="1", frees="send it again: the team's other submissions were being booked at the same time")])
     if reasons:
-        return Submitted(_view(item), created=True)
+        return Submitted(_view(record), created=True)
     try:
         started = plane.workflow.start(trial_id, payload)
     except Exception:
@@ -481,7 +514,7 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
             plane.trials.withdraw(trial_id, ("SUBMITTING",), team=team, release=booking.release(started=False))
             raise
         started = Started(plane.workflow.execution_arn(trial_id), already_submitted=False)
-    return Submitted(_started(plane, item, started, stamp), created=not started.already_submitted)
+    return Submitted(_started(plane, record, started, stamp), created=not started.already_submitted)
 
 
 def _check_quotas(quotas: Quotas, spec: TrialSpec, booking: Booking, worst_total: Decimal | None,
@@ -495,122 +528,113 @@ def _check_quotas(quotas: Quotas, spec: TrialSpec, booking: Booking, worst_total
         raise QuotaExceeded(breaches)
 
 
-def _start(plane: Plane, item: dict[str, Any], stamp: str) -> dict[str, Any]:
+def _start(plane: Plane, record: TrialRecord, stamp: str) -> JsonObject:
     """Start the trial's execution (its name is the trial id, so a second start of the same trial returns the first
     execution) and record it."""
-    started = plane.workflow.start(item["trial_id"], item["execution_input"])
-    return _started(plane, item, started, stamp)
+    if record.execution_input is None:
+        raise ValueError(f"trial {record.trial_id} has no execution input to start")
+    started = plane.workflow.start(record.trial_id, record.execution_input)
+    return _started(plane, record, started, stamp)
 
 
-def _started(plane: Plane, item: dict[str, Any], started: Any, stamp: str) -> dict[str, Any]:
+def _started(plane: Plane, record: TrialRecord, started: Started, stamp: str) -> JsonObject:
     """Move the trial from SUBMITTING to SUBMITTED with its execution. A cancel that landed while the execution
     was being started found no execution to stop: the execution is recorded on the trial and stopped here, so a
     cancelled trial never runs."""
-    trial_id = item["trial_id"]
+    trial_id = record.trial_id
     if plane.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=started.execution_arn,
                                updated_at=stamp):
-        item.update(execution_arn=started.execution_arn, status="SUBMITTED")
-        return _view(item, already_submitted=started.already_submitted)
-    current = plane.trials.get(trial_id) or item
-    if current.get("status") in ("STOPPING", "CANCELLED") and not current.get("execution_arn"):
+        moved = record.model_copy(update={"execution_arn": started.execution_arn, "status": "SUBMITTED"})
+        return _view(moved, already_submitted=started.already_submitted)
+    current = plane.trials.get(trial_id) or record
+    if current.status in ("STOPPING", "CANCELLED") and not current.started:
         plane.trials.update(trial_id, execution_arn=started.execution_arn, updated_at=stamp)
-        current["execution_arn"] = started.execution_arn
-        plane.workflow.stop(started.execution_arn, current.get("status_cause") or "cancelled while submitting")
+        current = current.model_copy(update={"execution_arn": started.execution_arn})
+        plane.workflow.stop(started.execution_arn, current.status_cause or "cancelled while submitting")
     return _view(plane.trials.get(trial_id) or current)
 
 
 def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane: Plane,
-           now: datetime) -> dict[str, Any]:
+           now: datetime) -> JsonObject:
     """An approver's decision on a pending trial. The first decision wins (a conditional write); a trial that is no
     longer pending is a conflict. Approval starts the execution with the input checked at submission: if the start
     fails, the trial goes back to PENDING_APPROVAL (the approval can be sent again), and an approval sent again for
     a trial whose start was cut short finishes that start."""
-    item = plane.trials.get(trial_id)
-    if item is None or (not caller.sees(item.get("team")) and not caller.may_approve(item.get("team"))):
+    record = plane.trials.get(trial_id)
+    if record is None or (not caller.sees(record.team) and not caller.may_approve(record.team)):
         raise TrialNotFound(trial_id)
-    approved_unstarted = (item.get("status") == "SUBMITTING" and not item.get("execution_arn")
-                          and (item.get("approval") or {}).get("status") == "APPROVED")
-    if item.get("status") != "PENDING_APPROVAL" and not (approve and approved_unstarted):
-        raise DecisionConflict(trial_id, item.get("status"))
-    if not caller.may_approve(item.get("team")):
-        raise NotPermitted(f"principal {caller.principal} is not an approver of team {item.get('team')!r}; an "
+    approved_unstarted = (record.status == "SUBMITTING" and not record.started
+                          and record.approval is not None and record.approval.status == "APPROVED")
+    if record.status != "PENDING_APPROVAL" and not (approve and approved_unstarted):
+        raise DecisionConflict(trial_id, record.status)
+    if not caller.may_approve(record.team):
+        raise NotPermitted(f"principal {caller.principal} is not an approver of team {record.team!r}; an "
                            "approver listed in governance.teams.<team>.approvers (or approver_roles) decides",
                            role="approver")
-    if caller.principal == item.get("submitted_by"):
+    if caller.principal == record.submitted_by:
         raise NotPermitted(f"principal {caller.principal} submitted trial {trial_id} and cannot approve or reject it; "
                            "another approver of the team must decide", role="approver")
     stamp = _iso(now)
     if approved_unstarted:
-        return _start(plane, item, stamp)
-    pending = item.get("approval") or {}
-    decision = {**pending, "status": "APPROVED" if approve else "REJECTED",
-                "decided_by": caller.principal, "decided_as": caller.authenticated_as, "decided_at": stamp,
-                "comment": comment}
+        return _start(plane, record, stamp)
+    pending = record.approval or Approval(status="PENDING")
+    decision = pending.model_copy(update={
+        "status": "APPROVED" if approve else "REJECTED", "decided_by": caller.principal,
+        "decided_as": caller.authenticated_as, "decided_at": stamp, "comment": comment})
+    stored_decision = decision.model_dump(mode="json", exclude_none=True)
     if approve:
-        moved = plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status="SUBMITTING", approval=decision,
-                                        updated_at=stamp)
+        moved = plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status="SUBMITTING",
+                                        approval=stored_decision, updated_at=stamp)
     else:
-        booking = item.get("booking")
-        release = Booking.model_validate(booking).release(started=False) if isinstance(booking, dict) else {}
-        moved = plane.trials.close(trial_id, ("PENDING_APPROVAL",), team=str(item.get("team")), release=release,
-                                   status="REJECTED", approval=decision, updated_at=stamp,
+        release = record.booking.release(started=False) if record.booking is not None else {}
+        moved = plane.trials.close(trial_id, ("PENDING_APPROVAL",), team=str(record.team), release=release,
+                                   status="REJECTED", approval=stored_decision, updated_at=stamp,
                                    status_cause=f"rejected: {comment}")
     if not moved:
-        current = plane.trials.get(trial_id) or {}
-        raise DecisionConflict(trial_id, current.get("status"))
-    item.update(status="SUBMITTING" if approve else "REJECTED", approval=decision)
+        current = plane.trials.get(trial_id)
+        raise DecisionConflict(trial_id, current.status if current else None)
+    record = record.model_copy(update={"status": "SUBMITTING" if approve else "REJECTED", "approval": decision})
     if not approve:
-        return _view(item)
+        return _view(record)
     try:
-        return _start(plane, item, stamp)
+        return _start(plane, record, stamp)
     except Exception:
         # Back to pending, so the trial neither holds a place forever nor refuses the approval sent again.
-        plane.trials.transition(trial_id, ("SUBMITTING",), status="PENDING_APPROVAL", approval=pending,
+        plane.trials.transition(trial_id, ("SUBMITTING",), status="PENDING_APPROVAL",
+                                approval=pending.model_dump(mode="json", exclude_none=True),
                                 updated_at=stamp)
         raise
 
 
-def _view(item: dict[str, Any], already_submitted: bool = False) -> dict[str, Any]:
-    out = {
-        k: item.get(k)
-        for k in (
-            "trial_id",
-            "name",
-            "owner",
-            "status",
-            "spec_hash",
-            "spec_uri",
-            "execution_arn",
-            "created_at",
-            "triage",
-            "worst_case_usd",
-            "team",
-            "submitted_by",
-            "approval",
-            "follows",
-        )
-    }
-    out["status_url"] = f"/trials/{item['trial_id']}"
+# What the API shows of a trial record (GET /trials/{id}, a submission's answer, a listing's rows).
+VIEW_FIELDS = ("trial_id", "name", "owner", "status", "spec_hash", "spec_uri", "execution_arn", "created_at",
+               "triage", "worst_case_usd", "team", "submitted_by", "approval", "follows")
+
+
+def _view(record: TrialRecord, already_submitted: bool = False) -> JsonObject:
+    stored = record.model_dump(mode="json", include=set(VIEW_FIELDS), exclude_none=True)
+    out: JsonObject = {name: stored.get(name) for name in VIEW_FIELDS}
+    out["status_url"] = f"/trials/{record.trial_id}"
     if already_submitted:
         out["already_submitted"] = True
     return out
 
 
-def visible(trials: Trials, trial_id: str, caller: Caller) -> dict[str, Any]:
-    """The trial item, if the caller's team may see it; another team's trial is reported missing, so trial ids do
-    not leak across teams."""
-    item = trials.get(trial_id)
-    if item is None or not caller.sees(item.get("team")):
+def visible(trials: Trials, trial_id: str, caller: Caller) -> TrialRecord:
+    """The trial record, if the caller's team may see it; another team's trial is reported missing, so trial ids
+    do not leak across teams."""
+    record = trials.get(trial_id)
+    if record is None or not caller.sees(record.team):
         raise TrialNotFound(trial_id)
-    return item
+    return record
 
 
 def trial_status(
-    trial_id: str, *, caller: Caller, trials: Trials, ledger: Ledger, settlement: RunSettlement,
+    trial_id: str, *, caller: Caller, trials: Trials, ledger: Ledger, settlement: RunFolds,
     metrics: RunMetrics | None = None, now: datetime | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Status per run: attempts, current cost, and progress (global step and loss) against the trial's max_steps."""
-    item = visible(trials, trial_id, caller)
+    record = visible(trials, trial_id, caller)
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
@@ -618,9 +642,9 @@ def trial_status(
         entries = ledger.entries(L.run_key(trial_id, run))
         if not entries:
             continue
-        fold = settlement.fold(trial_id, run, entries, item)
+        fold = settlement.fold(trial_id, run, entries, record)
         stored = ledger.cost(L.run_key(trial_id, run))
-        cost = stored["cost"] if stored else compute_run_cost(fold.usage, settlement.prices).model_dump(mode="json")
+        cost = (stored.cost if stored else compute_run_cost(fold.usage, settlement.prices)).model_dump(mode="json")
         latest = max(L.facts_of(entries, L.TransitionFact), key=lambda t: t.at, default=None)
         progress = run_progress(entries, trial_id=trial_id, run=run, terminal=fold.terminal_status is not None,
                                 metrics=metrics, now=now or datetime.now(UTC))
@@ -629,39 +653,40 @@ def trial_status(
             **progress,
             "attempts": [a.model_dump(mode="json") for a in fold.usage.attempts],
             "cost": cost,
-            "cost_final": bool(stored and stored.get("complete")),
+            "cost_final": bool(stored and stored.complete),
         }
         total += Decimal(str(cost["total_usd"]))
-    max_steps = item.get("max_steps")
+    max_steps = record.max_steps
     if max_steps is None:  # trials submitted before max_steps was kept on the item: read the frozen spec
         spec = settlement.artifacts.get_json(f"trials/{trial_id}/spec.json")
-        max_steps = spec.get("max_steps") if isinstance(spec, dict) else None
+        found = spec.get("max_steps") if isinstance(spec, dict) else None
+        max_steps = int(found) if isinstance(found, int | float | str) else None
     return {
-        **_view(item),
-        "max_steps": int(max_steps) if max_steps is not None else None,
-        "status_cause": item.get("status_cause"),
-        "stopped_by": item.get("stopped_by"),
+        **_view(record),
+        "max_steps": max_steps,
+        "status_cause": record.status_cause,
+        "stopped_by": record.stopped_by.model_dump(mode="json") if record.stopped_by else None,
         "runs": runs,
         "total_usd": str(total),
     }
 
 
-def cancel(trial_id: str, *, caller: Caller, stopper: Stopper, now: str, reason: str) -> dict[str, Any]:
+def cancel(trial_id: str, *, caller: Caller, stopper: Stopper, now: str, reason: str) -> JsonObject:
     """Cancel a trial of the caller's team: record the stop (STOPPING) and finish it (execution stopped, jobs
     ended, then CANCELLED). Sending it again retries a stop that did not finish; a trial still being submitted is
     stopped by its submission as soon as its execution exists (``_started``)."""
-    item = stopper.trials.get(trial_id)
-    if item is None or not caller.sees(item.get("team")):
+    record = stopper.trials.get(trial_id)
+    if record is None or not caller.sees(record.team):
         raise TrialNotFound(trial_id)
-    if item.get("status") in TRIAL_TERMINAL:
-        return StopState(trial_id, str(item["status"]), changed=False).view()
-    if item.get("status") == "STOPPING":
-        return _retried(item, stopper, now)
-    return request_stop(item, stopper, cause=reason, now=now, cancelled_by=caller.authenticated_as).view()
+    if record.status in TRIAL_TERMINAL:
+        return StopState(trial_id, record.status, changed=False).view()
+    if record.status == "STOPPING":
+        return _retried(record, stopper, now)
+    return request_stop(record, stopper, cause=reason, now=now, cancelled_by=caller.authenticated_as).view()
 
 
-def _retried(item: dict[str, Any], stopper: Stopper, now: str) -> dict[str, Any]:
-    done = finish_stop(item, stopper, now=now)
+def _retried(record: TrialRecord, stopper: Stopper, now: str) -> JsonObject:
+    done = finish_stop(record, stopper, now=now)
     return StopState(done.trial_id, done.status, changed=done.status == "CANCELLED",
                      execution_status=done.execution_status, pending=done.pending).view()
 

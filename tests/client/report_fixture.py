@@ -8,7 +8,10 @@ import math
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lambdas.domain.report_model import TrialReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
 
@@ -44,7 +47,7 @@ def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> Any:
             **extra})
 
 
-def build_report() -> dict[str, Any]:
+def build_report() -> TrialReport:
     from lambdas.domain.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
     from lambdas.domain.ledger import transition_entry
     from lambdas.domain.prices import load_price_table

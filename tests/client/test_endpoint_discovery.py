@@ -31,6 +31,18 @@ def test_the_flag_wins_and_the_region_comes_from_the_url(monkeypatch: pytest.Mon
     assert found.url == "https://other.example.com/prod" and found.region == "us-east-1"  # the profile's region
 
 
+def test_aws_region_is_honoured_before_aws_default_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AWS CLI and the SDKs read ``AWS_REGION`` before ``AWS_DEFAULT_REGION`` and the profile (AWS SDKs and Tools
+    Reference Guide, "AWS Region", https://docs.aws.amazon.com/sdkref/latest/guide/feature-region.html); boto3 on
+    its own reads only ``AWS_DEFAULT_REGION``, so a user who set ``AWS_REGION`` would sign for the wrong region."""
+    monkeypatch.setenv("DUALTRACK_ENDPOINT", "https://other.example.com/prod")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "eu-central-1")
+    assert boto3.Session().region_name == "us-east-1"  # what boto3 alone would use
+    assert resolve_endpoint(ClientOptions()).region == "eu-central-1"
+    assert resolve_endpoint(ClientOptions(region="ap-south-1")).region == "ap-south-1"  # the flag still wins
+
+
 def test_the_config_file_supplies_endpoint_region_and_tuning(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "xdg" / "dualtrack" / "config.json"

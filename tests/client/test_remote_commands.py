@@ -141,7 +141,7 @@ def test_watch_polls_until_a_terminal_state(served: Any, trial_file: Any, cli: A
 
     _, out, _ = submit(cli, served.url, trial_file(), "--yes", "--json")
     trial_id = json.loads(out)["trial"]["trial_id"]
-    states = iter(["RUNNING", "RUNNING", "SETTLING", "SUCCEEDED"])
+    states = iter(["STOPPING", "STOPPING", "STOPPING", "CANCELLED"])  # a cancel, then the stop finishing
     sleeps: list[float] = []
 
     def advance(seconds: float) -> None:
@@ -151,11 +151,11 @@ def test_watch_polls_until_a_terminal_state(served: Any, trial_file: Any, cli: A
     written: list[str] = []
     api = TrialApi(SignedClient(served.url, "us-east-1", served.credentials))
     final = watch(api, trial_id, interval_s=5, as_json=True, live=False, sleep=advance, write=written.append)
-    assert final["status"] == "SUCCEEDED" and sleeps == [5, 5, 5, 5]
-    assert [json.loads(w)["status"] for w in written] == ["SUBMITTED", "RUNNING", "SETTLING", "SUCCEEDED"]
+    assert final["status"] == "CANCELLED" and sleeps == [5, 5, 5, 5]
+    assert [json.loads(w)["status"] for w in written] == ["SUBMITTED", "STOPPING", "CANCELLED"]
     live: list[str] = []
     watch(api, trial_id, interval_s=5, as_json=False, live=True, sleep=advance, write=live.append)
-    assert live[0].startswith(f"trial {trial_id}  SUCCEEDED") and "\x1b[" not in live[0]
+    assert live[0].startswith(f"trial {trial_id}  CANCELLED") and "\x1b[" not in live[0]
 
 
 def test_cache_list(cli: Any, served: Any, aws: dict[str, Any]) -> None:
@@ -170,8 +170,8 @@ def test_cache_list(cli: Any, served: Any, aws: dict[str, Any]) -> None:
     code, out, _ = cli("cache", "list", "--endpoint", served.url)
     assert code == 0 and out.startswith("no compile-cache entries yet")  # no trial of the caller's team used it
     aws["ddb"].put_item(TableName="trials", Item=to_item({
-        "trial_id": "pilot-0123456789", "team": "team-nlp", "created_at": "2026-11-20T09:00:00Z",
-        "cache_key": "ab" * 32}))
+        "trial_id": "pilot-0123456789", "team": "team-nlp", "status": "SUCCEEDED",
+        "created_at": "2026-11-20T09:00:00Z", "cache_key": "ab" * 32}))
     code, out, _ = cli("cache", "list", "--endpoint", served.url)
     lines = out.splitlines()
     assert code == 0 and lines[0].split()[:4] == ["MODEL", "COMPILER", "KEY", "STATUS"]
@@ -254,11 +254,11 @@ def test_report_costs_shows_the_callers_team(cli: Any, served: Any, trial_file: 
     assert code == EXIT_NOT_FOUND and "no cost report yet" in err
     code, out, err = submit(cli, served.url, trial_file(), "--yes")
     trial_id = out.split()[1].rstrip(":")
-    aws["ddb"].put_item(TableName="ledger", Item={
-        "run_key": {"S": f"{trial_id}#trn2"}, "entry_key": {"S": "cost"}, "kind": {"S": "cost"},
-        "body": {"S": json.dumps({"ended_at": "2026-11-18T10:00:00Z", "cost": {
-            "effective_training_usd": "12.5", "compile_usd": "2.5", "failed_reruns_usd": "0",
-            "checkpoint_storage_usd": "0", "queue_environment_usd": "0", "total_usd": "15"}})}})
+    from lambdas.adapters.ledger_table import DynamoLedger
+    from tests.builders import run_cost, stored_cost
+
+    closed = run_cost("15", "trn2", trial_id=trial_id, effective_training_usd="12.5", compile_usd="2.5")
+    DynamoLedger("ledger").put_cost(f"{trial_id}#trn2", stored_cost(closed, ended_at="2026-11-18T10:00:00Z"), facts=3)
     scheduled({"time": "2026-11-23T06:00:00Z"}, Context())
     code, out, err = cli("report", "costs", "--endpoint", served.url)
     assert code == 0, err

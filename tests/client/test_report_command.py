@@ -19,7 +19,7 @@ def settled(cli: Any, served: Any, trial_file: Any, aws: dict[str, Any]) -> dict
     code, out, err = cli("submit", trial_file(), "--endpoint", served.url, "--yes", "--json")
     assert code == 0, err
     trial_id = json.loads(out)["trial"]["trial_id"]
-    report = build_report()
+    report = build_report().model_dump(mode="json")
     assert report["trial_id"] == trial_id  # the fixture report is for the example trial
     return {"trial_id": trial_id, "report": report,
             "store": lambda: aws["s3"].put_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json",

@@ -40,7 +40,8 @@ def run_chromium(*args: str) -> subprocess.CompletedProcess[bytes]:
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    return build_report()
+    """The fixture report as stored: its JSON, which the CLI renders."""
+    return build_report().model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +153,16 @@ def test_alignment_keeps_cells_and_handles_wide_characters() -> None:
 def test_the_scheduled_cost_report_markdown_aligns(report: dict[str, Any]) -> None:
     from datetime import UTC, datetime
 
+    from lambdas.domain.cost import COMPONENTS
+    from lambdas.domain.ledger import LedgerRow
+    from lambdas.domain.trial_record import TrialRecord
     from lambdas.services.cost_reporting import cost_report, render_cost_markdown
+    from tests.builders import run_cost, stored_cost
 
-    costs = [{"run_key": f"{report['trial_id']}#{run}", "ended_at": "2026-11-20T10:00:00Z",
-              "cost": t["cost"]} for run, t in report["tracks"].items()]
-    period = cost_report(costs, [{"trial_id": report["trial_id"], "owner": "team-nlp"}],
+    costs = [LedgerRow(f"{report['trial_id']}#{run}", "cost", stored_cost(run_cost(
+        t["cost"]["total_usd"], run, trial_id=report["trial_id"], **{name: t["cost"][name] for name in COMPONENTS})))
+        for run, t in report["tracks"].items()]
+    period = cost_report(costs, [TrialRecord(trial_id=report["trial_id"], owner="team-nlp", status="SUCCEEDED")],
                          start=datetime(2026, 11, 16, tzinfo=UTC), end=datetime(2026, 11, 23, tzinfo=UTC),
                          period="2026-W47")
     text = align_markdown_tables(render_cost_markdown(period))

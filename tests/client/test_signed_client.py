@@ -30,7 +30,7 @@ def client(url: str, sleeps: list[float] | None = None, creds: Credentials = CRE
 def test_requests_are_signed_and_the_signature_verifies(serve: Any) -> None:
     shim = serve(echo)
     got = client(shim.url).request("POST", "/trials", body={"a": 1}, query={"model": "meta-llama/x y", "n": 2})
-    assert got.status == 200
+    assert got.status == 200 and isinstance(got.body, dict)
     assert got.body["path"] == "/trials" and got.body["query"] == {"model": "meta-llama/x y", "n": "2"}
     seen = shim.seen[-1]
     assert seen.verdict == "ok"
@@ -39,6 +39,7 @@ def test_requests_are_signed_and_the_signature_verifies(serve: Any) -> None:
     assert "/us-east-1/execute-api/aws4_request" in headers["authorization"]
     assert headers["x-amz-security-token"] == "testing" and headers["x-amz-date"]
     path = client(shim.url).request("GET", "/trials/abc-123/report").body
+    assert isinstance(path, dict)
     assert path["resource"] == "/trials/{trial_id}/report" and path["params"] == {"trial_id": "abc-123"}
 
 

@@ -38,7 +38,7 @@ class _Edited:
         return getattr(self._assembly, name)
 
     def templates(self) -> dict[str, dict[str, Any]]:
-        templates = self._assembly.templates()
+        templates: dict[str, dict[str, Any]] = self._assembly.templates()
         self._edit(templates[self._assembly.stack("Compute")]["Resources"], self._assembly.stack("Compute"))
         return templates
 

@@ -14,6 +14,7 @@ import pytest
 from infra.config import ConfigInvalid, stage_config
 from infra.constructs.batch_compute import EFA_SETUP
 from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.json_types import JsonObject
 from tests.infra.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]
@@ -158,7 +159,7 @@ def test_a_trainium2_image_of_your_own_states_its_neuron_sdk() -> None:
     training starting with Neuron 2.30"): without it the job definition could not tell TorchNeuron from XLA."""
     trn2: dict[str, Any] = {"instance_types": ["trn2.48xlarge"], "ami_ssm_parameter": "/a/b", "multi_node_counts": [],
             "availability_zone": "us-east-2b", "image_uri": "123456789012.dkr.ecr.us-east-2.amazonaws.com/t:1"}
-    stage = {"region": "us-east-2", "availability_zones": ["us-east-2b"], "trn2": trn2}
+    stage: JsonObject = {"region": "us-east-2", "availability_zones": ["us-east-2b"], "trn2": trn2}
     with pytest.raises(ConfigInvalid, match=r"image_versions\.neuron_sdk is needed"):
         stage_config({"dualtrack:stages": {"x": stage}}, "x")
     trn2["image_versions"] = {"neuron_sdk": "2.34.0"}

@@ -80,7 +80,7 @@ def _logical_ids(node: Any) -> Iterator[str]:
 
 def imported_exports(assembly: Assembly) -> dict[str, Export]:
     """Every export that some other stack of the assembly imports, by export name."""
-    templates = assembly.templates()
+    templates: dict[str, dict[str, Any]] = assembly.templates()
     exports: dict[str, Export] = {}
     for stack, template in templates.items():
         resources = template.get("Resources", {})
@@ -105,7 +105,7 @@ def asset_hashes(assembly: Assembly) -> dict[str, set[str]]:
 
 
 def job_definition_images(assembly: Assembly) -> dict[str, str]:
-    compute = assembly.template(assembly.stack("Compute"))
+    compute: dict[str, Any] = assembly.template(assembly.stack("Compute"))
     images: dict[str, str] = {}
     for logical_id, resource in compute["Resources"].items():
         if resource["Type"] != "AWS::Batch::JobDefinition":

@@ -12,6 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from dualtrack.local.aws.lambda_context import StaticContext
 from dualtrack.local.aws.tables import create_tables
 from tests.stage import API_STAGE_ENV
 
@@ -38,14 +39,7 @@ ENV = {
 }
 
 
-class Context:
-    function_name = "dualtrack-test"
-    memory_limit_in_mb = 512
-    invoked_function_arn = f"arn:aws:lambda:{REGION}:123456789012:function:dualtrack-test"
-    aws_request_id = "req-1"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return 60_000
+Context = StaticContext  # the context object handed to each handler call
 
 
 def load_event(name: str) -> dict[str, Any]:

@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.compile_cache import ENTRY_MARKER
+from lambdas.domain.compile_cache import ENTRY_MARKER, RegistryEntry
 from tests.integration.conftest import Context, api_event, s3_event
 from tests.integration.test_metrics import published
 from tests.integration.test_run_events import summary
+from tests.json_access import obj
 from tests.stage import principal
 
 NEFF = "MODULE_1/model.neff"
@@ -34,7 +35,7 @@ ENTRY_LISTING = {"version": 2, "files": {NEFF: {"bytes": 1234}}, "count": 1, "by
 def _submit(body: dict[str, Any], who: str | None = None) -> str:
     from lambdas.handlers.on_trial_api import handler as api
 
-    answer = api(api_event("POST", "/trials", body, principal=who), Context())
+    answer = obj(api(api_event("POST", "/trials", body, principal=who), Context()))
     assert answer["statusCode"] in (200, 201, 202), answer["body"]
     return str(json.loads(answer["body"])["trial_id"])
 
@@ -52,7 +53,7 @@ def _publish(aws: dict[str, Any], prefix: str, size: int = 1234, marker: Any = N
     aws["s3"].put_object(Bucket="compile-cache", Key=prefix + ENTRY_MARKER, Body=json.dumps(body).encode())
 
 
-def _entry(key: str) -> dict[str, Any]:
+def _entry(key: str) -> RegistryEntry:
     from lambdas.adapters.cache_registry import DynamoCacheRegistry
 
     entry = DynamoCacheRegistry("cache-registry").get(key)
@@ -73,7 +74,7 @@ def _ready_entry(aws: dict[str, Any], example: dict[str, Any]) -> tuple[str, dic
     aws["s3"].put_object(Bucket="artifacts", Key=key, Body=json.dumps(summary(trial_id, 1, compile={
         "seconds": 600.0, "cache": "miss", "cache_key": cold["cache_key"], "cache_url": cold["cache_url"]})).encode())
     on_artifact(s3_event("artifacts", key, 100, "own-1"), Context())
-    assert _entry(cold["cache_key"])["status"] == "ready"
+    assert _entry(cold["cache_key"]).status == "ready"
     warm = _resolve(trial_id)
     assert warm["warm"] is True and warm.get("rejected") is None
     return trial_id, warm
@@ -102,11 +103,12 @@ def test_another_teams_job_cannot_speak_for_an_entry(aws: dict[str, Any], exampl
         on_artifact(s3_event("artifacts", key, 100, f"thief-{attempt}-again"), Context())  # a redelivery
     entry = _entry(resolved["cache_key"])
     assert entry == before, "another team's summaries changed the entry"
-    assert thief not in set(entry.get("hit_trials") or ())
+    assert thief not in entry.hit_trials
     assert published(capsys.readouterr().out).get("CompileCacheClaimsRefused") == len(claims)
     from lambdas.adapters.trials_table import DynamoTrials
 
-    assert (DynamoTrials("trials").get(thief) or {}).get("cache_claims_refused") == len(claims)
+    record = DynamoTrials("trials").get(thief)
+    assert record is not None and record.cache_claims_refused == len(claims)
 
 
 def test_an_entry_that_disagrees_with_its_marker_is_not_served_but_reported_and_rebuilt(
@@ -120,7 +122,7 @@ def test_an_entry_that_disagrees_with_its_marker_is_not_served_but_reported_and_
     assert torn["warm"] is False and "1000 bytes" in (torn.get("rejected") or "")
     assert torn.get("writer") == "trn2"  # the test stage has no compile queue: the training run rebuilds it
     entry = _entry(warm["cache_key"])
-    assert entry["status"] == "rejected" and "1000 bytes" in entry["rejected_reason"]
+    assert entry.status == "rejected" and "1000 bytes" in (entry.rejected_reason or "")
     assert published(capsys.readouterr().out).get("CompileCacheEntriesRejected") == 1
 
     # An older trainer's marker (a count and a total) lists nothing to check: not served either.
@@ -146,10 +148,10 @@ def test_an_object_name_that_leaves_its_entry_is_rejected(aws: dict[str, Any], e
     prefix = _resolve(trial_id)["prefix"]
     capsys.readouterr()
     for n, name in enumerate(["../../../escape.neff", "MODULE_1/../../x.neff", "./MODULE_1/a.neff", "a//b.neff"]):
-        out = on_artifact(s3_event("compile-cache", prefix + name, 10, f"bad-{n}"), Context())
+        out = obj(on_artifact(s3_event("compile-cache", prefix + name, 10, f"bad-{n}"), Context()))
         assert out["kind"] == "rejected" and "leaves the entry" in out["rejected"], out
     entry = _entry(prefix.rstrip("/").rsplit("/", 1)[1])
-    assert entry.get("objects") in ({}, None)
+    assert entry.objects == {}
     assert published(capsys.readouterr().out).get("EventsRejected") == 4
 
 
@@ -173,7 +175,9 @@ def test_a_rejected_entry_is_ready_again_once_its_writer_rebuilds_it(flavour: st
     registry.observe("k1", "t#trn2#a001", "miss", 600.0, "2026-12-01T01:00:00Z")
     registry.reject("k1", "graph.neff is 10 bytes; the completion marker lists 12", "2026-12-01T02:00:00Z")
     registry.reject("k1", "graph.neff is 10 bytes; the completion marker lists 12", "2026-12-01T03:00:00Z")
-    entry = registry.get("k1") or {}
-    assert entry["status"] == "rejected" and entry["rejections"] == 2 and "10 bytes" in entry["rejected_reason"]
+    entry = registry.get("k1")
+    assert entry is not None and entry.status == "rejected" and entry.rejections == 2
+    assert "10 bytes" in (entry.rejected_reason or "")
     registry.observe("k1", "t#trn2#a002", "miss", 600.0, "2026-12-01T04:00:00Z")
-    assert (registry.get("k1") or {})["status"] == "ready"
+    entry = registry.get("k1")
+    assert entry is not None and entry.status == "ready"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import Context, api_event
+from tests.json_access import obj
 from tests.stage import ACCOUNT, GOVERNANCE, principal
 
 NLP = f"arn:aws:iam::{ACCOUNT}:user/model-team"
@@ -24,7 +25,7 @@ def call(method: str, path: str, body: Any = None, *, who: str = NLP,
          query: dict[str, str] | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
     from lambdas.handlers.on_trial_api import handler
 
-    out = handler(api_event(method, path, body, query=query, principal=who), Context())
+    out = obj(handler(api_event(method, path, body, query=query, principal=who), Context()))
     # A REST API proxy response carries its headers as multiValueHeaders (Powertools' APIGatewayRestResolver).
     headers = {k: v[-1] for k, v in (out.get("multiValueHeaders") or {}).items()} | (out.get("headers") or {})
     return out["statusCode"], json.loads(out["body"]), headers
@@ -123,11 +124,12 @@ def test_a_team_reads_its_own_cost_report_and_an_admin_reads_every_teams(aws: di
     status, body, _ = call("GET", "/reports/costs")
     assert status == 404 and "cost_report_period" in body["message"]
     trial = call("POST", "/trials", example)[1]["trial_id"]
-    aws["ddb"].put_item(TableName="ledger", Item={  # a closed run of team-nlp's trial, as settling stores it
-        "run_key": {"S": f"{trial}#gpu"}, "entry_key": {"S": "cost"}, "kind": {"S": "cost"},
-        "body": {"S": json.dumps({"ended_at": "2026-11-18T10:00:00Z", "cost": {
-            "effective_training_usd": "80", "compile_usd": "0", "failed_reruns_usd": "20",
-            "checkpoint_storage_usd": "0", "queue_environment_usd": "0", "total_usd": "100"}})}})
+    from lambdas.adapters.ledger_table import DynamoLedger
+    from tests.builders import run_cost, stored_cost
+
+    closed = run_cost("100", trial_id=trial, effective_training_usd="80", failed_reruns_usd="20")
+    # a closed run of team-nlp's trial, as settling stores it
+    DynamoLedger("ledger").put_cost(f"{trial}#gpu", stored_cost(closed, ended_at="2026-11-18T10:00:00Z"), facts=3)
     assert scheduled({"time": "2026-11-23T06:00:00Z"}, Context())["period"] == "2026-W47"
 
     status, mine, _ = call("GET", "/reports/costs")

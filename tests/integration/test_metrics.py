@@ -15,6 +15,7 @@ import pytest
 from lambdas.domain import telemetry
 from tests.integration.conftest import Context, batch_event
 from tests.integration.test_run_events import T0, deliver, iso, scenario
+from tests.json_access import obj
 
 
 def published(text: str) -> Counter[str]:
@@ -83,8 +84,8 @@ def test_cost_step_counts_outcomes_it_reconciles_first_and_publishes_the_trial_c
                         lambda _, job_id: detail if job_id == "job-trn2-1" else None)
     deliver([e for e in events if e[1] is not succeeded])
     capsys.readouterr()
-    out = close({"trial_id": succeeded["detail"]["jobName"].removesuffix("-trn2"),
-                 "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "job-trn2-1"}]}, Context())
+    out = obj(close({"trial_id": succeeded["detail"]["jobName"].removesuffix("-trn2"),
+                     "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "job-trn2-1"}]}, Context()))
     on_batch(succeeded, Context())  # the late event: already recorded, not counted again
     totals = published(capsys.readouterr().out)
     assert totals[telemetry.RUNS_SUCCEEDED] == 1

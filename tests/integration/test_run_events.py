@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tests.builders import run_summary
 from tests.integration.conftest import Context, api_event, batch_event, s3_event
+from tests.json_access import obj
 
 T0 = 1_795_168_800_000  # 2026-11-20T10:00:00Z in ms
 
@@ -79,7 +80,7 @@ def summary(trial_id: str, attempt: int, **over: Any) -> dict[str, Any]:
 def scenario(aws: dict[str, Any], example: dict[str, Any]) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     from lambdas.handlers.on_trial_api import handler as api
 
-    trial_id = json.loads(api(api_event("POST", "/trials", example), Context())["body"])["trial_id"]
+    trial_id = json.loads(obj(api(api_event("POST", "/trials", example), Context()))["body"])["trial_id"]
     # What the resolve step records before the Trainium2 run starts: the entry its summaries speak for, and that the
     # training run compiles it itself.
     aws["ddb"].update_item(TableName="trials", Key={"trial_id": {"S": trial_id}},
@@ -171,8 +172,9 @@ def test_lifecycle_closes_cost_from_ledger(aws: dict[str, Any], example: dict[st
     from lambdas.adapters.ledger_table import DynamoLedger
 
     stored = DynamoLedger("ledger").cost(f"{trial_id}#trn2")
-    assert stored is not None and stored["complete"] is True and stored["terminal_status"] == "SUCCEEDED"
-    cost = stored["cost"]
+    assert stored is not None and stored.complete is True and stored.terminal_status == "SUCCEEDED"
+    body = stored.model_dump(mode="json")  # the entry as stored
+    cost = body["cost"]
     # attempt 1: STARTING (T0+60s) -> stoppedAt (T0+1800s); attempt 2: STARTING (T0+1850s) -> T0+5000s
     assert cost["billed_instance_seconds"] == "4890"
     parts = sum(
@@ -187,7 +189,7 @@ def test_lifecycle_closes_cost_from_ledger(aws: dict[str, Any], example: dict[st
     )
     assert abs(parts - float(cost["total_usd"])) < 1e-9
     assert float(cost["failed_reruns_usd"]) > 0 and float(cost["compile_usd"]) > 0
-    usage = stored["usage"]
+    usage = body["usage"]
     assert [a["rerun_steps"] for a in usage["attempts"]] == [0, 100]
     assert usage["instance_type"] == "trn2.48xlarge" and usage["checkpoint_bytes"] == 4000
     assert usage["checkpoint_get_requests"] == 3  # two shards + manifest restored by attempt 2
@@ -197,7 +199,8 @@ def test_lifecycle_closes_cost_from_ledger(aws: dict[str, Any], example: dict[st
 
     from lambdas.handlers.close_trial_costs import handler as close
 
-    closed = close({"trial_id": trial_id, "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "j"}]}, Context())
+    closed = obj(close({"trial_id": trial_id, "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "j"}]},
+                       Context()))
     assert closed["runs"]["trn2"]["total_usd"] == cost["total_usd"] and closed["total_usd"] == cost["total_usd"]
     before = dump(aws, "ledger")
     deliver(events[::-1] + events)  # every event again, both orders

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.integration.conftest import Context, api_event
+from tests.json_access import obj
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch.type_defs import DimensionTypeDef, MetricDatumTypeDef
@@ -22,7 +23,7 @@ def _stage_data_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
 def call(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from lambdas.handlers.on_trial_api import handler
 
-    out = handler(event, Context())
+    out = obj(handler(event, Context()))
     return out["statusCode"], json.loads(out["body"])
 
 

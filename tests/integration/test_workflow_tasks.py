@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
+from lambdas.domain.json_types import JsonObject
 from tests.integration.conftest import Context, api_event, s3_event
 from tests.integration.test_run_events import deliver, scenario
+from tests.json_access import obj
 
 
 def submit(example: dict[str, Any]) -> str:
     from lambdas.handlers.on_trial_api import handler
 
-    return json.loads(handler(api_event("POST", "/trials", example), Context())["body"])["trial_id"]
+    return json.loads(obj(handler(api_event("POST", "/trials", example), Context()))["body"])["trial_id"]
 
 
 def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], example: dict[str, Any]) -> None:
@@ -25,7 +27,7 @@ def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], e
 
     trial_id = submit(example)
     spec_uri = f"s3://artifacts/trials/{trial_id}/spec.json"
-    cold = resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context())
+    cold = obj(resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context()))
     assert cold["warm"] is False and cold["failed_before"] is False
     assert cold["cache_url"] == f"s3://compile-cache/{cold['prefix']}" and cold["prefix"].endswith(
         cold["cache_key"] + "/"
@@ -39,12 +41,13 @@ def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], e
     on_artifact(s3_event("compile-cache", cold["prefix"] + "MODULE_1/model.neff", 1234, "n1"), Context())
     registry = DynamoCacheRegistry("cache-registry")
     registry.observe(cold["cache_key"], f"{trial_id}#trn2#a001", "miss", 700.0, "2026-11-20T11:00:00Z")
-    warm = resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context())
+    warm = obj(resolve({"trial_id": trial_id, "spec_uri": spec_uri}, Context()))
     assert warm["warm"] is True and warm["cache_key"] == cold["cache_key"]
 
     other = dict(example, sequence_length=2048, name="llama31-8b-lora-seq2k")
     other_id = submit(other)
-    isolated = resolve({"trial_id": other_id, "spec_uri": f"s3://artifacts/trials/{other_id}/spec.json"}, Context())
+    isolated = obj(resolve({"trial_id": other_id, "spec_uri": f"s3://artifacts/trials/{other_id}/spec.json"},
+                           Context()))
     assert isolated["cache_key"] != cold["cache_key"] and isolated["warm"] is False
 
     registry.observe(
@@ -55,15 +58,15 @@ def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], e
         "2026-11-20T11:00:00Z",
         reason="neuronx-cc: unsupported operator",
     )
-    again = resolve(
+    again = obj(resolve(
         {"trial_id": other_id, "spec_uri": f"s3://artifacts/trials/{other_id}/spec.json", "retry_failed": True},
         Context(),
-    )
+    ))
     assert again["failed_before"] is True and again["retry_requested"] is True and again["warm"] is False
 
     from lambdas.handlers.on_trial_api import handler as api
 
-    listing = json.loads(api(api_event("GET", "/compile-cache"), Context())["body"])
+    listing = json.loads(obj(api(api_event("GET", "/compile-cache"), Context()))["body"])
     entry = next(e for e in listing["entries"] if e["cache_key"] == cold["cache_key"])
     assert entry["size_bytes"] == 1234 and entry["objects"] == 1 and entry["misses"] == 1
     assert {g["model"] for g in listing["groups"]} == {"meta-llama-llama-3.1-8b-main"}
@@ -85,9 +88,9 @@ def test_garbage_collection_spares_active_trials(aws: dict[str, Any], example: d
         UpdateExpression="SET cache_key = :k",
         ExpressionAttributeValues={":k": {"S": "b" * 64}},
     )
-    dry = resolve({"action": "collect_garbage", "dry_run": True}, Context())
+    dry = obj(resolve({"action": "collect_garbage", "dry_run": True}, Context()))
     assert dry["expired"] == ["c" * 64] and dry["deleted_objects"] == 0
-    done = resolve({"action": "collect_garbage"}, Context())
+    done = obj(resolve({"action": "collect_garbage"}, Context()))
     assert done["expired"] == ["c" * 64] and done["deleted_objects"] == 1
     assert registry.get("c" * 64) is None and registry.get("b" * 64) is not None
 
@@ -100,7 +103,7 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
 
     trial_id, events = scenario(aws, example)
     deliver(events)
-    out = build({"trial_id": trial_id}, Context())
+    out = obj(build({"trial_id": trial_id}, Context()))
     assert out["report_uri"] == f"s3://artifacts/trials/{trial_id}/report/report.json"
     report = json.loads(
         aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.json")["Body"].read()
@@ -123,14 +126,15 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
     html = aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.html")["Body"].read()
     assert b"<svg" in html and b"<script" not in html
 
-    view = json.loads(api(api_event("GET", f"/trials/{trial_id}"), Context())["body"])
+    view = json.loads(obj(api(api_event("GET", f"/trials/{trial_id}"), Context()))["body"])
     assert view["runs"]["trn2"]["status"] == "SUCCEEDED" and view["runs"]["trn2"]["cost_final"] is True
     assert len(view["runs"]["trn2"]["attempts"]) == 2
-    got = json.loads(api(api_event("GET", f"/trials/{trial_id}/report", query={"format": "json"}), Context())["body"])
+    got = json.loads(
+        obj(api(api_event("GET", f"/trials/{trial_id}/report", query={"format": "json"}), Context()))["body"])
     assert got["trial_id"] == trial_id
 
-    assert set_status({"trial_id": trial_id, "status": "SUCCEEDED"}, Context())["changed"] is True
-    summary = scheduled({"time": "2026-11-23T06:00:00Z"}, Context())  # the weekly schedule's Monday run
+    assert obj(set_status({"trial_id": trial_id, "status": "SUCCEEDED"}, Context()))["changed"] is True
+    summary = obj(scheduled({"time": "2026-11-23T06:00:00Z"}, Context()))  # the weekly schedule's Monday run
     assert summary["period"] == "2026-W47"  # Monday 16 to Monday 23 November: the run ended on the 20th
     assert summary["runs"] == 1 and summary["total_usd"] == view["runs"]["trn2"]["cost"]["total_usd"]
     assert summary["message_id"]
@@ -172,12 +176,12 @@ def test_the_resolved_key_carries_the_images_compiler_versions(aws: dict[str, An
     from lambdas.runtime.composition import reset_environment
 
     trial_id = submit(example)
-    request = {"trial_id": trial_id, "spec_uri": f"s3://artifacts/trials/{trial_id}/spec.json"}
+    request: JsonObject = {"trial_id": trial_id, "spec_uri": f"s3://artifacts/trials/{trial_id}/spec.json"}
     found = {}
     for compiler in ("2.20.1", "2.21.18"):
         monkeypatch.setenv("IMAGE_VERSIONS", json.dumps({"trn2": {"neuron_sdk": "2.26.0", "neuronx_cc": compiler}}))
         reset_environment()
-        found[compiler] = resolve(request, Context())
+        found[compiler] = obj(resolve(request, Context()))
     assert found["2.20.1"]["cache_key"] != found["2.21.18"]["cache_key"]
     assert found["2.20.1"]["prefix"].split("/")[2] == "2.20.1" and found["2.21.18"]["prefix"].split("/")[2] == "2.21.18"
 
@@ -198,7 +202,7 @@ def test_the_reconciler_finishes_a_pending_stop_and_books_the_place_back(aws: di
                            ExpressionAttributeNames={"#s": "status"},
                            ExpressionAttributeValues={":s": {"S": "STOPPING"}, ":t": {"S": "2026-12-04T12:00:00Z"}})
     assert aws["sfn"].describe_execution(executionArn=arn)["status"] == "RUNNING"
-    done = reconcile({"time": "2026-12-04T12:05:00Z"}, Context())
+    done = obj(reconcile({"time": "2026-12-04T12:05:00Z"}, Context()))
     assert done["stops_finished"] == [trial_id] and done["stops_overdue"] == []
     assert aws["sfn"].describe_execution(executionArn=arn)["status"] == "ABORTED"
     item = aws["ddb"].get_item(TableName="trials", Key={"trial_id": {"S": trial_id}})["Item"]

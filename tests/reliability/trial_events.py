@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.integration.conftest import Context, api_event, batch_event, s3_event
 from tests.integration.test_run_events import T0, iso, summary
+from tests.json_access import obj
 
 Event = tuple[str, dict[str, Any]]
 RUNS = ("gpu", "trn2")
@@ -30,7 +31,7 @@ def submit_trial(aws: dict[str, Any], example: dict[str, Any]) -> Trial:
     """Submit the example trial through the API handler and stage what both runs' trainers would leave in S3."""
     from lambdas.handlers.on_trial_api import handler as api
 
-    response = api(api_event("POST", "/trials", example), Context())
+    response = obj(api(api_event("POST", "/trials", example), Context()))
     trial_id = json.loads(response["body"])["trial_id"]
     s3 = aws["s3"]
 

@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.client.dualtrack_api_shim import proxy_event
 from tests.integration.conftest import Context
+from tests.json_access import obj
 from tests.reliability import figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def wsgi_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
     if environ.get("CONTENT_TYPE"):
         headers["Content-Type"] = environ["CONTENT_TYPE"]
     event = proxy_event(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""), headers, body)
-    response = handler(event, Context())
+    response = obj(handler(event, Context()))
     status = int(response["statusCode"])
     out_headers = [(k, str(v)) for k, v in (response.get("headers") or {}).items()]
     # A REST (v1) proxy response may carry its headers as multiValueHeaders, as Powertools' resolver does.
@@ -104,7 +105,7 @@ def test_an_unsupported_content_type_is_a_4xx(aws: dict[str, Any], example: dict
     from lambdas.handlers.on_trial_api import handler
 
     event = proxy_event("POST", "/trials", "", {"Content-Type": "text/plain"}, json.dumps(example).encode())
-    response = handler(event, Context())
+    response = obj(handler(event, Context()))
     figures.record(FIGURES, text_plain_body_status=response["statusCode"])
     assert 400 <= response["statusCode"] < 500
 
@@ -116,7 +117,7 @@ def test_a_body_in_any_type_but_json_is_refused_before_parsing(aws: dict[str, An
 
     for path in ("/trials", "/trials/t-0123456789/cancel"):
         event = proxy_event("POST", path, "", {"Content-Type": content_type}, b"reason=x")
-        response = handler(event, Context())
+        response = obj(handler(event, Context()))
         assert response["statusCode"] == 415, (path, response)
         assert "application/json" in json.loads(response["body"])["message"]
     assert aws["ddb"].scan(TableName="trials")["Count"] == 0
@@ -219,7 +220,7 @@ def _submit(headers: dict[str, str], body: str, *, base64_encoded: bool = False)
 
     event = proxy_event("POST", "/trials", "", headers, b"")
     event["body"], event["isBase64Encoded"] = body, base64_encoded
-    response = handler(event, Context())
+    response = obj(handler(event, Context()))
     return response["statusCode"], json.loads(response["body"])
 
 

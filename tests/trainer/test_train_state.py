@@ -64,8 +64,8 @@ class _Fake:
         self.step = step
 
     def snapshot(self) -> checkpoint.Snapshot:
-        main = checkpoint.MainFiles(weights={"w": torch.zeros(2)}, lora_config=None, scheduler={}, rng={},
-                                    state={"global_step": self.step}, meta={})
+        main = checkpoint.MainFiles(weights={"w": torch.zeros(2)}, lora_config=None, scheduler={},
+                                    rng=checkpoint.rng_state(), state={"global_step": self.step}, meta={})
         return checkpoint.Snapshot(self.step, {}, main)
 
 

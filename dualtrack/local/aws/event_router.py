@@ -16,18 +16,23 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dualtrack.local.aws.moto_shims import deliver_rule_targets
+from dualtrack.local.json_shapes import integer, mapping, optional_text
+from lambdas.domain.json_types import JsonObject, JsonValue
 
-Invoke = Callable[[str, dict[str, Any]], Any]  # (function ARN, event) -> handler result
+if TYPE_CHECKING:
+    from moto.events.utils import EventMessageType
+
+Invoke = Callable[[str, JsonObject], JsonValue]  # (function ARN, event) -> handler result
 
 
 @dataclass
 class Delivery:
     rule: str
     function_arn: str
-    event: dict[str, Any]
+    event: JsonObject
     max_retries: int
     dlq_arn: str | None
     attempt: int = 0
@@ -59,14 +64,14 @@ class EventRouter:
             for _ in self._threads:
                 self._queue.put(None)
 
-    def route(self, rule: str, targets: list[dict[str, Any]], event: dict[str, Any]) -> None:
+    def route(self, rule: str, targets: list[JsonObject], event: EventMessageType) -> None:
         """A rule matched ``event``: queue it for each of the rule's Lambda targets, with the target's retry
         policy and dead-letter queue."""
         for target in targets:
             self.submit(Delivery(
                 rule=rule, function_arn=str(target["Arn"]), event=json.loads(json.dumps(event, default=str)),
-                max_retries=int((target.get("RetryPolicy") or {}).get("MaximumRetryAttempts", 2)),
-                dlq_arn=(target.get("DeadLetterConfig") or {}).get("Arn"),
+                max_retries=integer(mapping(target.get("RetryPolicy") or {}).get("MaximumRetryAttempts", 2)),
+                dlq_arn=optional_text(mapping(target.get("DeadLetterConfig") or {}).get("Arn")),
             ))
 
     def submit(self, delivery: Delivery) -> None:

@@ -41,17 +41,36 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
 from dualtrack.local.environment import overlay
+from lambdas.domain.json_types import JsonMapping, JsonObject, JsonValue
 from lambdas.domain.vocabulary import SIGTERM_EXIT_CODE
 
 if TYPE_CHECKING:
+    from botocore.model import OperationModel
+    from moto.awslambda.models import LambdaBackend, LambdaFunction
+    from moto.batch.models import BatchBackend, Job
+    from moto.batch.responses import BatchResponse
+    from moto.batch_simple.models import BatchSimpleBackend
     from moto.core.config import DefaultConfig
+    from moto.events.models import Rule
+    from moto.events.utils import EventMessageType
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.credentials import StateCredentials
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceRuntimePart
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
+        StateTaskServiceBatch,
+    )
+    from moto.stepfunctions.parser.asl.eval.callback.callback import (
+        CallbackEndpoint,
+        CallbackOutcome,
+        HeartbeatEndpoint,
+    )
+    from moto.stepfunctions.parser.asl.eval.environment import Environment
 
 MOTO_CONFIG: DefaultConfig = {
     "stepfunctions": {"execute_state_machine": True},
@@ -63,7 +82,7 @@ _ENV_LOCK = threading.RLock()
 
 # ---- generic patching --------------------------------------------------------------------------------------
 @contextmanager
-def _patched(owner: type, name: str, replacement: Any) -> Iterator[None]:
+def _patched(owner: type, name: str, replacement: Callable[..., object]) -> Iterator[None]:
     had_own = name in owner.__dict__
     original = owner.__dict__.get(name)
     setattr(owner, name, replacement)
@@ -77,7 +96,7 @@ def _patched(owner: type, name: str, replacement: Any) -> Iterator[None]:
 
 
 # ---- 1. Batch casing through botocore's service model -------------------------------------------------------
-def _batch_operation(api_action: str) -> Any:
+def _batch_operation(api_action: str) -> OperationModel:
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("batch")
@@ -87,20 +106,24 @@ def _batch_operation(api_action: str) -> Any:
     return model.operation_model(name)
 
 
-def _normalise_parameters(self: Any, parameters: dict[str, Any], boto_service_name: str | None = None,
-                          service_action_name: str | None = None) -> None:
+# moto's signatures: the parameters and the response are whatever the state and the API hold (moto checks the
+# response is a dict itself).
+def _normalise_parameters(self: StateTaskServiceBatch, parameters: dict[str, Any],
+                          boto_service_name: str | None = None, service_action_name: str | None = None) -> None:
     """PascalCase ASL parameters -> the API's member names (camelCase for Batch), in place, by moto's own
     model-guided helper, which its Batch integration leaves unused (its ``_normalise_parameters`` is a no-op)."""
-    operation = _batch_operation(service_action_name or self.resource.api_action)
-    self._to_boto_request(parameters, operation.input_shape)
+    shape = _batch_operation(service_action_name or self.resource.api_action).input_shape
+    if shape is not None:  # every Batch operation has one
+        self._to_boto_request(parameters, shape)
 
 
-def _normalise_response(self: Any, response: Any, boto_service_name: str | None = None,
+def _normalise_response(self: StateTaskServiceBatch, response: Any, boto_service_name: str | None = None,
                         service_action_name: str | None = None) -> None:
     """The API's response -> PascalCase, in place (moto keeps references to its nested objects), by moto's own
     helper."""
-    operation = _batch_operation(service_action_name or self.resource.api_action)
-    self._from_boto_response(response, operation.output_shape)
+    shape = _batch_operation(service_action_name or self.resource.api_action).output_shape
+    if shape is not None:  # every Batch operation has one
+        self._from_boto_response(response, shape)
 
 
 # ---- 2. Lambda invoke in-process ----------------------------------------------------------------------------
@@ -126,7 +149,10 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-Handler = Callable[[Any, LambdaContext], Any]
+# A handler takes the invocation's event and returns what the invoke answers (serialized as JSON).
+Handler = Callable[[JsonObject, LambdaContext], JsonValue]
+# Runs one function (as moto's Lambda holds it) on an event.
+Invoker = Callable[["LambdaFunction", JsonObject], JsonValue]
 
 
 class InProcessLambdas:
@@ -136,7 +162,7 @@ class InProcessLambdas:
     def __init__(self, handlers: dict[str, Handler] | None = None, *, apply_environment: bool = True):
         self._handlers: dict[str, Handler] = dict(handlers or {})
         self._apply_environment = apply_environment
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[str, JsonObject]] = []
 
     def register(self, module_or_handler: str, handler: Handler) -> None:
         self._handlers[module_or_handler] = handler
@@ -149,21 +175,24 @@ class InProcessLambdas:
                 return self._handlers[key]
         return getattr(importlib.import_module(module_name), attribute)  # type: ignore[no-any-return]
 
-    def __call__(self, function: Any, event: Any) -> Any:
-        handler = self.resolve(function.handler)
+    def __call__(self, function: LambdaFunction, event: JsonObject) -> JsonValue:
+        handler_string = function.handler
+        if not isinstance(handler_string, str):
+            raise TypeError(f"{function.function_name} has no handler to run in this process")
+        handler = self.resolve(handler_string)
         context = LambdaContext(function_name=function.function_name, invoked_function_arn=function.function_arn,
                                 memory_limit_in_mb=int(function.memory_size or 512),
                                 timeout_s=int(function.timeout or 30))
-        self.calls.append((function.handler, event))
+        self.calls.append((handler_string, event))
         if not self._apply_environment:  # the caller set one environment for every function: run concurrently
             return handler(event, context)
         with _ENV_LOCK, overlay(function.environment_vars):
             return handler(event, context)
 
 
-def _lambda_invoke(invoker: Callable[[Any, Any], Any]) -> Callable[..., bytes]:
-    def invoke(self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any,
-               response_headers: Any) -> bytes:
+def _lambda_invoke(invoker: Invoker) -> Callable[..., bytes]:
+    def invoke(self: LambdaBackend, function_name: str, qualifier: str | None, body: str | bytes | None,
+               headers: Mapping[str, str], response_headers: dict[str, str]) -> bytes:
         function = self.get_function(function_name, qualifier)
         event = json.loads(body) if body else {}
         try:
@@ -178,20 +207,27 @@ def _lambda_invoke(invoker: Callable[[Any, Any], Any]) -> Callable[..., bytes]:
 
 
 # ---- 3. Batch jobs decided by a runner ----------------------------------------------------------------------
+class SubmittedFields(TypedDict, total=False):
+    """What SubmitJob sent that moto drops (as sent: None when the request has none)."""
+
+    retryStrategy: JsonObject | None
+    nodeOverrides: JsonObject | None
+
+
 class BatchJobRunner(Protocol):
     """Decides what a submitted moto Batch job does. ``start`` must return quickly; end the job with
     :func:`finish_job` now or from another thread. ``submitted`` holds the SubmitJob fields moto drops
     (``retryStrategy``, ``nodeOverrides``). ``terminate`` is called for TerminateJob on a running job;
     ``queue_created`` for CreateJobQueue, with the ``jobStateTimeLimitActions`` moto drops."""
 
-    def start(self, job: Any, submitted: dict[str, Any]) -> None: ...
+    def start(self, job: Job, submitted: SubmittedFields) -> None: ...
 
-    def terminate(self, job: Any, reason: str) -> None: ...
+    def terminate(self, job: Job, reason: str) -> None: ...
 
-    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None: ...
+    def queue_created(self, name: str, time_limit_actions: list[JsonObject]) -> None: ...
 
 
-def job_environment(job: Any) -> dict[str, str]:
+def job_environment(job: Job) -> dict[str, str]:
     """The job's environment: job-definition variables overlaid with the submit-time overrides."""
     props = job.job_definition.container_properties or {}
     env = {item["name"]: item["value"] for item in props.get("environment", [])}
@@ -199,7 +235,7 @@ def job_environment(job: Any) -> dict[str, str]:
     return env
 
 
-def start_attempt(job: Any) -> None:
+def start_attempt(job: Job) -> None:
     from datetime import datetime
 
     job.job_started_at = datetime.now()
@@ -208,18 +244,18 @@ def start_attempt(job: Any) -> None:
     job.status = "RUNNING"
 
 
-def job_status(job: Any) -> str:
+def job_status(job: Job) -> str:
     """The status a runner set, read without moto's ``ManagedState`` property (which may advance it on read)."""
     return str(job._status)
 
 
-def attempt_duration_s(job: Any) -> int | None:
+def attempt_duration_s(job: Job) -> int | None:
     """The attempt timeout in seconds: the submission's, else the job definition's (moto keeps both)."""
     duration = job._get_attempt_duration()
     return None if duration is None else int(duration)
 
 
-def finish_job(job: Any, *, exit_code: int, reason: str | None = None) -> None:
+def finish_job(job: Job, *, exit_code: int, reason: str | None = None) -> None:
     """End the job's current attempt: exit code 0 → SUCCEEDED, anything else → FAILED."""
     if job.job_stopped:
         return
@@ -239,21 +275,21 @@ class ScriptedJobs:
     RUNNING until it is terminated. Runs not listed succeed."""
 
     exit_codes: dict[str, int | None] = field(default_factory=dict)
-    submitted: list[Any] = field(default_factory=list)
+    submitted: list[Job] = field(default_factory=list)
     terminated: list[tuple[str, str]] = field(default_factory=list)
 
-    def start(self, job: Any, submitted: dict[str, Any]) -> None:
+    def start(self, job: Job, submitted: SubmittedFields) -> None:
         self.submitted.append(job)
         start_attempt(job)
         code = self.exit_codes.get(job_environment(job).get("DUALTRACK_RUN", ""), 0)
         if code is not None:
             finish_job(job, exit_code=code, reason=None if code == 0 else f"Essential container exited {code}")
 
-    def terminate(self, job: Any, reason: str) -> None:
+    def terminate(self, job: Job, reason: str) -> None:
         self.terminated.append((job.job_id, reason))
         finish_job(job, exit_code=SIGTERM_EXIT_CODE, reason=reason)
 
-    def queue_created(self, name: str, time_limit_actions: list[dict[str, Any]]) -> None:
+    def queue_created(self, name: str, time_limit_actions: list[JsonObject]) -> None:
         pass
 
     def runs(self) -> list[str]:
@@ -261,15 +297,20 @@ class ScriptedJobs:
 
 
 def _mark_job_as_finished(runner: BatchJobRunner) -> Callable[..., None]:
-    def mark(self: Any, include_start_attempt: bool, job: Any) -> None:
+    def mark(self: BatchSimpleBackend, include_start_attempt: bool, job: Job) -> None:
         self.backend._jobs[job.job_id] = job
-        runner.start(job, dict(getattr(_submitted, "fields", None) or {}))
+        fields = _submitted.fields
+        runner.start(job, fields.copy() if fields else SubmittedFields())
 
     return mark
 
 
 # ---- 5. Batch requests: what AWS refuses, and the fields moto drops ------------------------------------------
-_submitted = threading.local()  # SubmitJob's fields moto drops, from the request to runner.start (same thread)
+class _Submitted(threading.local):
+    fields: SubmittedFields | None = None
+
+
+_submitted = _Submitted()  # SubmitJob's fields moto drops, from the request to runner.start (same thread)
 
 
 def _refuse(problem: str | None) -> None:
@@ -279,8 +320,8 @@ def _refuse(problem: str | None) -> None:
         raise ClientException(problem)
 
 
-def _submit_job(original: Callable[[Any], str]) -> Callable[[Any], str]:
-    def submitjob(response: Any) -> str:
+def _submit_job(original: Callable[[BatchResponse], str]) -> Callable[[BatchResponse], str]:
+    def submitjob(response: BatchResponse) -> str:
         _refuse(timeout_problem(response._get_param("timeout")))
         _submitted.fields = {"retryStrategy": response._get_param("retryStrategy"),
                              "nodeOverrides": response._get_param("nodeOverrides")}
@@ -292,16 +333,17 @@ def _submit_job(original: Callable[[Any], str]) -> Callable[[Any], str]:
     return submitjob
 
 
-def _register_job_definition(original: Callable[[Any], str]) -> Callable[[Any], str]:
-    def registerjobdefinition(response: Any) -> str:
+def _register_job_definition(original: Callable[[BatchResponse], str]) -> Callable[[BatchResponse], str]:
+    def registerjobdefinition(response: BatchResponse) -> str:
         _refuse(timeout_problem(response._get_param("timeout")))
         return original(response)
 
     return registerjobdefinition
 
 
-def _create_job_queue(original: Callable[[Any], str], runner: BatchJobRunner) -> Callable[[Any], str]:
-    def createjobqueue(response: Any) -> str:
+def _create_job_queue(original: Callable[[BatchResponse], str],
+                      runner: BatchJobRunner) -> Callable[[BatchResponse], str]:
+    def createjobqueue(response: BatchResponse) -> str:
         actions = response._get_param("jobStateTimeLimitActions")
         _refuse(time_limit_actions_problem(actions))
         result = original(response)
@@ -312,8 +354,12 @@ def _create_job_queue(original: Callable[[Any], str], runner: BatchJobRunner) ->
 
 
 # ---- 6. DescribeJobs describes a copy of the overrides -------------------------------------------------------
-def _container_property(original: Callable[..., Any]) -> Callable[..., Any]:
-    def container_property(job: Any, name: str, default: Any) -> Any:
+# Job._get_container_property: a container property of the job (as the request sent it), else the default.
+_ContainerProperty = Callable[["Job", str, JsonValue], JsonValue]
+
+
+def _container_property(original: _ContainerProperty) -> _ContainerProperty:
+    def container_property(job: Job, name: str, default: JsonValue) -> JsonValue:
         # moto appends AWS_BATCH_JOB_ID to the submitted overrides on every DescribeJobs; with Step Functions
         # polling a running job that list (and every describe) grows without bound. Describe a copy instead.
         overrides = job.container_overrides.get("environment")
@@ -329,15 +375,19 @@ def _container_property(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # ---- 7. EventBridge rules' Lambda targets --------------------------------------------------------------------
-RuleTargets = Callable[[str, list[dict[str, Any]], dict[str, Any]], None]
+# (rule name, its Lambda targets as moto holds them, the event)
+RuleTargets = Callable[[str, list[JsonObject], "EventMessageType"], None]
 
 
 def _is_lambda(arn: str) -> bool:
     return ":lambda:" in arn and ":function:" in arn
 
 
-def _send_to_targets(original: Callable[..., None], deliver: RuleTargets) -> Callable[..., None]:
-    def send_to_targets(rule: Any, original_event: dict[str, Any], transform_input: bool = True) -> None:
+_SendToTargets = Callable[["Rule", "EventMessageType", bool], None]
+
+
+def _send_to_targets(original: _SendToTargets, deliver: RuleTargets) -> _SendToTargets:
+    def send_to_targets(rule: Rule, original_event: EventMessageType, transform_input: bool = True) -> None:
         lambdas = [t for t in rule.targets if _is_lambda(str(t["Arn"]))]
         if len(lambdas) < len(rule.targets):
             # moto raises on target types it cannot deliver to, so it only sees the ones it can.
@@ -364,16 +414,16 @@ def deliver_rule_targets(deliver: RuleTargets) -> Iterator[None]:
 
 
 # ---- moto's own state, read and reset in one place -----------------------------------------------------------
-def emit_service_event(event: dict[str, Any]) -> None:
+def emit_service_event(event: JsonMapping) -> None:
     """An AWS service's event onto the account's default bus (as Batch and S3 put theirs), where the rules route it."""
     from moto.events.models import events_backends
 
-    backend = events_backends[event["account"]][event["region"]]
+    backend = events_backends[str(event["account"])][str(event["region"])]
     backend.put_events([{"Source": event["source"], "DetailType": event["detail-type"],
                          "Detail": json.dumps(event["detail"]), "Resources": event["resources"]}])
 
 
-def lambda_function(account: str, region: str, name: str) -> Any:
+def lambda_function(account: str, region: str, name: str) -> LambdaFunction:
     """The function as moto's Lambda holds it (its handler string and environment)."""
     from moto.awslambda.utils import get_backend
 
@@ -381,7 +431,7 @@ def lambda_function(account: str, region: str, name: str) -> Any:
 
 
 @contextmanager
-def moto_settings(settings: dict[str, dict[str, Any]]) -> Iterator[None]:
+def moto_settings(settings: Mapping[str, JsonMapping]) -> Iterator[None]:
     """moto's process-wide configuration (``mock_aws(config=...)`` for a server run in this process)."""
     from moto.core.config import default_user_config
 
@@ -402,8 +452,11 @@ def reset_moto() -> None:
     moto_api_backend.reset()
 
 
-def _terminate_job(original: Callable[..., None], runner: BatchJobRunner) -> Callable[..., None]:
-    def terminate_job(self: Any, job_id: str, reason: str) -> None:
+_TerminateJob = Callable[["BatchBackend", str, str], None]
+
+
+def _terminate_job(original: _TerminateJob, runner: BatchJobRunner) -> _TerminateJob:
+    def terminate_job(self: BatchBackend, job_id: str, reason: str) -> None:
         original(self, job_id, reason)
         job = self.get_job_by_id(job_id)
         if job is not None and not job.job_stopped:
@@ -413,27 +466,51 @@ def _terminate_job(original: Callable[..., None], runner: BatchJobRunner) -> Cal
 
 
 # ---- 4. stopping an execution terminates its .sync job ------------------------------------------------------
-def _build_sync_resolver(original: Callable[..., Any]) -> Callable[..., Any]:
-    def build(self: Any, env: Any, resource_runtime_part: Any, normalised_parameters: dict[str, Any],
-              state_credentials: Any) -> Any:
-        job_id = env.stack[-1]["JobId"]
+# moto's .sync Batch integration polls a resolver: the described job once it has ended, None while it runs.
+_SyncResolver = Callable[[], JsonObject | None]
+_BuildSyncResolver = Callable[["StateTaskServiceBatch", "Environment", "ResourceRuntimePart", JsonObject,
+                               "StateCredentials"], _SyncResolver | None]
+_EvalSync = Callable[["StateTaskServiceBatch", "Environment", _SyncResolver | None, int | None,
+                      "CallbackEndpoint | None", "HeartbeatEndpoint | None"], "CallbackOutcome | JsonObject | None"]
+
+
+@dataclass(frozen=True)
+class _JobResolver:
+    """moto's resolver for one submitted job, with what terminating that job takes."""
+
+    resolve: _SyncResolver
+    job_id: str
+    region: str
+    credentials: StateCredentials
+
+    def __call__(self) -> JsonObject | None:
+        return self.resolve()
+
+
+def _build_sync_resolver(original: _BuildSyncResolver) -> _BuildSyncResolver:
+    def build(self: StateTaskServiceBatch, env: Environment, resource_runtime_part: ResourceRuntimePart,
+              normalised_parameters: JsonObject, state_credentials: StateCredentials) -> _SyncResolver | None:
+        job_id = str(env.stack[-1]["JobId"])
         resolver = original(self, env, resource_runtime_part, normalised_parameters, state_credentials)
-        resolver.dualtrack_job = (job_id, resource_runtime_part.region, state_credentials)
-        return resolver
+        if resolver is None:
+            return None
+        return _JobResolver(resolver, job_id, resource_runtime_part.region, state_credentials)
 
     return build
 
 
-def _eval_sync(original: Callable[..., Any]) -> Callable[..., Any]:
-    def eval_sync(self: Any, env: Any, sync_resolver: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, env, sync_resolver, *args, **kwargs)
-        job = getattr(sync_resolver, "dualtrack_job", None)
-        if job is not None and not env.is_running():
+def _eval_sync(original: _EvalSync) -> _EvalSync:
+    def eval_sync(self: StateTaskServiceBatch, env: Environment, sync_resolver: _SyncResolver | None,
+                  timeout_seconds: int | None, callback_endpoint: CallbackEndpoint | None,
+                  heartbeat_endpoint: HeartbeatEndpoint | None) -> CallbackOutcome | JsonObject | None:
+        result = original(self, env, sync_resolver, timeout_seconds, callback_endpoint, heartbeat_endpoint)
+        if isinstance(sync_resolver, _JobResolver) and not env.is_running():
             from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
-            job_id, region, credentials = job
-            client: Any = boto_client_for(service="batch", region=region, state_credentials=credentials)
-            client.terminate_job(jobId=job_id, reason="Step Functions execution stopped")
+            # botocore builds a client's operations at runtime: BaseClient declares none of them.
+            client: Any = boto_client_for(service="batch", region=sync_resolver.region,
+                                          state_credentials=sync_resolver.credentials)
+            client.terminate_job(jobId=sync_resolver.job_id, reason="Step Functions execution stopped")
         return result
 
     return eval_sync
@@ -442,12 +519,12 @@ def _eval_sync(original: Callable[..., Any]) -> Callable[..., Any]:
 # ---- the bundle ---------------------------------------------------------------------------------------------
 @dataclass
 class Shims:
-    lambdas: Callable[[Any, Any], Any]
+    lambdas: Invoker
     batch: BatchJobRunner
 
 
 @contextmanager
-def moto_shims(*, lambdas: Callable[[Any, Any], Any] | None = None,
+def moto_shims(*, lambdas: Invoker | None = None,
                batch: BatchJobRunner | None = None) -> Iterator[Shims]:
     """Install every shim for the duration of the block (inside ``mock_aws(config=MOTO_CONFIG)``)."""
     from moto.awslambda_simple.models import LambdaSimpleBackend

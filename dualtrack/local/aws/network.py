@@ -33,7 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from dualtrack.local.json_shapes import integer, mapping, sequence, text
+from lambdas.domain.json_types import JsonIn, JsonMapping
 
 # An interface or gateway endpoint's service (com.amazonaws.<region>.<name>) -> the botocore services it serves.
 ENDPOINT_SERVICES: dict[str, tuple[str, ...]] = {
@@ -53,6 +55,8 @@ RENDEZVOUS_PORT = 29500
 # group itself", AWS Batch "Elastic Fabric Adapter").
 NODE_PORTS = (RENDEZVOUS_PORT, 62182, 1024, 32768, 65535)
 ANY = ipaddress.IPv4Network("0.0.0.0/0")
+# The resources of one stack by type: (``<stack>/<logical id>``, properties) each.
+_ByType = Mapping[str, list[tuple[str, JsonMapping]]]
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,7 @@ class Environment:
 class VpcModel:
     """Subnets, routes, endpoints and security groups of the app's VPC(s), and the compute environments' networks."""
 
-    def __init__(self, templates: Mapping[str, Mapping[str, Any]], *, region: str):
+    def __init__(self, templates: Mapping[str, JsonMapping], *, region: str):
         self.region = region
         self.templates = templates
         self.vpc_cidr: dict[str, ipaddress.IPv4Network] = {}
@@ -128,33 +132,39 @@ class VpcModel:
         self.environments: dict[str, Environment] = {}
         self.queue_environments: dict[str, list[str]] = {}  # queue name -> compute environment logical ids
         for stack, template in templates.items():
-            self._read(stack, template.get("Resources") or {})
+            self._read(stack, mapping(template.get("Resources") or {}))
 
     # ---- reading the templates ----------------------------------------------------------------------------
-    def _id(self, stack: str, value: Any) -> Any:
+    def _id(self, stack: str, value: JsonIn) -> JsonIn:
         """A resource reference as an id this model uses (``<stack>/<logical id>``), a literal as itself."""
         if isinstance(value, dict) and len(value) == 1:
             (fn, arg), = value.items()
             if fn == "Ref":
-                return {"AWS::Region": self.region}.get(arg, f"{stack}/{arg}")
+                return {"AWS::Region": self.region}.get(text(arg), f"{stack}/{arg}")
             if fn == "Fn::GetAtt":
-                logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+                logical_id, attribute = arg if isinstance(arg, list) else text(arg).split(".", 1)
                 if attribute == "DefaultSecurityGroup":
                     return f"{stack}/{logical_id}#default"
                 if attribute == "CidrBlock":
                     return str(self.vpc_cidr.get(f"{stack}/{logical_id}", ANY))
                 return f"{stack}/{logical_id}"
             if fn == "Fn::Join":
-                separator, parts = arg
-                return separator.join(str(self._id(stack, part)) for part in parts)
+                separator, parts = sequence(arg)
+                return text(separator).join(str(self._id(stack, part)) for part in sequence(parts))
         if isinstance(value, list):
             return [self._id(stack, item) for item in value]
         return value
 
-    def _read(self, stack: str, resources: Mapping[str, Any]) -> None:
-        by_type: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for logical_id, resource in resources.items():
-            by_type.setdefault(resource["Type"], []).append((f"{stack}/{logical_id}", resource.get("Properties") or {}))
+    def _ids(self, stack: str, value: JsonIn) -> list[str]:
+        """A list of references and literals, as ids."""
+        return [str(item) for item in sequence(self._id(stack, value))]
+
+    def _read(self, stack: str, resources: JsonMapping) -> None:
+        by_type: dict[str, list[tuple[str, JsonMapping]]] = {}
+        for logical_id, value in resources.items():
+            resource = mapping(value)
+            by_type.setdefault(text(resource["Type"]), []).append(
+                (f"{stack}/{logical_id}", mapping(resource.get("Properties") or {})))
         self._read_vpcs(stack, by_type)
         self._read_routing(stack, by_type)
         self._read_security_groups(stack, by_type)
@@ -162,7 +172,7 @@ class VpcModel:
         self._read_compute_environments(stack, by_type)
         self._read_job_queues(stack, by_type)
 
-    def _read_vpcs(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def _read_vpcs(self, stack: str, by_type: _ByType) -> None:
         """Each VPC's CIDR and default security group (its rules revoked where CDK restricts it)."""
         for rid, props in by_type.get("AWS::EC2::VPC", []):
             self.vpc_cidr[rid] = ipaddress.IPv4Network(str(props.get("CidrBlock", "0.0.0.0/0")))
@@ -179,7 +189,7 @@ class VpcModel:
                 group.note += (" (its default rules revoked by Custom::VpcRestrictDefaultSG, CDK's "
                                "restrictDefaultSecurityGroup)")
 
-    def _read_routing(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def _read_routing(self, stack: str, by_type: _ByType) -> None:
         """The subnets, their route tables, and the route tables with a route to the internet."""
         for rid, props in by_type.get("AWS::EC2::Subnet", []):
             self.subnet_cidr[rid] = ipaddress.IPv4Network(str(props.get("CidrBlock", "0.0.0.0/0")))
@@ -191,13 +201,15 @@ class VpcModel:
                                                                      props.get("NatGatewayId")):
                 self.internet_tables.add(str(self._id(stack, props["RouteTableId"])))
 
-    def _read_security_groups(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def _read_security_groups(self, stack: str, by_type: _ByType) -> None:
         """The security groups and their rules, inline and as separate ingress and egress resources."""
         for rid, props in by_type.get("AWS::EC2::SecurityGroup", []):
             group = self.groups.setdefault(rid, Group(rid))
-            group.ingress += [self._rule(stack, r, "Source") for r in props.get("SecurityGroupIngress") or []]
+            group.ingress += [self._rule(stack, mapping(r), "Source")
+                              for r in sequence(props.get("SecurityGroupIngress") or [])]
             if "SecurityGroupEgress" in props:
-                group.egress += [self._rule(stack, r, "Destination") for r in props["SecurityGroupEgress"] or []]
+                group.egress += [self._rule(stack, mapping(r), "Destination")
+                                 for r in sequence(props["SecurityGroupEgress"] or [])]
             else:  # CloudFormation keeps EC2's default outbound rule when the template states none
                 group.egress.append(Rule("-1", 0, 65535, cidr=ANY))
         for kind, side, peer in (("AWS::EC2::SecurityGroupIngress", "ingress", "Source"),
@@ -207,32 +219,32 @@ class VpcModel:
                 getattr(self.groups.setdefault(group_id, Group(group_id)), side).append(
                     self._rule(stack, props, peer))
 
-    def _read_endpoints(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def _read_endpoints(self, stack: str, by_type: _ByType) -> None:
         """The VPC endpoints: each one's service, kind, subnets, route tables and security groups."""
         for _, props in by_type.get("AWS::EC2::VPCEndpoint", []):
             service = str(self._id(stack, props["ServiceName"]))
             name = re.sub(r"^com\.amazonaws\.[a-z0-9-]+\.", "", service)
             self.endpoints.append(Endpoint(
                 name=name, kind=str(props.get("VpcEndpointType", "Gateway")),
-                subnets=frozenset(str(s) for s in self._id(stack, props.get("SubnetIds") or [])),
-                route_tables=frozenset(str(t) for t in self._id(stack, props.get("RouteTableIds") or [])),
-                groups=tuple(str(g) for g in self._id(stack, props.get("SecurityGroupIds") or []))))
+                subnets=frozenset(self._ids(stack, props.get("SubnetIds") or [])),
+                route_tables=frozenset(self._ids(stack, props.get("RouteTableIds") or [])),
+                groups=tuple(self._ids(stack, props.get("SecurityGroupIds") or []))))
 
     def _read_compute_environments(self, stack: str,
-                                   by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+                                   by_type: _ByType) -> None:
         """Each compute environment's subnets and the security groups of its hosts and of its tasks."""
-        templates = {rid: props.get("LaunchTemplateData") or {}
+        templates = {rid: mapping(props.get("LaunchTemplateData") or {})
                      for rid, props in by_type.get("AWS::EC2::LaunchTemplate", [])}
         for rid, props in by_type.get("AWS::Batch::ComputeEnvironment", []):
-            resources_ = props.get("ComputeResources") or {}
-            subnets = tuple(str(s) for s in self._id(stack, resources_.get("Subnets") or []))
-            named = tuple(str(g) for g in self._id(stack, resources_.get("SecurityGroupIds") or []))
-            data = templates.get(str(self._id(stack, (resources_.get("LaunchTemplate") or {}).get("LaunchTemplateId"))),
-                                 {})
-            interfaces = data.get("NetworkInterfaces") or []
-            primary = next((i for i in interfaces if int(i.get("DeviceIndex", 0)) == 0), None)
-            host = named or tuple(str(g) for g in self._id(stack, (primary or {}).get("Groups")
-                                                          or data.get("SecurityGroupIds") or []))
+            resources_ = mapping(props.get("ComputeResources") or {})
+            subnets = tuple(self._ids(stack, resources_.get("Subnets") or []))
+            named = tuple(self._ids(stack, resources_.get("SecurityGroupIds") or []))
+            launch_template = mapping(resources_.get("LaunchTemplate") or {})
+            data = templates.get(str(self._id(stack, launch_template.get("LaunchTemplateId"))), {})
+            interfaces = [mapping(i) for i in sequence(data.get("NetworkInterfaces") or [])]
+            primary = next((i for i in interfaces if integer(i.get("DeviceIndex", 0)) == 0), None)
+            host = named or tuple(self._ids(stack, (primary or {}).get("Groups")
+                                            or data.get("SecurityGroupIds") or []))
             vpc = self.subnet_vpc.get(subnets[0], "") if subnets else ""
             if named:
                 task, reason = named, "the compute environment's security groups"
@@ -242,19 +254,19 @@ class VpcModel:
                           + (", as an EFA launch template's interfaces require" if interfaces else "") + ")")
             self.environments[rid] = Environment(rid, subnets, host or (f"{vpc}#default",), task, reason)
 
-    def _read_job_queues(self, stack: str, by_type: Mapping[str, list[tuple[str, dict[str, Any]]]]) -> None:
+    def _read_job_queues(self, stack: str, by_type: _ByType) -> None:
         """Each job queue's compute environments, in order."""
         for _, props in by_type.get("AWS::Batch::JobQueue", []):
             name = str(props.get("JobQueueName") or "")
-            self.queue_environments[name] = [str(self._id(stack, item["ComputeEnvironment"]))
-                                             for item in props.get("ComputeEnvironmentOrder") or []]
+            self.queue_environments[name] = [str(self._id(stack, mapping(item)["ComputeEnvironment"]))
+                                             for item in sequence(props.get("ComputeEnvironmentOrder") or [])]
 
-    def _rule(self, stack: str, raw: Mapping[str, Any], peer: str) -> Rule:
+    def _rule(self, stack: str, raw: JsonMapping, peer: str) -> Rule:
         cidr = raw.get("CidrIp")
         group = raw.get(f"{peer}SecurityGroupId")
         prefix = raw.get(f"{peer}PrefixListId")
         protocol = str(raw.get("IpProtocol", "-1"))
-        return Rule(protocol, int(raw.get("FromPort", 0)), int(raw.get("ToPort", 65535)),
+        return Rule(protocol, integer(raw.get("FromPort", 0)), integer(raw.get("ToPort", 65535)),
                     cidr=ipaddress.IPv4Network(str(self._id(stack, cidr)), strict=False) if cidr is not None else None,
                     group=str(self._id(stack, group)) if group is not None else None,
                     prefix_list=str(self._id(stack, prefix)) if prefix is not None else None)

@@ -26,10 +26,19 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from dualtrack.local.json_shapes import mapping, sequence, text
+from lambdas.domain.json_types import JsonIn, JsonMapping
+
+if TYPE_CHECKING:
+    from moto.core.common_types import TYPE_RESPONSE
+    from moto.core.responses import ActionResult, BaseResponse
+    from moto.s3.responses import S3Response
+    from moto.sts.responses import TokenResponse
 
 _TAG = re.compile(r"\$\{aws:PrincipalTag/([^}]+)\}")
 _CREDENTIAL = re.compile(r"Credential=([A-Z0-9]+)/")
@@ -49,12 +58,12 @@ class Session:
 class SessionPolicies:
     """The identity policies of the roles a tagged session may be issued for, and the sessions issued."""
 
-    statements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # role name -> statements
+    statements: dict[str, list[JsonMapping]] = field(default_factory=dict)  # role name -> statements
     sessions: dict[str, Session] = field(default_factory=dict)  # access key id -> session
     denied: list[tuple[str, str, str]] = field(default_factory=list)  # (role, action, resource) refused
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def attach(self, role_name: str, statements: Iterable[dict[str, Any]]) -> None:
+    def attach(self, role_name: str, statements: Iterable[JsonMapping]) -> None:
         with self._lock:
             self.statements.setdefault(role_name, []).extend(statements)
 
@@ -80,7 +89,7 @@ class SessionPolicies:
         return allowed
 
 
-def evaluate(statements: Iterable[dict[str, Any]], action: str, resource: str, tags: dict[str, str],
+def evaluate(statements: Iterable[JsonMapping], action: str, resource: str, tags: dict[str, str],
              context: dict[str, str]) -> bool:
     allowed = False
     for statement in statements:
@@ -92,8 +101,9 @@ def evaluate(statements: Iterable[dict[str, Any]], action: str, resource: str, t
     return allowed
 
 
-def _listed(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else list(value or [])
+def _listed(value: JsonIn) -> list[str]:
+    """A policy element that is one string or a list of them, as a list."""
+    return [value] if isinstance(value, str) else [text(item) for item in sequence(value or [])]
 
 
 def _substitute(pattern: str, tags: dict[str, str]) -> str | None:
@@ -108,7 +118,7 @@ def _glob(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
 
 
-def _matches(statement: dict[str, Any], action: str, resource: str, tags: dict[str, str],
+def _matches(statement: JsonMapping, action: str, resource: str, tags: dict[str, str],
              context: dict[str, str]) -> bool:
     for unsupported in ("NotAction", "NotResource", "NotPrincipal"):
         if unsupported in statement:
@@ -118,8 +128,8 @@ def _matches(statement: dict[str, Any], action: str, resource: str, tags: dict[s
     resources = [_substitute(p, tags) for p in _listed(statement.get("Resource"))]
     if not any(p is not None and _glob(p, resource) for p in resources):
         return False
-    for operator, tests in (statement.get("Condition") or {}).items():
-        for key, values in tests.items():
+    for operator, tests in mapping(statement.get("Condition") or {}).items():
+        for key, values in mapping(tests).items():
             given = context.get(key)
             wanted = [v for v in (_substitute(x, tags) for x in _listed(values)) if v is not None]
             if given is None or operator not in ("StringLike", "StringEquals"):
@@ -132,7 +142,7 @@ def _matches(statement: dict[str, Any], action: str, resource: str, tags: dict[s
 
 
 # ---- moto seams -------------------------------------------------------------------------------------------------
-def _access_key(response: Any) -> str | None:
+def _access_key(response: BaseResponse) -> str | None:
     header = response.headers.get("Authorization") or ""
     found = _CREDENTIAL.search(header)
     if found:
@@ -141,10 +151,14 @@ def _access_key(response: Any) -> str | None:
     return credential.split("/", 1)[0] or None
 
 
-def _guard(policies: SessionPolicies, action: str, original: Any, *, bucket_level: bool = False) -> Any:
+# An S3 request handler of moto's: most take no arguments, a few the request's parts (passed on untouched).
+_S3Handler = Callable[..., "TYPE_RESPONSE"]
+
+
+def _guard(policies: SessionPolicies, action: str, original: _S3Handler, *, bucket_level: bool = False) -> _S3Handler:
     from moto.s3.exceptions import S3AccessDeniedError
 
-    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def guarded(self: S3Response, *args: Any, **kwargs: Any) -> TYPE_RESPONSE:
         bucket = self.bucket_name
         if bucket_level:
             resource = f"arn:aws:s3:::{bucket}"
@@ -160,13 +174,13 @@ def _guard(policies: SessionPolicies, action: str, original: Any, *, bucket_leve
     return guarded
 
 
-def _guard_copy(policies: SessionPolicies, original: Any) -> Any:
+def _guard_copy(policies: SessionPolicies, original: _S3Handler) -> _S3Handler:
     """CopyObject and UploadPartCopy: a write of the destination and a read of the source."""
     from urllib.parse import unquote, urlparse
 
     from moto.s3.exceptions import S3AccessDeniedError
 
-    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def guarded(self: S3Response, *args: Any, **kwargs: Any) -> TYPE_RESPONSE:
         source = self.headers.get("x-amz-copy-source") or ""
         source = source.decode() if isinstance(source, bytes) else source
         resources = [("s3:PutObject", f"arn:aws:s3:::{self.bucket_name}/{self.parse_key_name()}"),
@@ -178,12 +192,12 @@ def _guard_copy(policies: SessionPolicies, original: Any) -> Any:
     return guarded
 
 
-def _guard_multipart(policies: SessionPolicies, original: Any) -> Any:
+def _guard_multipart(policies: SessionPolicies, original: _S3Handler) -> _S3Handler:
     """A POST on an object that starts (``?uploads``) or completes (``?uploadId``) a multipart upload."""
     from moto.s3.exceptions import S3AccessDeniedError
 
-    def guarded(self: Any, request: Any, body: bytes, bucket_name: str, query: dict[str, Any], key_name: str,
-                *args: Any, **kwargs: Any) -> Any:
+    def guarded(self: S3Response, request: Any, body: bytes, bucket_name: str, query: dict[str, Any], key_name: str,
+                *args: Any, **kwargs: Any) -> TYPE_RESPONSE:
         if ("uploads" in query or "uploadId" in query) and policies.decide(
                 _access_key(self), "s3:PutObject", f"arn:aws:s3:::{bucket_name}/{key_name}") is False:
             raise S3AccessDeniedError()
@@ -192,8 +206,9 @@ def _guard_multipart(policies: SessionPolicies, original: Any) -> Any:
     return guarded
 
 
-def _remember_sessions(policies: SessionPolicies, original: Any) -> Any:
-    def assume_role(self: Any) -> Any:
+def _remember_sessions(policies: SessionPolicies,
+                       original: Callable[[TokenResponse], ActionResult]) -> Callable[[TokenResponse], ActionResult]:
+    def assume_role(self: TokenResponse) -> ActionResult:
         result = original(self)
         tags = {str(tag["Key"]): str(tag["Value"]) for tag in self._get_param("Tags") or []}
         if tags:

@@ -4,7 +4,11 @@ the synthesized template, so the two cannot drift; the rehearsal creates its tab
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import CreateTableInputTypeDef, KeySchemaElementTypeDef
 
 # name -> (partition key, sort key, global secondary indexes {name: (partition key, sort key)})
 TABLES: dict[str, tuple[str, str | None, dict[str, tuple[str, str | None]]]] = {
@@ -16,17 +20,19 @@ TABLES: dict[str, tuple[str, str | None, dict[str, tuple[str, str | None]]]] = {
 }
 
 
-def _keys(partition: str, sort: str | None) -> list[dict[str, str]]:
-    return [{"AttributeName": partition, "KeyType": "HASH"}] + (
-        [{"AttributeName": sort, "KeyType": "RANGE"}] if sort else [])
+def _keys(partition: str, sort: str | None) -> list[KeySchemaElementTypeDef]:
+    keys: list[KeySchemaElementTypeDef] = [{"AttributeName": partition, "KeyType": "HASH"}]
+    if sort:
+        keys.append({"AttributeName": sort, "KeyType": "RANGE"})
+    return keys
 
 
-def create_table_request(name: str, table_name: str | None = None) -> dict[str, Any]:
+def create_table_request(name: str, table_name: str | None = None) -> CreateTableInputTypeDef:
     """The CreateTable request for the stage table ``name`` (every key attribute a string, on demand)."""
     partition, sort, indexes = TABLES[name]
     attributes = {partition, *([sort] if sort else [])}
-    request: dict[str, Any] = {"TableName": table_name or name, "KeySchema": _keys(partition, sort),
-                               "BillingMode": "PAY_PER_REQUEST"}
+    request: CreateTableInputTypeDef = {"TableName": table_name or name, "KeySchema": _keys(partition, sort),
+                                        "BillingMode": "PAY_PER_REQUEST"}
     if indexes:
         request["GlobalSecondaryIndexes"] = [
             {"IndexName": index, "KeySchema": _keys(p, s), "Projection": {"ProjectionType": "ALL"}}
@@ -36,7 +42,7 @@ def create_table_request(name: str, table_name: str | None = None) -> dict[str, 
     return request
 
 
-def create_tables(dynamodb: Any, names: dict[str, str] | None = None) -> None:
+def create_tables(dynamodb: DynamoDBClient, names: dict[str, str] | None = None) -> None:
     """Create every stage table; ``names`` maps a table to the name it gets (default: its own)."""
     for name in TABLES:
         dynamodb.create_table(**create_table_request(name, (names or {}).get(name)))

@@ -28,8 +28,9 @@ def compile_cache(
     items = [
         e
         for e in visible_entries(caller(), registry=app.registry, trials=app.trials)
-        if (model is None or e.get("model_slug") == model)
-        and (compiler_version is None or e.get("compiler_version") == compiler_version)
+        if (model is None or e.model_slug == model)
+        and (compiler_version is None or e.compiler_version == compiler_version)
     ]
-    entries = sorted((entry_view(e) for e in items), key=lambda v: (str(v["model"]), v["cache_key"]))
-    return CompileCacheView(entries=[CacheEntry.model_validate(e) for e in entries], groups=group_stats(items))
+    entries = sorted((entry_view(e) for e in items), key=lambda v: (str(v.model), v.cache_key))
+    return CompileCacheView(entries=[CacheEntry.model_validate(e.model_dump()) for e in entries],
+                            groups=[g.model_dump() for g in group_stats(items)])

@@ -4,30 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class Problem(BaseModel):
+class _Body(BaseModel):
+    # Built on first use: a cold request validates only the bodies of the route it serves.
+    model_config = ConfigDict(defer_build=True)
+
+
+class Problem(_Body):
     path: str = Field(description="where in the request: a dotted field path, a header, or empty for the whole")
     message: str = Field(description="what is wrong and how to fix it")
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(_Body):
     """Every error the API answers: a sentence, and the problems one by one."""
 
     message: str
     errors: list[Problem] = Field(default_factory=list)
 
 
-class CancelBody(BaseModel):
+class CancelBody(_Body):
     reason: str = Field(default="cancelled through the API", max_length=1000)
 
 
-class DecisionBody(BaseModel):
+class DecisionBody(_Body):
     comment: str = Field(min_length=3, max_length=1000, description="why: recorded with the decision")
 
 
-class Approval(BaseModel):
+class Approval(_Body):
     status: str = Field(description="PENDING, APPROVED or REJECTED")
     reasons: list[str] = Field(default_factory=list, description="why the trial needs an approver")
     requested_by: str | None = None
@@ -39,7 +44,7 @@ class Approval(BaseModel):
     comment: str | None = None
 
 
-class TrialView(BaseModel):
+class TrialView(_Body):
     trial_id: str = Field(description="name-hash: the same trial submitted twice has the same id")
     name: str | None = None
     owner: str | None = None
@@ -64,7 +69,7 @@ class Submission(TrialView):
     already_submitted: bool = Field(default=False, description="true when this body had been submitted before")
 
 
-class TrialSummary(BaseModel):
+class TrialSummary(_Body):
     trial_id: str
     name: str | None = None
     owner: str | None = None
@@ -73,12 +78,12 @@ class TrialSummary(BaseModel):
     created_at: str | None = None
 
 
-class TrialPage(BaseModel):
+class TrialPage(_Body):
     trials: list[TrialSummary]
     next_token: str | None = Field(default=None, description="pass as next_token for the next page; null at the end")
 
 
-class RunStatus(BaseModel):
+class RunStatus(_Body):
     status: str = Field(description="the run's Batch status, or its terminal status once it has one")
     step: int | None = Field(default=None, description="global step reached")
     loss: float | None = None
@@ -99,7 +104,7 @@ class TrialStatus(TrialView):
     total_usd: str
 
 
-class ReportLinks(BaseModel):
+class ReportLinks(_Body):
     report_uri: str
     url: str = Field(description="presigned GET of report.json")
     html_url: str = Field(description="presigned GET of report.html")
@@ -107,7 +112,7 @@ class ReportLinks(BaseModel):
     verdict: str | None = None
 
 
-class Cancelled(BaseModel):
+class Cancelled(_Body):
     trial_id: str
     status: str
     execution_status: str | None = Field(default=None, description="the workflow execution's status after stopping")
@@ -116,7 +121,7 @@ class Cancelled(BaseModel):
                                "jobs not yet ended); the stop is retried until it is empty")
 
 
-class CacheEntry(BaseModel):
+class CacheEntry(_Body):
     cache_key: str
     prefix: str | None = None
     model: str | None = None
@@ -137,6 +142,6 @@ class CacheEntry(BaseModel):
     components: dict[str, Any] | None = Field(default=None, description="what the cache key was computed from")
 
 
-class CompileCacheView(BaseModel):
+class CompileCacheView(_Body):
     entries: list[CacheEntry]
     groups: list[dict[str, Any]] = Field(description="per model and compiler version: entries, hit rate, savings")

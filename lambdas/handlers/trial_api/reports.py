@@ -8,8 +8,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from lambdas.domain.governance import TEAM_NAME, NotPermitted
+from lambdas.domain.periods import LATEST
 from lambdas.handlers.trial_api.trials import COMMON, _error, caller
-from lambdas.services.cost_reporting import LATEST
 
 router = Router()
 

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from lambdas.domain.governance import Caller, NotPermitted
-from lambdas.domain.trial import TrialInvalid, TrialSpec, check_rules
+from lambdas.domain.trial import TrialSpec
 from lambdas.handlers.trial_api.models import (
     CancelBody,
     Cancelled,
@@ -24,7 +24,7 @@ from lambdas.handlers.trial_api.models import (
     TrialSummary,
 )
 from lambdas.services import trial_submission as service
-from lambdas.services.cache_resolution import now_iso
+from lambdas.services.clock import now_iso
 from lambdas.services.trial_status import Stopper
 
 router = Router()
@@ -123,9 +123,6 @@ def plane() -> service.Plane:
     },
 )
 def submit_trial(trial: Annotated[TrialSpec, Body(description="the trial")]) -> Response[Submission]:
-    problems = check_rules(trial)  # the catalogue's rules: instance types, layouts, limits
-    if problems:
-        raise TrialInvalid(problems)
     done = service.submit(trial, caller=caller(), stage=stage(), plane=plane(), now=datetime.now(UTC))
     body = Submission.model_validate(done.body)
     status = 202 if body.status == "PENDING_APPROVAL" and done.created else 201 if done.created else 200
@@ -149,7 +146,8 @@ def list_trials(
         items, token = api().trials.list(limit, next_token, None if who.admin else who.team)
     except ValueError as exc:  # undecodable (binascii.Error, UnicodeDecodeError, JSON) or not a key of this listing
         raise BadPageToken(str(exc)) from None
-    return TrialPage(trials=[TrialSummary.model_validate(i) for i in items], next_token=token)
+    return TrialPage(trials=[TrialSummary.model_validate(i.model_dump(mode="json")) for i in items],
+                     next_token=token)
 
 
 @router.get("/<trial_id>", summary="Trial status per run, attempts and current costs",
@@ -171,17 +169,14 @@ def get_report(
     item = service.visible(app.trials, trial_id, caller())
     key = f"trials/{trial_id}/report/report.json"
     report = app.artifacts.get_json(key)
-    if report is None and item.get("status") == "CANCELLED" and item.get("execution_arn"):
+    if report is None and item.stopped_after_start:
         # A stopped workflow never reaches its report step: the report is written here once the runs have settled.
         # The one path of this function that builds a report: its modules load here, so the routes every request
         # takes never pay for them at cold start.
         from lambdas.adapters.sources import UriSources  # noqa: PLC0415
-        from lambdas.services.cache_resolution import load_spec  # noqa: PLC0415
         from lambdas.services.trial_reporting import report_stopped_trial  # noqa: PLC0415
 
-        spec = load_spec(app.artifacts, item["spec_uri"])
-        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), spec, UriSources(),
-                                app.registry) is not None:
+        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), UriSources(), app.registry) is not None:
             report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)

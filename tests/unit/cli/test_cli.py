@@ -6,12 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import pytest
 
 from dualtrack.cli import main
 from dualtrack.pricing import hourly_usd_from_products, product_filters, refresh
+
+if TYPE_CHECKING:
+    from mypy_boto3_pricing.type_defs import GetProductsRequestTypeDef, GetProductsResponseTypeDef
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = str(ROOT / "examples" / "trial-llama31-8b-lora.json")
@@ -91,6 +94,18 @@ def test_triage_text_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["submission"]["accepted"] is True
 
 
+@pytest.mark.parametrize("command", ["validate", "triage", "estimate"])
+def test_output_json_is_accepted_as_the_aws_cli_spells_it(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--output json`` selects JSON as the AWS CLI's global option does (AWS CLI user guide, "Setting the output
+    format"); ``--output text`` keeps the text answer."""
+    assert main([command, "--json", EXAMPLE]) == 0
+    as_flag = capsys.readouterr().out
+    assert main([command, "--output", "json", EXAMPLE]) == 0
+    assert capsys.readouterr().out == as_flag and json.loads(as_flag)
+    assert main([command, "--output", "text", EXAMPLE]) == 0
+    assert not capsys.readouterr().out.lstrip().startswith("{")
+
+
 def test_triage_shows_refusal(tmp_path: Path, example_trial: dict[str, Any],
                               capsys: pytest.CaptureFixture[str]) -> None:
     example_trial["workload"]["custom_cuda_ops"] = True
@@ -116,14 +131,14 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
 class FakePricing:
     def __init__(self, rows: dict[str, str]):
         self.rows = rows
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[GetProductsRequestTypeDef] = []
 
-    def get_products(self, **kw: Any) -> dict[str, Any]:
+    def get_products(self, **kw: Unpack[GetProductsRequestTypeDef]) -> GetProductsResponseTypeDef:
         self.calls.append(kw)
-        itype = next(f["Value"] for f in kw["Filters"] if f["Field"] == "instanceType")
-        if itype not in self.rows:
-            return {"PriceList": []}
-        return {"PriceList": [json.dumps(_product(self.rows[itype]))]}
+        itype = next(f["Value"] for f in kw.get("Filters", []) if f["Field"] == "instanceType")
+        found = [json.dumps(_product(self.rows[itype]))] if itype in self.rows else []
+        return {"FormatVersion": "aws_v1", "PriceList": found,
+                "ResponseMetadata": {"RequestId": "test", "HTTPStatusCode": 200, "HTTPHeaders": {}, "RetryAttempts": 0}}
 
 
 def _product(usd: str, market: str = "OnDemand") -> dict[str, Any]:
@@ -195,3 +210,16 @@ def test_a_malformed_price_table_is_a_clean_error_naming_the_file_and_field(
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     assert str(path) in proc.stderr and named in proc.stderr, proc.stderr
+
+
+def test_local_run_names_what_to_change_in_a_trial_it_cannot_rehearse(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's llama trial is valid but loads its model and data from S3, which a rehearsal on this machine
+    does not have: one line per field with the fix, an exit code of its own, before anything is deployed."""
+    assert main(["local", "run", EXAMPLE]) == 8
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["model", "data.train_uri", "data.validation_uri"]
+    assert all("examples/trial-rehearsal.json" in line for line in lines) and "Traceback" not in captured.err
+    assert main(["local", "run", "--json", EXAMPLE]) == 8
+    assert [e["path"] for e in json.loads(capsys.readouterr().out)["errors"]] == ["model", "data.train_uri",
+                                                                                  "data.validation_uri"]

@@ -112,7 +112,9 @@ def test_an_attempt_record_stopped_before_it_started_is_billed_from_the_transiti
     cost = compute_run_cost(fold.usage, load_price_table())
     assert cost.total_usd > 0
     body = L.cost_body(fold, cost)
-    assert body["usage"]["attempts"][0]["suspect"] == ["attempt record stopped before it started"]
+    assert body.usage.attempts[0].suspect == ["attempt record stopped before it started"]
+    stored = body.model_dump(mode="json")
+    assert stored["usage"]["attempts"][0]["suspect"] == ["attempt record stopped before it started"]
 
 
 def test_an_attempt_record_outside_the_jobs_transitions_is_billed_from_the_transitions() -> None:
@@ -131,7 +133,8 @@ def test_an_attempt_record_outside_the_jobs_transitions_is_billed_from_the_trans
     # A record inside the transitions is trusted as before, and nothing is suspect.
     fold = L.fold_run(_impossible_run(MS0 + 500, MS0 + 3_599_000), trial_id="t-1", run="gpu", instance_type="unknown")
     assert fold.usage.attempts[0].billed_seconds == Decimal("3598.5") and fold.suspect == {}
-    assert "suspect" not in L.cost_body(fold, compute_run_cost(fold.usage, load_price_table()))["usage"]["attempts"][0]
+    stored = L.cost_body(fold, compute_run_cost(fold.usage, load_price_table())).model_dump(mode="json")
+    assert "suspect" not in stored["usage"]["attempts"][0]
     assert L.fold_run(entries(), trial_id="t-1", run="gpu", instance_type="unknown").suspect == {}
 
 
@@ -164,3 +167,20 @@ def test_a_run_has_a_new_outcome_only_when_its_facts_make_it_terminal() -> None:
         ledger.append(fact)
         assert L.new_outcome(ledger, [fact]) == outcome
         assert L.new_outcome(ledger, []) is None  # a delivery that added nothing
+
+
+def test_a_run_is_priced_at_the_instance_type_it_was_submitted_for_and_batchs_answer_is_checked() -> None:
+    """The transitions carry what Batch says the run's queue runs on (DescribeComputeEnvironments); the price is the
+    submitted instance type's. A disagreement is kept on the stored cost, not used to reprice the run."""
+    agreeing = L.fold_run(entries(), trial_id="t-1", run="gpu", instance_type="p5.48xlarge", region="us-east-1")
+    assert agreeing.usage.instance_type == "p5.48xlarge" and agreeing.instance_mismatch is None
+    disagreeing = L.fold_run(entries(), trial_id="t-1", run="gpu", instance_type="p4d.24xlarge", region="us-east-1")
+    assert disagreeing.usage.instance_type == "p4d.24xlarge"
+    assert disagreeing.instance_mismatch == ("Batch reported p5.48xlarge for the queue of a run submitted for "
+                                             "p4d.24xlarge; priced as p4d.24xlarge")
+    prices = load_price_table()
+    stored = L.cost_body(disagreeing, compute_run_cost(disagreeing.usage, prices))
+    assert stored.instance_mismatch == disagreeing.instance_mismatch
+    assert "instance_mismatch" not in L.cost_body(agreeing, compute_run_cost(agreeing.usage, prices)).model_dump()
+    assert compute_run_cost(disagreeing.usage, prices).instance_usd != compute_run_cost(agreeing.usage,
+                                                                                          prices).instance_usd

@@ -11,13 +11,14 @@ import pytest
 
 from lambdas.domain.physics import physics_problems
 from lambdas.domain.report import build_trial_report
+from lambdas.domain.report_model import TrialReport
 from lambdas.domain.trial import parse_trial
 from tests.unit.domain.test_report import EXAMPLE, cost, summary
 
 RESUMED = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
 
 
-def _report(**trn2: Any) -> dict[str, Any]:
+def _report(**trn2: Any) -> TrialReport:
     data = json.loads(EXAMPLE.read_text())
     data.pop("failure_recovery")
     spec = parse_trial(data)
@@ -27,7 +28,7 @@ def _report(**trn2: Any) -> dict[str, Any]:
 
 
 def test_the_same_trial_with_possible_figures_is_cheaper() -> None:
-    assert _report()["comparison"]["verdict"] == "trn2_viable_cheaper"
+    assert _report().comparison.verdict == "trn2_viable_cheaper"
 
 
 @pytest.mark.parametrize(("trn2", "problem"), [
@@ -42,13 +43,13 @@ def test_the_same_trial_with_possible_figures_is_cheaper() -> None:
 ])
 def test_impossible_figures_are_unusable_evidence_not_a_verdict(trn2: dict[str, Any], problem: str) -> None:
     report = _report(**trn2)
-    comparison = report["comparison"]
-    assert comparison["verdict"] == "inconclusive"
-    assert comparison["reasons"][0].startswith("unusable evidence: trn2 attempt 1:") and problem in \
-        comparison["reasons"][0]
-    assert any(problem in p for p in report["tracks"]["trn2"]["unusable"])
-    assert report["tracks"]["gpu"]["unusable"] == []
-    assert "unusable evidence" in comparison["headline"]
+    comparison = report.comparison
+    assert comparison.verdict == "inconclusive"
+    assert comparison.reasons[0].startswith("unusable evidence: trn2 attempt 1:") and problem in \
+        comparison.reasons[0]
+    assert any(problem in p for p in report.tracks["trn2"].unusable)
+    assert report.tracks["gpu"].unusable == []
+    assert "unusable evidence" in comparison.headline
 
 
 def test_physics_accepts_what_training_produces() -> None:
@@ -66,6 +67,6 @@ def test_a_report_with_a_nan_loss_is_written_as_strict_json() -> None:
     def refuse(constant: str) -> None:
         raise AssertionError(f"{constant} in the report's JSON")
 
-    json.loads(json_text(report, default=str), parse_constant=refuse)
+    json.loads(json_text(report.model_dump(mode="json"), default=str), parse_constant=refuse)
     assert json.loads(canonical_json({"x": [math.nan, {"y": -math.inf}], "z": 1.5})) == {"x": [None, {"y": None}],
                                                                                         "z": 1.5}

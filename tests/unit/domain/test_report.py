@@ -7,7 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from lambdas.domain.cost import RunCost
+from lambdas.domain.json_types import JsonMapping
 from lambdas.domain.report import build_trial_report
+from lambdas.domain.report_model import (
+    BaselineCompared,
+    BaselineUnread,
+    Booking,
+    Check,
+    CompileStage,
+    ParallelView,
+    TrialReport,
+)
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary
 from lambdas.domain.trial import parse_trial
@@ -44,6 +54,18 @@ def cost(total: str) -> RunCost:
     return run_cost(total)
 
 
+def parallel_of(report: TrialReport, run: str) -> ParallelView:
+    parallel = report.tracks[run].parallel
+    assert parallel is not None
+    return parallel
+
+
+def stage_of(report: TrialReport) -> CompileStage:
+    stage = report.compile.stage
+    assert stage is not None
+    return stage
+
+
 def test_report_compares_tracks_and_renders() -> None:
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     report = build_trial_report(
@@ -51,12 +73,12 @@ def test_report_compares_tracks_and_renders() -> None:
         {"gpu": [summary("gpu", 1.20, 1.25)], "trn2": [summary("trn2", 1.21, 1.26)]},
         {"gpu": cost("10.00"), "trn2": cost("8.00")},
     )
-    assert report["comparison"]["within_tolerance"] is True
-    assert report["comparison"]["cost_ratio"] == 0.8
+    assert report.comparison.within_tolerance is True
+    assert report.comparison.cost_ratio == 0.8
     # No run resumed, so checkpoint loading is not evidenced and the verdict says so.
-    assert report["comparison"]["verdict"] == "inconclusive"
-    assert report["tracks"]["gpu"]["cost"]["cost_per_effective_step_usd"] == "0.010000"
-    assert report["record_table"][0]["item"] == "compile and environment preparation"
+    assert report.comparison.verdict == "inconclusive"
+    assert report.tracks["gpu"].cost.cost_per_effective_step_usd == "0.010000"
+    assert report.record_table[0].item == "compile and environment preparation"
     markdown, html = render_markdown(report), render_html(report)
     assert "| checkpoints load | not_evidenced |" in markdown
     assert (
@@ -74,8 +96,8 @@ def test_diverging_loss_keeps_gpu() -> None:
         {"gpu": [summary("gpu", 1.2, 1.25, **resumed)], "trn2": [summary("trn2", 1.6, 1.70, **resumed)]},
         {"gpu": cost("10"), "trn2": cost("5")},
     )
-    assert report["comparison"]["verdict"] == "stay_on_gpu"
-    assert any("consistent with GPU" in r for r in report["comparison"]["reasons"])
+    assert report.comparison.verdict == "stay_on_gpu"
+    assert any("consistent with GPU" in r for r in report.comparison.reasons)
 
 
 def test_a_trn2_job_that_found_no_capacity_is_its_own_outcome_not_a_training_failure() -> None:
@@ -98,19 +120,19 @@ def test_a_trn2_job_that_found_no_capacity_is_its_own_outcome_not_a_training_fai
                          status_reason="Essential container in task exited", exit_code=1),
     ]
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger)
-    trn2 = report["tracks"]["trn2"]
-    assert (trn2["outcome"], trn2["status"], trn2["status_reason"]) == ("no_capacity", "no_capacity", reason)
-    assert report["tracks"]["gpu"]["outcome"] == "succeeded"
-    assert report["tracks"]["gpu-fallback"]["outcome"] == "failed"  # it ran and failed: a training failure
-    assert report["comparison"]["verdict"] == "inconclusive"
-    assert "no capacity" in report["comparison"]["reasons"][0]
+    trn2 = report.tracks["trn2"]
+    assert (trn2.outcome, trn2.status, trn2.status_reason) == ("no_capacity", "no_capacity", reason)
+    assert report.tracks["gpu"].outcome == "succeeded"
+    assert report.tracks["gpu-fallback"].outcome == "failed"  # it ran and failed: a training failure
+    assert report.comparison.verdict == "inconclusive"
+    assert "no capacity" in report.comparison.reasons[0]
     assert "| trn2 | no_capacity | Canceled by JobStateTimeLimit" in render_markdown(report)
     assert "<td>no_capacity</td>" in render_html(report)
     misconfigured = reason.replace("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY",
                                    "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
     ledger[1] = transition_entry(spec.trial_id, "trn2", job_id="j1", attempt=0, status="FAILED", at=at,
                                  status_reason=misconfigured)
-    assert build_trial_report(spec, {}, {}, ledger)["tracks"]["trn2"]["outcome"] == "not_placed"
+    assert build_trial_report(spec, {}, {}, ledger).tracks["trn2"].outcome == "not_placed"
 
 
 def test_the_parallel_layout_says_what_ran_on_what() -> None:
@@ -124,12 +146,12 @@ def test_the_parallel_layout_says_what_ran_on_what() -> None:
                      "sync_wait_median_s": 0.004, "sync_wait_max_s": 0.02}
     report = build_trial_report(
         spec, {"gpu": [summary("gpu", 1.2, 1.25, layout=layout, communication=communication)]}, {"gpu": cost("10")})
-    parallel = report["tracks"]["gpu"]["parallel"]
-    assert (parallel["devices_billed"], parallel["layout_ranks"], parallel["device_utilisation"]) == (16, 16, 1.0)
-    assert parallel["processes"] == 2 and "simulating ranks" in parallel["basis"]
-    assert (parallel["communication_s"], parallel["communication_share"]) == (3.5, 0.25)
+    parallel = parallel_of(report, "gpu")
+    assert (parallel.devices_billed, parallel.layout_ranks, parallel.device_utilisation) == (16, 16, 1.0)
+    assert parallel.processes == 2 and "simulating ranks" in parallel.basis
+    assert (parallel.communication_s, parallel.communication_share) == (3.5, 0.25)
     assert "| gpu | 2 | 16 | 16 | 1 | 2 | 3.5 | 0.25 | 0.004 |" in render_markdown(report)
-    assert build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {})["tracks"]["gpu"]["parallel"] is None
+    assert build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {}).tracks["gpu"].parallel is None
 
 
 def test_a_node_failure_reports_effective_steps_rerun_share_and_whether_saves_slowed_the_steps() -> None:
@@ -145,12 +167,12 @@ def test_a_node_failure_reports_effective_steps_rerun_share_and_whether_saves_sl
                      rerun_steps=100, checkpoint_overlap={"asynchronous": True, "steps_overlapping": 30,
                                                           "steps_clear": 469, "slowdown": 1.1})
     report = build_trial_report(spec, {"gpu": [first, second]}, {"gpu": cost("10")})
-    gpu = report["tracks"]["gpu"]
-    assert gpu["steps_completed"] == 1000
-    assert (gpu["resume"]["steps_executed"], gpu["resume"]["rerun_steps"]) == (1100, 100)
-    assert gpu["resume"]["rerun_share"] == round(100 / 1100, 4)
-    assert gpu["checkpoint"]["asynchronous"] is True and gpu["checkpoint"]["save_slowdown"] == 1.05
-    rows = {row["item"]: row["gpu"] for row in report["record_table"]}
+    gpu = report.tracks["gpu"]
+    assert gpu.steps_completed == 1000
+    assert (gpu.resume.steps_executed, gpu.resume.rerun_steps) == (1100, 100)
+    assert gpu.resume.rerun_share == round(100 / 1100, 4)
+    assert gpu.checkpoint.asynchronous is True and gpu.checkpoint.save_slowdown == 1.05
+    rows = {row.item: row.figures("gpu") for row in report.record_table}
     assert rows["effective training"]["effective_steps"] == 1000
     assert rows["effective training"]["steps_executed"] == 1100
     assert rows["failed reruns"]["rerun_share"] == 0.0909
@@ -166,19 +188,19 @@ def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_device
               "gradient_accumulation_steps": 1, "micro_batch_size": 1, "effective_batch_size": 8,
               "world_size_run": 1}
     report = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25, layout=layout)]}, {"trn2": cost("10")})
-    parallel = report["tracks"]["trn2"]["parallel"]
-    assert (parallel["devices_billed"], parallel["layout_ranks"], parallel["device_utilisation"]) == (64, 8, 0.125)
-    assert "56 of 64 billed devices hold replicas" in parallel["basis"]
-    sharded = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25,
-                                                         layout={**layout, "model_parallel_run": True})]},
-                                 {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
-    assert sharded["device_utilisation"] == 1.0 and "replicas" not in sharded["basis"]
-    assert "each process the whole model (tensor_parallel 8 splits it with one process per device)" in sharded["basis"]
-    on_devices = build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25, layout={
+    parallel = parallel_of(report, "trn2")
+    assert (parallel.devices_billed, parallel.layout_ranks, parallel.device_utilisation) == (64, 8, 0.125)
+    assert "56 of 64 billed devices hold replicas" in parallel.basis
+    sharded = parallel_of(build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25,
+                                                                     layout={**layout, "model_parallel_run": True})]},
+                                             {"trn2": cost("10")}), "trn2")
+    assert sharded.device_utilisation == 1.0 and "replicas" not in sharded.basis
+    assert "each process the whole model (tensor_parallel 8 splits it with one process per device)" in sharded.basis
+    on_devices = parallel_of(build_trial_report(spec, {"trn2": [summary("trn2", 1.2, 1.25, layout={
         **layout, "model_parallel_run": True, "tensor_parallel_run": 8, "world_size_run": 64})]},
-        {"trn2": cost("10")})["tracks"]["trn2"]["parallel"]
-    assert on_devices["device_utilisation"] == 1.0 and on_devices["tensor_parallel_run"] == 8
-    assert on_devices["basis"] == ("64 process(es) ran the layout's 64 training ranks on backend cpu, the model "
+        {"trn2": cost("10")}), "trn2")
+    assert on_devices.device_utilisation == 1.0 and on_devices.tensor_parallel_run == 8
+    assert on_devices.basis == ("64 process(es) ran the layout's 64 training ranks on backend cpu, the model "
                                    "split over tensor-parallel groups of 8 processes (DTensor; the groups' "
                                    "all-reduces run inside forward and backward and are not in the communication "
                                    "time)")
@@ -196,24 +218,26 @@ def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_
     summaries = {"gpu": [summary("gpu", 1.20, 1.25, **resumed)], "trn2": [summary("trn2", 1.21, 1.26, **resumed)]}
     costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
     plain = build_trial_report(parse_trial(data), summaries, costs)
-    assert plain["comparison"]["verdict"] == "trn2_viable_cheaper" and plain["baseline"] is None
-    assert plain["comparison"]["reasons"][-1].startswith("no GPU baseline (baseline_logs_uri)")
+    assert plain.comparison.verdict == "trn2_viable_cheaper" and plain.baseline is None
+    assert plain.comparison.reasons[-1].startswith("no GPU baseline (baseline_logs_uri)")
 
     same = parse_baseline(b"step,loss,eval_loss\n1,2.5,\n2,2.0,\n3,1.2,\n100,,2.2\n")
     report = build_trial_report(spec, summaries, costs, baseline=same)
-    check = report["acceptance"][-1]
-    assert check["check"] == "gpu track reproduces the baseline" and check["status"] == "pass", check
-    assert report["comparison"]["verdict"] == "trn2_viable_cheaper"
-    assert report["baseline"]["reproduced"] is True and report["baseline"]["shared_train_steps"] == 3
+    check = report.acceptance[-1]
+    assert check.check == "gpu track reproduces the baseline" and check.status == "pass", check
+    assert report.comparison.verdict == "trn2_viable_cheaper"
+    assert isinstance(report.baseline, BaselineCompared)
+    assert report.baseline.reproduced is True and report.baseline.shared_train_steps == 3
 
     drifted = parse_baseline(b"step,loss\n1,2.5\n2,2.0\n3,1.6\n")
     report = build_trial_report(spec, summaries, costs, baseline=drifted)
-    assert report["comparison"]["verdict"] == "inconclusive"
-    assert report["comparison"]["reasons"][0].startswith("gpu track reproduces the baseline: fail (csv at s3://")
+    assert report.comparison.verdict == "inconclusive"
+    assert report.comparison.reasons[0].startswith("gpu track reproduces the baseline: fail (csv at s3://")
     assert "| gpu track reproduces the baseline | fail |" in render_markdown(report)
 
     unread = build_trial_report(spec, summaries, costs, baseline="could not be read (NoSuchKey: ...)")
-    assert unread["comparison"]["verdict"] == "inconclusive" and unread["baseline"]["error"].startswith("could not")
+    assert unread.comparison.verdict == "inconclusive" and isinstance(unread.baseline, BaselineUnread)
+    assert unread.baseline.error.startswith("could not")
 
 
 def _declaring(**fields: Any) -> Any:
@@ -234,18 +258,18 @@ def test_the_report_judges_the_failure_recovery_the_trial_declared() -> None:
     gpu = [summary("gpu", 1.20, 1.25)]
     costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
 
-    def check(recovery: str, runs: dict[str, list[RunSummary]]) -> dict[str, Any]:
+    def check(recovery: str, runs: dict[str, list[RunSummary]]) -> Check:
         report = build_trial_report(_declaring(failure_recovery=recovery), {"gpu": gpu, **runs}, costs)
-        return next(c for c in report["acceptance"] if c["check"].startswith("failure recovery"))
+        return next(c for c in report.acceptance if c.check.startswith("failure recovery"))
 
-    assert check("resume_same_track", {"trn2": [failed, resumed]})["status"] == "pass"
-    assert check("restart", {"trn2": [failed, resumed]})["detail"] == "trn2 resumed from step 200 instead of restarting"
-    assert check("restart", {"trn2": [failed, restarted]})["status"] == "pass"
+    assert check("resume_same_track", {"trn2": [failed, resumed]}).status == "pass"
+    assert check("restart", {"trn2": [failed, resumed]}).detail == "trn2 resumed from step 200 instead of restarting"
+    assert check("restart", {"trn2": [failed, restarted]}).status == "pass"
     fallback = summary("gpu-fallback", 1.22, 1.27, resumed_from_step=200)
-    assert check("gpu_fallback", {"trn2": [failed, failed], "gpu-fallback": [fallback]})["status"] == "pass"
+    assert check("gpu_fallback", {"trn2": [failed, failed], "gpu-fallback": [fallback]}).status == "pass"
     wrong = check("resume_same_track", {"trn2": [failed, failed], "gpu-fallback": [fallback]})
-    assert wrong["status"] == "fail" and "the GPU fallback ran" in wrong["detail"]
-    assert check("gpu_fallback", {"trn2": [summary("trn2", 1.21, 1.26)]})["status"] == "not_evidenced"
+    assert wrong.status == "fail" and "the GPU fallback ran" in wrong.detail
+    assert check("gpu_fallback", {"trn2": [summary("trn2", 1.21, 1.26)]}).status == "not_evidenced"
 
 
 def test_the_report_judges_the_metrics_the_trial_declared() -> None:
@@ -259,23 +283,23 @@ def test_the_report_judges_the_metrics_the_trial_declared() -> None:
     costs = {"gpu": cost("10.00"), "trn2": cost("8.00")}
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.20, 1.25, final_samples=gpu_samples)],
                                        "trn2": [summary("trn2", 1.21, 1.26, final_samples=trn2_samples)]}, costs)
-    checks = {c["check"]: c for c in report["acceptance"]}
-    assert checks["perplexity consistent with GPU"]["status"] == "pass"
-    assert checks["fixed prompts complete identically"]["status"] == "pass"
-    assert checks["fixed prompts complete identically"]["detail"].startswith("67% of 3 prompts identical")
-    assert report["samples"]["token_similarity"] == (1 + 1 + 0) / 3
-    assert report["declared"]["metrics"] == ["validation_loss", "perplexity", "exact_match"]
+    checks = {c.check: c for c in report.acceptance}
+    assert checks["perplexity consistent with GPU"].status == "pass"
+    assert checks["fixed prompts complete identically"].status == "pass"
+    assert checks["fixed prompts complete identically"].detail.startswith("67% of 3 prompts identical")
+    assert report.samples is not None and report.samples.token_similarity == (1 + 1 + 0) / 3
+    assert report.declared.metrics == ["validation_loss", "perplexity", "exact_match"]
 
     blank = [_sample(p, " " * 16, [0] * 16) for p in prompts]  # a stand-in that says nothing proves nothing
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.20, 1.25, final_samples=blank)],
                                        "trn2": [summary("trn2", 1.21, 1.60, final_samples=blank)]}, costs)
-    checks = {c["check"]: c for c in report["acceptance"]}
-    assert checks["fixed prompts complete identically"]["status"] == "not_evidenced"
-    assert "3 of 3 completions empty or whitespace" in checks["fixed prompts complete identically"]["detail"]
-    assert checks["perplexity consistent with GPU"]["status"] == "fail"  # exp(1.60) against exp(1.25)
+    checks = {c.check: c for c in report.acceptance}
+    assert checks["fixed prompts complete identically"].status == "not_evidenced"
+    assert "3 of 3 completions empty or whitespace" in checks["fixed prompts complete identically"].detail
+    assert checks["perplexity consistent with GPU"].status == "fail"  # exp(1.60) against exp(1.25)
 
 
-def _resumed_pair(gpu_times: list[float], trn2_times: list[float]) -> dict[str, Any]:
+def _resumed_pair(gpu_times: list[float], trn2_times: list[float]) -> TrialReport:
     """A passing trial (both runs resumed with continuity, so every check is evidenced) whose step times are
     the given ones; both instances at the same price."""
     data = json.loads(EXAMPLE.read_text())
@@ -292,13 +316,14 @@ def _resumed_pair(gpu_times: list[float], trn2_times: list[float]) -> dict[str, 
 
 
 def test_the_verdict_is_cheaper_only_when_the_interval_excludes_parity() -> None:
-    cheaper = _resumed_pair(steady(0.1), steady(0.08))["comparison"]
-    assert cheaper["verdict"] == "trn2_viable_cheaper"
-    assert cheaper["steady_cost_ratio"]["high"] < 1
-    assert cheaper["headline"].startswith("Trainium2 is cheaper: 0.80x the GPU track's cost per steady-state training "
+    cheaper = _resumed_pair(steady(0.1), steady(0.08)).comparison
+    assert cheaper.verdict == "trn2_viable_cheaper"
+    assert cheaper.steady_cost_ratio is not None and cheaper.steady_cost_ratio.high < 1
+    assert cheaper.headline.startswith("Trainium2 is cheaper: 0.80x the GPU track's cost per steady-state training "
                                           "step (95% interval")
-    dearer = _resumed_pair(steady(0.1), steady(0.13))["comparison"]
-    assert dearer["verdict"] == "trn2_viable_not_cheaper" and dearer["steady_cost_ratio"]["low"] > 1
+    dearer = _resumed_pair(steady(0.1), steady(0.13)).comparison
+    assert dearer.verdict == "trn2_viable_not_cheaper"
+    assert dearer.steady_cost_ratio is not None and dearer.steady_cost_ratio.low > 1
 
 
 def test_noise_makes_the_verdict_inconclusive_never_the_opposite_answer() -> None:
@@ -312,23 +337,24 @@ def test_noise_makes_the_verdict_inconclusive_never_the_opposite_answer() -> Non
         rng = random.Random(seed)
         gpu = [max(0.01, rng.gauss(0.1, 0.03)) for _ in range(30)]
         trn2 = [max(0.01, rng.gauss(0.1, 0.03)) for _ in range(30)]
-        verdicts.append(_resumed_pair(gpu, trn2)["comparison"]["verdict"])
+        verdicts.append(_resumed_pair(gpu, trn2).comparison.verdict)
     assert verdicts.count("inconclusive") >= 10
     assert not {"trn2_viable_cheaper", "trn2_viable_not_cheaper"} <= set(verdicts)
 
 
 def test_too_few_steady_steps_cannot_decide_and_say_so() -> None:
     report = _resumed_pair(steady(0.1, n=3), steady(0.05, n=3))
-    assert report["comparison"]["verdict"] == "inconclusive"
-    assert "too few steady-state steps" in report["comparison"]["headline"]
-    assert report["tracks"]["gpu"]["uncertainty"]["step_time_s"] is None
+    assert report.comparison.verdict == "inconclusive"
+    assert "too few steady-state steps" in report.comparison.headline
+    uncertainty = report.tracks["gpu"].uncertainty
+    assert uncertainty is not None and uncertainty.step_time_s is None
 
 
 def test_a_rehearsal_on_stand_ins_says_it_proves_the_pipeline_not_the_hardware() -> None:
-    comparison = _resumed_pair(steady(0.1), steady(0.08))["comparison"]
-    assert "it proves the pipeline, not the hardware" in comparison["headline"]
-    assert "gpu on cpu" in comparison["headline"] and 3 <= len(comparison["facts"]) <= 5
-    assert any(f.startswith("Steady-state cost per training step, trn2/gpu: 0.80") for f in comparison["facts"])
+    comparison = _resumed_pair(steady(0.1), steady(0.08)).comparison
+    assert "it proves the pipeline, not the hardware" in comparison.headline
+    assert "gpu on cpu" in comparison.headline and 3 <= len(comparison.facts) <= 5
+    assert any(f.startswith("Steady-state cost per training step, trn2/gpu: 0.80") for f in comparison.facts)
 
 
 def test_quality_equivalence_is_a_two_one_sided_test_on_the_shared_eval_points() -> None:
@@ -342,9 +368,9 @@ def test_quality_equivalence_is_a_two_one_sided_test_on_the_shared_eval_points()
                                                                    "eval": points})]
                      for run, points in case.items()}
         report = build_trial_report(spec, summaries, {"gpu": cost("1"), "trn2": cost("1")})
-        check = next(c for c in report["acceptance"] if c["check"].startswith("quality equivalent"))
-        assert check["status"] == expected, check
-        assert "3 shared eval points" in check["detail"]
+        check = next(c for c in report.acceptance if c.check.startswith("quality equivalent"))
+        assert check.status == expected, check
+        assert "3 shared eval points" in check.detail
 
 
 def test_the_fallback_proves_continuity_on_the_fixed_eval_set_and_ends_like_the_gpu_track() -> None:
@@ -364,8 +390,9 @@ def test_the_fallback_proves_continuity_on_the_fixed_eval_set_and_ends_like_the_
         report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2],
                                            "gpu-fallback": [fallback(resumed_loss, final)]},
                                     {"gpu": cost("10"), "trn2": cost("3"), "gpu-fallback": cost("6")})
-        assert report["tracks"]["gpu-fallback"]["resume"]["resume_eval"]["step"] == 400
-        return {c["check"]: c["status"] for c in report["acceptance"] if c["check"].startswith("fallback")}
+        resume_eval = report.tracks["gpu-fallback"].resume.resume_eval
+        assert resume_eval is not None and resume_eval.step == 400
+        return {c.check: c.status for c in report.acceptance if c.check.startswith("fallback")}
 
     assert checks(1.801, 1.26) == {"fallback continues trn2 on the fixed eval set": "pass",
                                    "fallback final outputs consistent with GPU": "pass"}
@@ -381,20 +408,22 @@ def test_a_compile_that_served_other_trials_is_booked_as_shared_infrastructure()
     compiled = {"compile": {"seconds": 300.0, "cache": "miss", "cache_key": key}}
     warm = {"compile": {"seconds": 3.0, "cache": "hit", "cache_key": key}}
 
-    def booking(trn2_compile: dict[str, Any], hit_trials: list[str] | None) -> dict[str, Any]:
+    def booking(trn2_compile: dict[str, Any], hit_trials: list[str] | None) -> Booking:
         entries = None if hit_trials is None else {key: {"cache_key": key, "hit_trials": hit_trials}}
         report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)],
                                            "trn2": [summary("trn2", 1.21, 1.26, **trn2_compile)]},
                                     {"gpu": cost("10"), "trn2": cost("8")}, cache_entries=entries)
         assert "Compile cost of trn2" in render_markdown(report)
-        return report["tracks"]["trn2"]["compile"]["booking"]  # type: ignore[no-any-return]
+        found = report.tracks["trn2"].compile.booking
+        assert found is not None
+        return found
 
-    assert booking(compiled, [])["shared"] is False
-    assert booking(compiled, [spec.trial_id])["shared"] is False  # only its own later attempts
+    assert booking(compiled, []).shared is False
+    assert booking(compiled, [spec.trial_id]).shared is False  # only its own later attempts
     shared = booking(compiled, ["another-trial", spec.trial_id])
-    assert shared["shared"] is True and shared["other_trials"] == ["another-trial"]
-    assert booking(warm, [spec.trial_id])["basis"].startswith("compiled by an earlier trial")
-    assert booking(compiled, None)["shared"] is None
+    assert shared.shared is True and shared.other_trials == ["another-trial"]
+    assert booking(warm, [spec.trial_id]).basis.startswith("compiled by an earlier trial")
+    assert booking(compiled, None).shared is None
 
 
 def test_a_fallback_that_started_from_scratch_never_reads_resumed_from_step_none() -> None:
@@ -403,9 +432,9 @@ def test_a_fallback_that_started_from_scratch_never_reads_resumed_from_step_none
     fresh = summary("gpu-fallback", 1.2, 1.25)
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2], "gpu-fallback": [fresh]},
                                 {"gpu": cost("10"), "trn2": cost("1"), "gpu-fallback": cost("10")})
-    assert report["comparison"]["verdict"] == "stay_on_gpu"
-    assert "None" not in report["comparison"]["headline"]
-    assert "starting from step 0 (Trainium2 left no checkpoint to resume)" in report["comparison"]["headline"]
+    assert report.comparison.verdict == "stay_on_gpu"
+    assert "None" not in report.comparison.headline
+    assert "starting from step 0 (Trainium2 left no checkpoint to resume)" in report.comparison.headline
 
 
 def _compile_stage_summary(**over: Any) -> RunSummary:
@@ -425,13 +454,13 @@ def test_the_warm_up_compile_stage_is_reported_apart_and_priced_into_the_trial()
         spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [summary("trn2", 1.21, 1.26, **warm)],
                "trn2-compile": [_compile_stage_summary()]},
         {"gpu": cost("10.00"), "trn2": cost("8.00"), "trn2-compile": stage_cost})
-    stage = report["compile"]["stage"]
-    assert (stage["status"], stage["compile_s"], stage["cache_by_attempt"]) == ("succeeded", 300.0, ["miss"])
-    assert "trn2-compile" not in report["tracks"]  # not a track: no acceptance check reads it
-    assert report["cost"]["by_run"]["trn2-compile"]["compile_usd"] == "2.00"
-    assert report["cost"]["trial"]["total_usd"] == "20.00"
-    assert report["comparison"]["cost_ratio"] == 1.0  # (8 + 2) / 10
-    assert (report["compile"]["hits"], report["compile"]["lookups"], report["compile"]["hit_rate"]) == (1, 2, 0.5)
+    stage = stage_of(report)
+    assert (stage.status, stage.compile_s, stage.cache_by_attempt) == ("succeeded", 300.0, ["miss"])
+    assert "trn2-compile" not in report.tracks  # not a track: no acceptance check reads it
+    assert report.cost.by_run["trn2-compile"].compile_usd == "2.00"
+    assert report.cost.trial["total_usd"] == "20.00"
+    assert report.comparison.cost_ratio == 1.0  # (8 + 2) / 10
+    assert (report.compile.hits, report.compile.lookups, report.compile.hit_rate) == (1, 2, 0.5)
     markdown, html = render_markdown(report), render_html(report)
     assert "Warm-up compile stage (`trn2-compile`" in markdown and "Cache hit rate: 50% (1 of 2 lookups" in markdown
     assert "Warm-up compile stage (<code>trn2-compile</code>" in html and "50% (1 of 2 lookups)" in html
@@ -447,11 +476,11 @@ def test_a_failed_warm_up_compile_keeps_the_gpu_and_quotes_the_compiler() -> Non
         spec, {"gpu": [summary("gpu", 1.2, 1.25)], "gpu-fallback": [fallback], "trn2-compile": [failed]},
         {"gpu": cost("10"), "gpu-fallback": cost("10"),
          "trn2-compile": run_cost("0.50", run="trn2-compile", effective_training_usd="0", compile_usd="0.50")})
-    assert report["comparison"]["verdict"] == "stay_on_gpu"
-    assert "did not compile in the warm-up compile stage" in report["comparison"]["headline"]
-    assert "exceeds 96 GB" in report["comparison"]["headline"]
-    assert "starting from step 0" in report["comparison"]["headline"]
-    assert report["compile"]["stage"]["error"] == error
+    assert report.comparison.verdict == "stay_on_gpu"
+    assert "did not compile in the warm-up compile stage" in report.comparison.headline
+    assert "exceeds 96 GB" in report.comparison.headline
+    assert "starting from step 0" in report.comparison.headline
+    assert stage_of(report).error == error
     assert "> Compiler: RuntimeError: neuronx-cc terminated" in render_markdown(report)
     assert 'class="warn">Compiler: <code>RuntimeError' in render_html(report)
 
@@ -460,7 +489,7 @@ def test_a_warm_key_runs_no_compile_stage_and_says_so() -> None:
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [summary("trn2", 1.21, 1.26)]},
                                 {"gpu": cost("10"), "trn2": cost("8")})
-    assert report["compile"]["stage"] is None
+    assert report.compile.stage is None
     assert "Warm-up compile stage: not run" in render_markdown(report)
 
 
@@ -468,13 +497,14 @@ def test_the_report_shows_each_cache_entrys_failed_compiles_from_the_registry() 
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     key = "ef" * 32
     trn2 = summary("trn2", 1.21, 1.26, compile={"seconds": 30.0, "cache": "miss", "cache_key": key})
-    entries = {key: {"cache_key": key, "status": "ready", "hits": 1, "misses": 1, "failures": 2,
-                     "failure_reason": "neuronx-cc: Internal compiler error", "hit_trials": [spec.trial_id]}}
+    entries: dict[str, JsonMapping] = {key: {"cache_key": key, "status": "ready", "hits": 1, "misses": 1,
+                                             "failures": 2, "failure_reason": "neuronx-cc: Internal compiler error",
+                                             "hit_trials": [spec.trial_id]}}
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)], "trn2": [trn2]},
                                 {"gpu": cost("10"), "trn2": cost("8")}, cache_entries=entries)
-    (entry,) = report["compile"]["entries"]
-    assert (entry["failures"], entry["misses"], entry["hits"]) == (2, 1, 1)
-    assert entry["failure_reason"] == "neuronx-cc: Internal compiler error"
+    (entry,) = report.compile.entries
+    assert (entry.failures, entry.misses, entry.hits) == (2, 1, 1)
+    assert entry.failure_reason == "neuronx-cc: Internal compiler error"
     assert f"| `{key[:16]}` | ready | 1 | 1 | 2 | neuronx-cc: Internal compiler error |" in render_markdown(report)
     assert "Internal compiler error" in render_html(report)
 
@@ -500,7 +530,7 @@ def test_an_attempt_billed_from_its_transitions_instead_of_its_record_is_a_cavea
     report = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger)
     caveat = ("gpu attempt 1: attempt record stopped before it started; billed from the job's transitions "
               "instead")
-    assert caveat in report["comparison"]["caveats"]
+    assert caveat in report.comparison.caveats
     assert f"> Fidelity caveat: {caveat}" in render_markdown(report)
     clean = build_trial_report(spec, {"gpu": [summary("gpu", 1.2, 1.25)]}, {"gpu": cost("10.00")}, ledger[:2])
-    assert clean["comparison"]["caveats"] == []
+    assert clean.comparison.caveats == []

@@ -14,9 +14,9 @@ def test_each_backend_is_named_and_the_retired_path_is_labelled() -> None:
 
 
 def test_a_pytorch_minor_version_mismatch_is_a_caveat_and_a_build_suffix_is_not() -> None:
-    same = {"gpu": {"torch": "2.14.0+cu130"}, "trn2": {"torch": "2.14.0"}}
+    same = {"gpu": "2.14.0+cu130", "trn2": "2.14.0"}
     assert torch_mismatch(same) is None
-    different = {"gpu": {"torch": "2.13.0+cu128"}, "trn2": {"torch": "2.14.0"}}
+    different = {"gpu": "2.13.0+cu128", "trn2": "2.14.0"}
     caveat = torch_mismatch(different)
     assert caveat is not None and "gpu 2.13.0+cu128" in caveat and "trn2 2.14.0" in caveat
-    assert torch_mismatch({"gpu": {"torch": None}, "trn2": {"torch": "2.14.0"}}) is None
+    assert torch_mismatch({"gpu": None, "trn2": "2.14.0"}) is None

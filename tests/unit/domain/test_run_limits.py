@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from lambdas.domain import ledger as L
-from lambdas.domain.run_limits import Limit, LimitCrossed, RunLimits, crossed, tighter, trial_spend
+from lambdas.domain.run_limits import Limit, LimitCrossed, RunLimits, TrialUse, crossed, tighter
 
 T0 = datetime(2026, 12, 4, 10, tzinfo=UTC)
 AT = "2026-12-04T11:00:00Z"
@@ -25,10 +25,11 @@ def test_the_tighter_limit_is_kept_with_where_it_comes_from() -> None:
 
 def test_spend_is_summed_over_the_runs_and_crossed_only_above_the_limit() -> None:
     limits = RunLimits(max_usd=Limit(value=Decimal(10), source="trial limits.max_usd"))
-    item = {"spend_usd#gpu": "6.00", "spend_usd#trn2": "4.00", "written_bytes": 10}
-    assert trial_spend(item) == Decimal(10)
-    assert crossed(limits, item=item, at=AT) is None  # a 10 USD limit allows 10 USD
-    hit = crossed(limits, item={**item, "spend_usd#gpu-fallback": "0.01"}, at=AT, run="gpu-fallback")
+    use = TrialUse(spend_usd={"gpu": "6.00", "trn2": "4.00"}, written_bytes=10)
+    assert use.spend == Decimal(10)
+    assert crossed(limits, use=use, at=AT) is None  # a 10 USD limit allows 10 USD
+    hit = crossed(limits, use=TrialUse(spend_usd={**use.spend_usd, "gpu-fallback": "0.01"}), at=AT,
+                  run="gpu-fallback")
     assert hit == LimitCrossed(limit="max_usd", source="trial limits.max_usd", value="10 USD",
                                observed="10.01 USD projected", run="gpu-fallback", at=AT)
     assert hit.message == ("stopped at limit max_usd (trial limits.max_usd): limit 10 USD, observed 10.01 USD "
@@ -37,19 +38,19 @@ def test_spend_is_summed_over_the_runs_and_crossed_only_above_the_limit() -> Non
 
 def test_failed_retries_count_only_while_batch_would_retry() -> None:
     limits = RunLimits(failed_retries_per_run=Limit(value=Decimal(1), source="team quota"))
-    assert crossed(limits, item={}, at=AT, run="trn2", failed_retries=1) is None
-    hit = crossed(limits, item={}, at=AT, run="trn2", failed_retries=2)
+    assert crossed(limits, use=TrialUse(), at=AT, run="trn2", failed_retries=1) is None
+    hit = crossed(limits, use=TrialUse(), at=AT, run="trn2", failed_retries=2)
     assert hit is not None and (hit.limit, hit.observed) == ("failed_retries_per_run", "2 failed attempts")
-    assert crossed(limits, item={}, at=AT, run="trn2", failed_retries=None) is None  # the run has ended
+    assert crossed(limits, use=TrialUse(), at=AT, run="trn2", failed_retries=None) is None  # the run has ended
 
 
 def test_writes_cross_on_bytes_or_on_objects() -> None:
     limits = RunLimits(write_bytes=Limit(value=Decimal(1000), source="b"),
                        write_requests=Limit(value=Decimal(3), source="r"))
     assert limits.counts_writes and not limits.empty and RunLimits().empty
-    assert crossed(limits, item={"written_bytes": 1000, "written_objects": 3}, at=AT) is None
-    assert crossed(limits, item={"written_bytes": 1001, "written_objects": 1}, at=AT).limit == "write_bytes"  # type: ignore[union-attr]
-    assert crossed(limits, item={"written_bytes": 5, "written_objects": 4}, at=AT).limit == "write_requests"  # type: ignore[union-attr]
+    assert crossed(limits, use=TrialUse(written_bytes=1000, written_objects=3), at=AT) is None
+    assert crossed(limits, use=TrialUse(written_bytes=1001, written_objects=1), at=AT).limit == "write_bytes"  # type: ignore[union-attr]
+    assert crossed(limits, use=TrialUse(written_bytes=5, written_objects=4), at=AT).limit == "write_requests"  # type: ignore[union-attr]
 
 
 def _entries() -> list[L.LedgerEntry]:

@@ -14,6 +14,7 @@ from lambdas.domain.trial import (
     parse_trial,
     track_layout,
 )
+from tests.json_access import obj
 
 
 def problems(doc: Any, **kw: Any) -> dict[str, str]:
@@ -339,6 +340,6 @@ def test_effective_batch_size_has_an_upper_bound_named_in_the_schema_and_the_mes
     example_trial["effective_batch_size"] = value
     found = problems(example_trial)
     assert f"at most {MAX_EFFECTIVE_BATCH_SIZE} sequences per optimizer step" in found["effective_batch_size"], found
-    assert json_schema()["properties"]["effective_batch_size"]["maximum"] == MAX_EFFECTIVE_BATCH_SIZE == 65_536
+    assert obj(json_schema()["properties"])["effective_batch_size"]["maximum"] == MAX_EFFECTIVE_BATCH_SIZE == 65_536
     example_trial["effective_batch_size"] = MAX_EFFECTIVE_BATCH_SIZE  # the bound itself is accepted
     assert parse_trial(example_trial).effective_batch_size == MAX_EFFECTIVE_BATCH_SIZE

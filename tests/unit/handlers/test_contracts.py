@@ -29,7 +29,8 @@ def test_every_schema_the_openapi_document_references_is_in_it() -> None:
 
 
 def test_settings_name_the_missing_variable() -> None:
-    from lambdas.runtime.settings import ApiSettings, SettingsInvalid
+    from lambdas.runtime.api_settings import ApiSettings
+    from lambdas.runtime.settings import SettingsInvalid
 
     with pytest.raises(SettingsInvalid, match=r"STATE_MACHINE_ARN.*ARN of the trial workflow"):
         ApiSettings.from_env(

@@ -20,6 +20,7 @@ from dualtrack.local.aws.moto_shims import moto_shims
 from dualtrack.local.batch_rules import time_limit_actions_problem, timeout_problem
 from dualtrack.local.batch_runner import CANCELED_BY_TIME_LIMIT, INSUFFICIENT_CAPACITY, TIMED_OUT, LocalBatch
 from dualtrack.local.dockerfile import DockerfileError, ImageConfig, asset_image_configs, parse_dockerfile
+from lambdas.domain.json_types import JsonObject
 
 MOTO: DefaultConfig = {"batch": {"use_docker": False}}
 IMAGE = "registry.example/trainer:1"
@@ -291,7 +292,8 @@ def test_node_overrides_set_the_node_count_and_the_main_nodes_container(tiny: Im
 
 
 # ---- job queues without capacity -------------------------------------------------------------------------
-LIMIT = [{"reason": INSUFFICIENT_CAPACITY, "state": "RUNNABLE", "action": "CANCEL", "maxTimeSeconds": 600}]
+LIMIT: list[JsonObject] = [
+    {"reason": INSUFFICIENT_CAPACITY, "state": "RUNNABLE", "action": "CANCEL", "maxTimeSeconds": 600}]
 
 
 def test_time_limit_actions_are_validated() -> None:

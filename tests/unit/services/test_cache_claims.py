@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from lambdas.domain.compile_cache import cache_key
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.ledger import summary_entry
 from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import COMPILE_RUN
 from lambdas.services.cache_observation import observe_run
 from lambdas.services.cache_resolution import CompileCaches
@@ -39,11 +41,12 @@ def plane(example_trial: dict[str, Any]) -> dict[str, Any]:
 
 
 def _trial(plane: dict[str, Any], trial_id: str, *, team: str, tracks: tuple[str, ...], compile_queue: bool) -> None:
-    queues = {t: f"{t}-queue" for t in tracks}
+    queues: JsonObject = {t: f"{t}-queue" for t in tracks}
     if compile_queue:
         queues[COMPILE_RUN] = "compile-queue"
-    plane["trials"].create({"trial_id": trial_id, "team": team, "status": "RUNNING", "queues": queues,
-                            "tracks": {t: {"instance_type": "x", "nodes": 1} for t in tracks}})
+    plane["trials"].create(TrialRecord.from_item({
+        "trial_id": trial_id, "team": team, "status": "SUBMITTED", "queues": queues,
+        "tracks": {t: {"instance_type": "x", "nodes": 1} for t in tracks}}))
 
 
 def _summary(trial_id: str, run: str, attempt: int, key: str, cache: str, **compile_info: Any) -> Any:
@@ -60,21 +63,21 @@ def _resolved(plane: dict[str, Any], *, compile_queue: bool = True) -> str:
     spec = plane["spec"]
     _trial(plane, spec.trial_id, team="team-a", tracks=("gpu", "trn2"), compile_queue=compile_queue)
     resolved = plane["caches"].resolve(spec.trial_id, plane["spec_uri"])
-    assert resolved["cache_key"] == cache_key(spec).key
-    return str(resolved["cache_key"])
+    assert resolved.cache_key == cache_key(spec).key
+    return str(resolved.cache_key)
 
 
 def test_the_resolve_step_records_the_entry_and_the_run_sent_to_compile_it(plane: dict[str, Any]) -> None:
     """Cold with a compile queue: the warm-up compile stage builds it (the workflow's CacheCold choice)."""
     key = _resolved(plane)
     item = plane["trials"].get(plane["spec"].trial_id)
-    assert item["cache_key"] == key and item["cache_writer"] == COMPILE_RUN
-    assert item["cache_prefix"].endswith(f"/{key}/")
+    assert item is not None and item.cache_key == key and item.cache_writer == COMPILE_RUN
+    assert (item.cache_prefix or "").endswith(f"/{key}/")
 
 
 def test_without_a_compile_queue_the_training_run_compiles_the_entry_itself(plane: dict[str, Any]) -> None:
     _resolved(plane, compile_queue=False)
-    assert plane["trials"].get(plane["spec"].trial_id)["cache_writer"] == "trn2"
+    assert plane["trials"].items[plane["spec"].trial_id]["cache_writer"] == "trn2"
 
 
 @pytest.mark.parametrize(("thief", "tracks", "outcome"), [
@@ -95,11 +98,11 @@ def test_another_teams_summary_cannot_speak_for_the_entry(plane: dict[str, Any],
     assert not observed.counted and [r.claimed_key for r in observed.refused] == [key]
     entry = plane["registry"].get(key)
     assert entry == before  # status, counts, hit_trials, failure_reason: all as they were
-    assert "hit_trials" not in entry and entry.get("status") == "new"
+    assert entry.hit_trials == [] and entry.status == "new"
     # Seen again (the run's terminal event re-reads its summaries): refused again, counted once.
     again = _observe(plane, "team-b-trial", run, claim)
     assert not again.counted and again.refused == []
-    assert plane["trials"].get("team-b-trial")["cache_claims_refused"] == 1
+    assert plane["trials"].items["team-b-trial"]["cache_claims_refused"] == 1
 
 
 def test_only_the_run_sent_to_compile_marks_the_entry_and_any_trn2_run_of_the_trial_may_hit(
@@ -108,12 +111,12 @@ def test_only_the_run_sent_to_compile_marks_the_entry_and_any_trn2_run_of_the_tr
     trial_id = plane["spec"].trial_id
     early = _observe(plane, trial_id, "trn2", _summary(trial_id, "trn2", 1, key, "failed", error="forged"))
     assert not early.counted and len(early.refused) == 1
-    assert plane["registry"].get(key).get("status") == "new"
+    assert plane["registry"].get(key).status == "new"
     built = _observe(plane, trial_id, COMPILE_RUN, _summary(trial_id, COMPILE_RUN, 1, key, "miss"))
     assert built.counted == {"miss": 1} and built.refused == []
-    assert plane["registry"].get(key)["status"] == "ready"
+    assert plane["registry"].get(key).status == "ready"
     used = _observe(plane, trial_id, "trn2", _summary(trial_id, "trn2", 2, key, "hit"))
-    assert used.counted == {"hit": 1} and plane["registry"].get(key)["hit_trials"] == {trial_id}
+    assert used.counted == {"hit": 1} and plane["registry"].get(key).hit_trials == [trial_id]
     fallback = _observe(plane, trial_id, "gpu-fallback", _summary(trial_id, "gpu-fallback", 1, key, "hit"))
     assert not fallback.counted and len(fallback.refused) == 1  # a GPU run uses no Neuron cache
 
@@ -125,12 +128,12 @@ def test_a_warm_entry_is_written_by_no_run(plane: dict[str, Any]) -> None:
     trial_id = plane["spec"].trial_id
     _observe(plane, trial_id, COMPILE_RUN, _summary(trial_id, COMPILE_RUN, 1, key, "miss"))
     plane["registry"].record_object(key, "graph.neff", 4, "2026-12-01T10:00:00Z")
-    plane["cache"].put_json(f"{plane['trials'].get(trial_id)['cache_prefix']}_dualtrack_complete.json",
+    plane["cache"].put_json(f"{plane['trials'].items[trial_id]['cache_prefix']}_dualtrack_complete.json",
                             {"version": 2, "files": {"graph.neff": {"bytes": 4}}})
-    plane["cache"].blobs[f"{plane['trials'].get(trial_id)['cache_prefix']}graph.neff"] = b"neff"
+    plane["cache"].blobs[f"{plane['trials'].items[trial_id]['cache_prefix']}graph.neff"] = b"neff"
     warm = plane["caches"].resolve(trial_id, plane["spec_uri"])
-    assert warm["warm"] is True and warm["writer"] is None
+    assert warm.warm is True and warm.writer is None
     assert "cache_writer" not in plane["trials"].get(trial_id)
     forged = _observe(plane, trial_id, "trn2", _summary(trial_id, "trn2", 1, key, "failed", error="forged"))
     assert not forged.counted and len(forged.refused) == 1
-    assert plane["registry"].get(key)["status"] == "ready"
+    assert plane["registry"].get(key).status == "ready"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lambdas.domain.job_access import CACHE_TAG
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.services.job_credentials import CredentialsRequest, vend
 from tests.fakes import InMemoryTrials
 from tests.unit.services.test_job_credentials import JOB, TOKEN, Jobs, Writer, single_node
@@ -21,7 +22,7 @@ PREFIX = f"neuron/m/c/{KEY}/"
 def _trials(writer: str | None) -> InMemoryTrials:
     table = InMemoryTrials()
     item = {"trial_id": "alpha", "status": "SUBMITTED", "cache_key": KEY, "cache_prefix": PREFIX}
-    table.create({**item, **({"cache_writer": writer} if writer else {})})
+    table.create(TrialRecord.from_item({**item, **({"cache_writer": writer} if writer else {})}))
     return table
 
 

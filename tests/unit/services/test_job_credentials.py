@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequest, identify, job_settings, vend
 from tests.fakes import InMemoryTrials
 
@@ -54,7 +55,7 @@ def multi_node(status: str = "RUNNING") -> dict[str, Any]:
 
 def trials(status: str = "SUBMITTED") -> InMemoryTrials:
     table = InMemoryTrials()
-    table.create({"trial_id": "alpha", "status": status})
+    table.create(TrialRecord.from_item({"trial_id": "alpha", "status": status}))
     return table
 
 

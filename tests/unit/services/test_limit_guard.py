@@ -12,6 +12,7 @@ import pytest
 
 from lambdas.domain import ledger as L
 from lambdas.domain.prices import load_price_table
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.run_settlement import RunSettlement
 from tests import fakes
@@ -25,7 +26,7 @@ P5 = PRICES.instance_hourly_usd("p5.48xlarge", "us-east-1")
 class CountingTrials(fakes.InMemoryTrials):
     tallies = 0
 
-    def tally(self, trial_id: str, **kw: Any) -> dict[str, Any] | None:
+    def tally(self, trial_id: str, **kw: Any) -> TrialRecord | None:
         self.tallies += 1
         return super().tally(trial_id, **kw)
 
@@ -33,13 +34,13 @@ class CountingTrials(fakes.InMemoryTrials):
 def _plane(run_limits: dict[str, Any] | None, status: str = "SUBMITTED"
            ) -> tuple[LimitGuard, CountingTrials, fakes.InMemoryWorkflow]:
     trials, workflow = CountingTrials(), fakes.InMemoryWorkflow()
-    started = workflow.start(TRIAL, {})
+    started = workflow.start(TRIAL, fakes.execution_input(TRIAL))
     item: dict[str, Any] = {"trial_id": TRIAL, "status": status, "execution_arn": started.execution_arn,
                             "tracks": {"gpu": {"instance_type": "p5.48xlarge", "nodes": 1},
                                        "trn2": {"instance_type": "trn2.48xlarge", "nodes": 1}}}
     if run_limits is not None:
         item["run_limits"] = run_limits
-    trials.create(item)
+    trials.create(TrialRecord.from_item(item))
     settlement = RunSettlement(fakes.InMemoryLedger(), trials, fakes.InMemoryObjects(), PRICES, "us-east-1")
     return LimitGuard(settlement, workflow), trials, workflow
 
@@ -59,15 +60,17 @@ def test_the_trial_is_stopped_once_when_its_runs_projected_spend_crosses_max_usd
     limit = (P5 * 2).quantize(1)  # two p5 hours
     guard, trials, workflow = _plane({"max_usd": {"value": str(limit), "source": "trial limits.max_usd"}})
     assert guard.after_run_facts(TRIAL, "gpu", _running("gpu"), _at(61)) is None  # one hour billed
-    assert Decimal(trials.get(TRIAL)["spend_usd#gpu"]) == P5  # type: ignore[index]
+    spend = trials.items[TRIAL]["spend_usd#gpu"]
+    assert isinstance(spend, str) and Decimal(spend) == P5
     assert guard.after_run_facts(TRIAL, "gpu", _running("gpu"), _at(61)) is None
     assert trials.tallies == 1  # an unchanged projection is not written again
     hit = guard.after_run_facts(TRIAL, "trn2", _running("trn2"), _at(121))  # trn2 for 2 h: over two p5 hours
     assert hit is not None and (hit.limit, hit.run, hit.source) == ("max_usd", "trn2", "trial limits.max_usd")
-    item = trials.get(TRIAL)
-    assert item["status"] == "CANCELLED" and item["status_cause"] == hit.message  # type: ignore[index]
-    assert item["stopped_by"] == hit.model_dump(mode="json")  # type: ignore[index]
-    assert workflow.executions[item["execution_arn"]]["status"] == "ABORTED"  # type: ignore[index]
+    item = trials.items[TRIAL]
+    assert item["status"] == "CANCELLED" and item["status_cause"] == hit.message
+    assert item["stopped_by"] == hit.model_dump(mode="json")
+    assert isinstance(item["execution_arn"], str)
+    assert workflow.executions[item["execution_arn"]]["status"] == "ABORTED"
     assert guard.after_run_facts(TRIAL, "trn2", _running("trn2"), _at(122)) is None  # stopped once
 
 
@@ -75,7 +78,7 @@ def test_a_trial_a_person_cancelled_keeps_its_cause() -> None:
     guard, trials, _ = _plane({"max_usd": {"value": "1", "source": "trial limits.max_usd"}}, status="CANCELLED")
     trials.update(TRIAL, status_cause="capacity needed")
     assert guard.after_run_facts(TRIAL, "gpu", _running("gpu"), _at(600)) is None
-    assert trials.get(TRIAL)["status_cause"] == "capacity needed"  # type: ignore[index]
+    assert trials.items[TRIAL]["status_cause"] == "capacity needed"
 
 
 def test_a_run_whose_job_fails_past_its_retry_quota_is_stopped_but_an_ended_run_is_not() -> None:
@@ -88,7 +91,7 @@ def test_a_run_whose_job_fails_past_its_retry_quota_is_stopped_but_an_ended_run_
     assert guard.after_run_facts(TRIAL, "trn2", ended, _at(40)) is None  # Batch will not retry: nothing to stop
     hit = guard.after_run_facts(TRIAL, "trn2", [*_running("trn2"), failed], _at(40))  # Batch is retrying
     assert hit is not None and hit.limit == "failed_retries_per_run" and hit.observed == "1 failed attempts"
-    assert trials.get(TRIAL)["status"] == "CANCELLED" and trials.tallies == 0  # type: ignore[index]
+    assert trials.items[TRIAL]["status"] == "CANCELLED" and trials.tallies == 0
 
 
 def test_writes_are_counted_per_object_and_the_trial_stopped_past_its_quota() -> None:
@@ -98,8 +101,8 @@ def test_writes_are_counted_per_object_and_the_trial_stopped_past_its_quota() ->
     assert [guard.after_write(TRIAL, 100, _at(i), fact=f"o{i}") for i in range(3)] == [None, None, None]
     hit = guard.after_write(TRIAL, 100, _at(3), fact="o3")
     assert hit is not None and hit.limit == "write_requests" and hit.observed == "4 objects written"
-    item = trials.get(TRIAL)
-    assert (item["written_objects"], item["written_bytes"], item["status"]) == (4, 400, "CANCELLED")  # type: ignore[index]
+    item = trials.items[TRIAL]
+    assert (item["written_objects"], item["written_bytes"], item["status"]) == (4, 400, "CANCELLED")
 
 
 @pytest.mark.parametrize("limits", [None, {"max_usd": {"value": "100", "source": "trial limits.max_usd"}}])
@@ -108,4 +111,4 @@ def test_a_trial_without_the_limit_costs_no_writes(limits: dict[str, Any] | None
     assert guard.after_write(TRIAL, 10**12, _at(1), fact="o1") is None
     if limits is None:
         assert guard.after_run_facts(TRIAL, "gpu", _running("gpu"), _at(600)) is None
-    assert trials.tallies == 0 and trials.get(TRIAL)["status"] == "SUBMITTED"  # type: ignore[index]
+    assert trials.tallies == 0 and trials.items[TRIAL]["status"] == "SUBMITTED"

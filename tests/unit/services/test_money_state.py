@@ -5,9 +5,10 @@ DynamoDB on moto."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -16,6 +17,7 @@ from lambdas.domain.governance import Governance
 from lambdas.domain.job_targets import parse_job_targets
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.ports import Started
 from lambdas.services.reconciliation import reconcile
@@ -31,6 +33,7 @@ from lambdas.services.trial_submission import (
     submit,
 )
 from tests import fakes
+from tests.json_access import arr, obj
 from tests.stage import ACCOUNT, GOVERNANCE, job_targets, principal
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
@@ -79,6 +82,13 @@ def _who(arn: str, governance: Governance | None = None) -> Any:
     return (governance or _governance()).identify(arn, ACCOUNT)
 
 
+def _usage(ports: Plane_, team: str = "team-nlp") -> dict[str, int | float]:
+    """The team's usage item, which its first booking created."""
+    usage = ports.trials.usage(team)
+    assert usage is not None, f"{team} has no usage item"
+    return usage
+
+
 @pytest.fixture
 def spec(example_trial: dict[str, Any]) -> TrialSpec:
     return parse_trial(example_trial)
@@ -103,13 +113,14 @@ def test_a_cancel_whose_stop_fails_stays_stopping_and_the_same_cancel_finishes_i
     _submit(ports, spec)
     with pytest.raises(ConnectionError):  # the API answers 503: send it again
         cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="not needed")
-    item = ports.trials.get(spec.trial_id)
-    assert item is not None and item["status"] == "STOPPING" and item["status_cause"] == "not needed"
-    assert ports.workflow.status(item["execution_arn"]) == "RUNNING"  # still billing: the stop is pending
+    record = ports.trials.get(spec.trial_id)
+    assert record is not None and record.status == "STOPPING" and record.status_cause == "not needed"
+    assert record.execution_arn is not None
+    assert ports.workflow.status(record.execution_arn) == "RUNNING"  # still billing: the stop is pending
     again = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="again")
     assert again["status"] == "CANCELLED" and again["changed"] is True
-    assert ports.workflow.status(item["execution_arn"]) == "ABORTED"
-    assert ports.trials.get(spec.trial_id)["status_cause"] == "not needed"  # type: ignore[index]
+    assert ports.workflow.status(record.execution_arn) == "ABORTED"
+    assert ports.trials.items[spec.trial_id]["status_cause"] == "not needed"
 
 
 def _job(ports: Plane_, trial_id: str, run: str, job_id: str, status: str, minutes: int = 0) -> None:
@@ -126,16 +137,16 @@ def test_a_stop_waits_until_every_job_has_ended_and_terminates_those_still_runni
     _job(ports, spec.trial_id, "gpu", "job-gpu", "RUNNING")
     _job(ports, spec.trial_id, "trn2", "job-trn2", "RUNNING")
     first = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
-    assert first["status"] == "STOPPING" and len(first["pending"]) == 2  # the API does not reach Batch
-    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]  # still holds its place
+    assert first["status"] == "STOPPING" and len(arr(first["pending"])) == 2  # the API does not reach Batch
+    assert _usage(ports)["active"] == 1  # still holds its place
     swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=1), overdue_after_s=900)
     assert sorted(ports.jobs.terminated) == ["job-gpu", "job-trn2"] and swept.stops_pending == [spec.trial_id]
     _job(ports, spec.trial_id, "gpu", "job-gpu", "FAILED", 2)  # the terminations' events arrive
     _job(ports, spec.trial_id, "trn2", "job-trn2", "FAILED", 2)
     swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=5), overdue_after_s=900)
     assert swept.stops_finished == [spec.trial_id]
-    assert ports.trials.get(spec.trial_id)["status"] == "CANCELLED"  # type: ignore[index]
-    assert ports.trials.usage("team-nlp")["active"] == 0  # type: ignore[index]  # released once
+    assert ports.trials.items[spec.trial_id]["status"] == "CANCELLED"
+    assert _usage(ports)["active"] == 0  # released once
 
 
 def test_a_stop_left_pending_past_its_deadline_is_counted_for_the_alarm(spec: TrialSpec) -> None:
@@ -157,7 +168,7 @@ def test_the_workflow_ending_while_a_stop_is_pending_completes_the_stop(spec: Tr
         cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
     done = set_status(ports.trials, spec.trial_id, "SUCCEEDED", None, STAMP, settled_usd=Decimal("10"))
     assert (done.status, done.changed) == ("CANCELLED", True)
-    assert ports.trials.usage("team-nlp")["active"] == 0  # type: ignore[index]
+    assert _usage(ports)["active"] == 0
 
 
 def _guarded(ports: Plane_, workflow: Any) -> LimitGuard:
@@ -173,14 +184,15 @@ def test_the_limit_guard_finishes_a_stop_that_failed_when_the_event_is_delivered
     guard.after_write(spec.trial_id, 10, NOW, fact="a#v1")
     with pytest.raises(ConnectionError):  # the write that crosses the quota: StopExecution fails
         guard.after_write(spec.trial_id, 10, NOW, fact="b#v1")
-    item = ports.trials.get(spec.trial_id)
-    assert item is not None and item["status"] == "STOPPING" and item["stopped_by"]["limit"] == "write_requests"
+    record = ports.trials.get(spec.trial_id)
+    assert record is not None and record.status == "STOPPING"
+    assert record.stopped_by is not None and record.stopped_by.limit == "write_requests"
     # EventBridge delivers the event again (the invocation failed): the same environment, the same guard.
     guard.after_write(spec.trial_id, 10, NOW, fact="b#v1")
-    item = ports.trials.get(spec.trial_id)
-    assert item is not None and item["status"] == "CANCELLED"
-    assert ports.workflow.status(item["execution_arn"]) == "ABORTED"
-    assert item["written_objects"] == 2  # the redelivered write was not counted again
+    record = ports.trials.get(spec.trial_id)
+    assert record is not None and record.status == "CANCELLED" and record.execution_arn is not None
+    assert ports.workflow.status(record.execution_arn) == "ABORTED"
+    assert record.written_objects == 2  # the redelivered write was not counted again
 
 
 def test_a_redelivered_write_counts_once_toward_the_write_quota(spec: TrialSpec) -> None:
@@ -189,7 +201,7 @@ def test_a_redelivered_write_counts_once_toward_the_write_quota(spec: TrialSpec)
     guard = _guarded(ports, ports.workflow)
     for _ in range(3):  # one object, its event delivered three times
         assert guard.after_write(spec.trial_id, 10, NOW, fact="trials/x/gpu/a.json#v1") is None
-    item = ports.trials.get(spec.trial_id)
+    item = ports.trials.items[spec.trial_id]
     assert item is not None and (item["written_objects"], item["status"]) == (1, "SUBMITTED")
 
 
@@ -217,11 +229,11 @@ def test_a_rejected_or_cancelled_trial_is_never_started_by_resubmitting_it(spec:
 class StartFails(fakes.InMemoryWorkflow):
     failures = 1
 
-    def start(self, name: str, payload: dict[str, Any]) -> Started:
+    def start(self, name: str, execution_input: ExecutionInput) -> Started:
         if self.failures:
             self.failures -= 1
             raise ConnectionError("states endpoint unreachable")
-        return super().start(name, payload)
+        return super().start(name, execution_input)
 
 
 def test_an_approval_whose_start_fails_goes_back_to_pending_and_can_be_approved_again(spec: TrialSpec) -> None:
@@ -231,8 +243,9 @@ def test_an_approval_whose_start_fails_goes_back_to_pending_and_can_be_approved_
     lead = _who(NLP_LEAD, governance)
     with pytest.raises(ConnectionError):
         decide(spec.trial_id, approve=True, comment="go", caller=lead, plane=ports.plane(), now=NOW)
-    item = ports.trials.get(spec.trial_id)
-    assert item is not None and item["status"] == "PENDING_APPROVAL" and item["approval"]["status"] == "PENDING"
+    record = ports.trials.get(spec.trial_id)
+    assert record is not None and record.status == "PENDING_APPROVAL"
+    assert record.approval is not None and record.approval.status == "PENDING"
     approved = decide(spec.trial_id, approve=True, comment="go", caller=lead, plane=ports.plane(), now=NOW)
     assert approved["status"] == "SUBMITTED" and len(ports.workflow.executions) == 1
 
@@ -254,7 +267,7 @@ def test_an_approval_cut_short_after_its_decision_is_finished_by_approving_again
     ports.trials.update(other.trial_id, status="SUBMITTING", approval={"status": "APPROVED"})
     swept = reconcile(ports.stopper(), NOW + timedelta(minutes=10), overdue_after_s=900)
     assert swept.starts_finished == [other.trial_id]
-    assert ports.trials.get(other.trial_id)["status"] == "SUBMITTED"  # type: ignore[index]
+    assert ports.trials.items[other.trial_id]["status"] == "SUBMITTED"
 
 
 # 4. Quotas are booked atomically; 11. interleaved submissions ---------------------------------------------------------
@@ -264,11 +277,12 @@ class Interleaving(fakes.InMemoryTrials):
 
     during: Any = None
 
-    def admit(self, item: dict[str, Any], additions: dict[str, Decimal], limits: dict[str, Decimal]) -> Any:
+    def admit(self, record: TrialRecord, additions: Mapping[str, Decimal],
+              limits: Mapping[str, Decimal]) -> Literal["created", "exists", "over_quota"]:
         if self.during is not None:
             race, self.during = self.during, None
             race()
-        return super().admit(item, additions, limits)
+        return super().admit(record, additions, limits)
 
 
 def test_two_interleaved_submissions_of_one_team_cannot_both_pass_concurrent_trials(
@@ -281,8 +295,8 @@ def test_two_interleaved_submissions_of_one_team_cannot_both_pass_concurrent_tri
     with pytest.raises(QuotaExceeded) as raised:
         _submit(ports, spec, governance=governance)  # read the team's usage before the other was booked
     assert [b.quota for b in raised.value.breaches] == ["concurrent_trials"]
-    assert [i["trial_id"] for i in ports.trials.iter_all()] == [other.trial_id]
-    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]
+    assert [i.trial_id for i in ports.trials.iter_all()] == [other.trial_id]
+    assert _usage(ports)["active"] == 1
 
 
 def test_two_interleaved_submissions_of_one_team_cannot_both_pass_the_monthly_dollars(
@@ -295,7 +309,7 @@ def test_two_interleaved_submissions_of_one_team_cannot_both_pass_the_monthly_do
     with pytest.raises(QuotaExceeded) as raised:
         _submit(ports, spec, governance=governance)
     assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
-    assert ports.trials.usage("team-nlp")["usd#2026-12"] == 3500.23  # type: ignore[index]
+    assert _usage(ports)["usd#2026-12"] == 3500.23
 
 
 def test_two_interleaved_submissions_of_one_trial_start_one_execution_and_answer_201_once(spec: TrialSpec) -> None:
@@ -306,17 +320,17 @@ def test_two_interleaved_submissions_of_one_trial_start_one_execution_and_answer
     answers.append(_submit(ports, spec))
     assert sorted(a.created for a in answers) == [False, True]
     assert len(ports.workflow.executions) == 1
-    assert ports.trials.usage("team-nlp")["active"] == 1  # type: ignore[index]  # booked once
+    assert _usage(ports)["active"] == 1  # booked once
 
 
 def test_a_team_stored_before_bookings_is_seeded_from_its_trials_once(spec: TrialSpec,
                                                                     example_trial: dict[str, Any]) -> None:
     ports = Plane_()
-    ports.trials.create({"trial_id": "old-1", "team": "team-nlp", "status": "SUBMITTED", "created_at": STAMP,
-                         "execution_arn": "arn:old", "worst_case_usd": {"total": "100"}, "queues": {"gpu": "q-gpu"}})
+    ports.trials.put_item({"trial_id": "old-1", "team": "team-nlp", "status": "SUBMITTED", "created_at": STAMP,
+                           "execution_arn": "arn:old", "worst_case_usd": {"total": "100"}, "queues": {"gpu": "q-gpu"}})
     _submit(ports, spec)
     usage = ports.trials.usage("team-nlp")
     assert usage is not None and usage["active"] == 2 and usage["usd#2026-12"] == 3600.23
-    assert ports.trials.get("old-1")["booking"]["usd"] == "100"  # type: ignore[index]  # its end releases it
+    assert obj(ports.trials.items["old-1"]["booking"])["usd"] == "100"  # its end releases it
     set_status(ports.trials, "old-1", "SUCCEEDED", None, STAMP, settled_usd=Decimal("40"))
-    assert ports.trials.usage("team-nlp")["usd#2026-12"] == 3540.23  # type: ignore[index]
+    assert _usage(ports)["usd#2026-12"] == 3540.23

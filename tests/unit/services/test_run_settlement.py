@@ -11,8 +11,10 @@ import pytest
 
 from lambdas.domain import ledger as L
 from lambdas.domain.prices import load_price_table
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.services.run_settlement import RunSettlement
 from tests import fakes
+from tests.builders import run_cost, stored_cost
 
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
 
@@ -20,7 +22,7 @@ T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
 class CountingTrials(fakes.InMemoryTrials):
     reads = 0
 
-    def get(self, trial_id: str) -> dict[str, Any] | None:
+    def get(self, trial_id: str) -> TrialRecord | None:
         self.reads += 1
         return super().get(trial_id)
 
@@ -36,8 +38,8 @@ class CountingLedger(fakes.InMemoryLedger):
 @pytest.fixture
 def settlement() -> RunSettlement:
     trials = CountingTrials()
-    trials.create({"trial_id": "t-1", "status": "SUBMITTED",
-                   "tracks": {"gpu": {"instance_type": "p5.48xlarge", "nodes": 1}}})
+    trials.create(TrialRecord.from_item({"trial_id": "t-1", "status": "SUBMITTED",
+                   "tracks": {"gpu": {"instance_type": "p5.48xlarge", "nodes": 1}}}))
     return RunSettlement(CountingLedger(), trials, fakes.InMemoryObjects(), load_price_table(), "us-east-1")
 
 
@@ -63,14 +65,14 @@ def test_a_terminal_run_is_costed_at_its_declared_instance_and_returned_as_store
                                        exit_code=0, status_reason=None)])
     settled = settlement.settle_run("t-1", "gpu", collect=True)
     assert settled.cost is not None and settled.cost == settlement.ledger.cost("t-1#gpu")
-    assert settled.cost["terminal_status"] == "SUCCEEDED" and settled.cost["usage"]["instance_type"] == "p5.48xlarge"
-    assert float(settled.cost["cost"]["total_usd"]) > 0
+    assert settled.cost.terminal_status == "SUCCEEDED" and settled.cost.usage.instance_type == "p5.48xlarge"
+    assert settled.cost.cost.total_usd > 0
     assert settlement.ledger.queries == 1 and settlement.trials.reads == 1  # type: ignore[attr-defined]
 
 
 def test_a_settlement_that_lost_the_race_returns_the_cost_that_won(settlement: RunSettlement) -> None:
     settlement.record([_transition("SUBMITTED", 0), _transition("FAILED", 3, exit_code=1)])
-    winner = {"cost": {"total_usd": "9.99"}, "facts": 99}
+    winner = stored_cost(run_cost("9.99", trial_id="t-1"), facts=99)
     settlement.ledger.put_cost("t-1#gpu", winner, facts=99)  # a fold over more facts, stored by another delivery
     assert settlement.settle_run("t-1", "gpu").cost == winner
 
@@ -78,7 +80,8 @@ def test_a_settlement_that_lost_the_race_returns_the_cost_that_won(settlement: R
 def test_only_runs_of_trials_the_plane_started_are_recorded(settlement: RunSettlement) -> None:
     from lambdas.services.run_settlement import ForeignEvent
 
-    settlement.trials.create({"trial_id": "t-2", "status": "PENDING_APPROVAL", "tracks": {"gpu": {}, "trn2": {}}})
+    settlement.trials.create(TrialRecord.from_item({"trial_id": "t-2", "status": "PENDING_APPROVAL",
+                                                    "tracks": {"gpu": {}, "trn2": {}}}))
     with pytest.raises(ForeignEvent, match="no trial 'nope'"):
         settlement.check_started("nope", "gpu")
     with pytest.raises(ForeignEvent, match=r"trial t-1 has no run 'trn2' \(its runs: gpu\)"):
@@ -117,10 +120,13 @@ def test_an_impossible_attempt_record_settles_from_the_transitions_and_the_store
     settlement.record_job_state(detail("RUNNING", []), T0)
     settlement.record_job_state(detail("FAILED", [forged]), T0 + timedelta(minutes=60))
     settled = settlement.settle_run("t-1", "gpu")
-    assert settled.cost is not None and settled.cost["complete"] is True
-    assert settled.cost["cost"]["billed_instance_seconds"] == "3600"
-    assert float(settled.cost["cost"]["total_usd"]) > 0
-    assert settled.cost["usage"]["attempts"][0]["suspect"] == ["attempt record stopped before it started"]
+    assert settled.cost is not None and settled.cost.complete is True
+    assert str(settled.cost.cost.billed_instance_seconds) == "3600"
+    assert settled.cost.cost.total_usd > 0
+    assert settled.cost.usage.attempts[0].suspect == ["attempt record stopped before it started"]
+    stored = settlement.ledger.cost("t-1#gpu")
+    assert stored is not None and stored.model_dump(mode="json")["usage"]["attempts"][0]["suspect"] == [
+        "attempt record stopped before it started"]
 
 
 def test_a_late_failed_after_success_is_no_new_outcome(settlement: RunSettlement) -> None:
@@ -134,7 +140,7 @@ def test_a_late_failed_after_success_is_no_new_outcome(settlement: RunSettlement
         def __init__(self, statuses: dict[str, str]) -> None:
             self.statuses = statuses
 
-        def instance_type(self, job_queue: str) -> str | None:
+        def queue_instance_type(self, job_queue: str) -> str | None:
             return None
 
         def terminate(self, job_id: str, reason: str) -> None:
@@ -152,4 +158,5 @@ def test_a_late_failed_after_success_is_no_new_outcome(settlement: RunSettlement
     assert settlement.reconcile_jobs("t-1", ["job-1"]) == []
     jobs.statuses["job-1"] = "FAILED"
     assert settlement.reconcile_jobs("t-1", ["job-1"]) == []
-    assert settlement.settle_run("t-1", "gpu").cost["terminal_status"] == "SUCCEEDED"  # type: ignore[index]
+    settled = settlement.settle_run("t-1", "gpu")
+    assert settled.cost is not None and settled.cost.terminal_status == "SUCCEEDED"

@@ -9,7 +9,7 @@ from pathlib import Path
 from lambdas.domain.trial import parse_trial
 from lambdas.services.trial_reporting import gather, write_report
 from tests import fakes
-from tests.builders import run_cost, run_summary
+from tests.builders import run_cost, run_summary, stored_cost
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
 
@@ -22,8 +22,7 @@ def test_summaries_and_costs_come_back_typed_and_an_unreadable_summary_is_named(
         objects.put_json(f"{base}/attempt-{attempt}/summary.json",
                          run_summary("gpu", trial_id=spec.trial_id, attempt=attempt).model_dump(mode="json"))
     objects.put_json(f"trials/{spec.trial_id}/trn2/attempt-1/summary.json", {"run": "trn2", "status": "halfway"})
-    ledger.put_cost(f"{spec.trial_id}#gpu", {"cost": run_cost("12.50", trial_id=spec.trial_id).model_dump(
-        mode="json")}, facts=3)
+    ledger.put_cost(f"{spec.trial_id}#gpu", stored_cost(run_cost("12.50", trial_id=spec.trial_id)), facts=3)
 
     evidence = gather(spec.trial_id, objects, ledger)
     assert [s.attempt for s in evidence.summaries["gpu"]] == [1, 2, 10]
@@ -33,7 +32,7 @@ def test_summaries_and_costs_come_back_typed_and_an_unreadable_summary_is_named(
     out = write_report(spec.trial_id, spec, objects, ledger, generated_at="2026-12-05T10:00:00Z")
     report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
     assert report is not None
-    assert out["report_uri"].endswith("report/report.json")
+    assert out.report_uri.endswith("report/report.json")
     assert report["tracks"]["gpu"]["attempts"] == 3 and report["tracks"]["gpu"]["cost"]["total_usd"] == "12.50"
     assert report["unreadable_summaries"][0]["key"].endswith("trn2/attempt-1/summary.json")
     markdown = objects.blobs[f"trials/{spec.trial_id}/report/report.md"].decode()

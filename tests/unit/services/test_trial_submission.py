@@ -14,6 +14,7 @@ from lambdas.domain.governance import Caller, Governance, NotPermitted
 from lambdas.domain.job_targets import JobTargets, parse_job_targets
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.ports import Started
 from lambdas.services.trial_status import Stopper, set_status
 from lambdas.services.trial_submission import (
@@ -31,6 +32,7 @@ from lambdas.services.trial_submission import (
     visible,
 )
 from tests import fakes
+from tests.json_access import arr, obj
 from tests.stage import ACCOUNT, GOVERNANCE, job_targets, principal
 
 NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
@@ -94,7 +96,7 @@ def test_a_submission_freezes_the_spec_records_the_trial_and_starts_one_executio
     trial_id = spec.trial_id
     assert done.created is True and done.body["status"] == "SUBMITTED"
     assert ports["artifacts"].get_json(f"trials/{trial_id}/spec.json")["name"] == spec.name
-    item = ports["trials"].get(trial_id)
+    item = ports["trials"].items[trial_id]
     assert item["status"] == "SUBMITTED" and item["spec_hash"] == spec.spec_hash()
     assert (item["team"], item["submitted_by"]) == ("team-nlp", NLP)
     assert item["max_steps"] == spec.max_steps
@@ -109,7 +111,7 @@ def test_a_submission_freezes_the_spec_records_the_trial_and_starts_one_executio
 
 def test_a_workflow_that_cannot_start_leaves_nothing_half_submitted(spec: TrialSpec, ports: dict[str, Any]) -> None:
     class Unavailable(fakes.InMemoryWorkflow):
-        def start(self, name: str, payload: dict[str, Any]) -> Started:
+        def start(self, name: str, execution_input: ExecutionInput) -> Started:
             raise ConnectionError("states endpoint unreachable")
 
     with pytest.raises(ConnectionError):
@@ -132,7 +134,7 @@ def test_cancelling_stops_the_execution_once(spec: TrialSpec, ports: dict[str, A
                    reason="not needed")
     assert first == {"trial_id": spec.trial_id, "status": "CANCELLED", "execution_status": "ABORTED",
                      "changed": True}
-    item = ports["trials"].get(spec.trial_id)
+    item = ports["trials"].items[spec.trial_id]
     assert item["status_cause"] == "not needed" and item["cancelled_by"] == NLP
     second = cancel(spec.trial_id, caller=caller, stopper=_stopper(ports), now=STAMP,
                     reason="again")
@@ -173,8 +175,8 @@ def test_another_teams_trial_reads_as_missing(spec: TrialSpec, ports: dict[str, 
     ):
         with pytest.raises(TrialNotFound):
             attempt()
-    assert ports["trials"].get(spec.trial_id)["status"] == "SUBMITTED"
-    assert visible(ports["trials"], spec.trial_id, who(ADMIN))["team"] == "team-nlp"  # the admin sees every team
+    assert ports["trials"].items[spec.trial_id]["status"] == "SUBMITTED"
+    assert visible(ports["trials"], spec.trial_id, who(ADMIN)).team == "team-nlp"  # the admin sees every team
 
 
 def test_an_override_waits_for_an_approver_who_is_not_its_submitter(example_trial: dict[str, Any],
@@ -183,7 +185,7 @@ def test_an_override_waits_for_an_approver_who_is_not_its_submitter(example_tria
                         "triage_override": {"route": "dual_track", "reason": "the kernels have NKI ports now"}})
     done = _submit(spec, ports, caller=NLP_LEAD)  # an approver submits: still needs another approver
     assert done.body["status"] == "PENDING_APPROVAL" and ports["workflow"].executions == {}
-    assert "triage_override routes the trial to dual_track" in done.body["approval"]["reasons"][0]
+    assert "triage_override routes the trial to dual_track" in obj(done.body["approval"])["reasons"][0]
     with pytest.raises(NotPermitted, match=r"submitted trial .* cannot approve") as raised:
         decide(spec.trial_id, approve=True, comment="fine by me", caller=who(NLP_LEAD), plane=_plane(ports), now=NOW)
     assert raised.value.role == "approver"
@@ -192,7 +194,7 @@ def test_an_override_waits_for_an_approver_who_is_not_its_submitter(example_tria
     approved = decide(spec.trial_id, approve=True, comment="kernels ported, go", caller=who(ADMIN),
                       plane=_plane(ports), now=NOW)
     assert approved["status"] == "SUBMITTED" and len(ports["workflow"].executions) == 1
-    record = ports["trials"].get(spec.trial_id)["approval"]
+    record = ports["trials"].items[spec.trial_id]["approval"]
     assert (record["status"], record["decided_as"], record["decided_at"]) == ("APPROVED", ADMIN, STAMP)
     assert record["decided_by"] == f"arn:aws:iam::{ACCOUNT}:role/platform-admin"  # the session's role
     with pytest.raises(DecisionConflict, match="is SUBMITTED, not PENDING_APPROVAL"):
@@ -204,12 +206,12 @@ def test_a_trial_over_the_teams_approval_threshold_waits_and_a_rejection_starts_
     governance = _governed(approval_threshold_usd="1000")
     done = _submit(spec, ports, governance=governance)  # worst case 3,500.23 USD
     assert done.body["status"] == "PENDING_APPROVAL"
-    assert "above the team's approval_threshold_usd 1000 USD" in done.body["approval"]["reasons"][0]
+    assert "above the team's approval_threshold_usd 1000 USD" in obj(done.body["approval"])["reasons"][0]
     lead = who(NLP_LEAD, governance)
     rejected = decide(spec.trial_id, approve=False, comment="run it at 4 h first", caller=lead, plane=_plane(ports),
                       now=NOW)
     assert rejected["status"] == "REJECTED" and ports["workflow"].executions == {}
-    assert ports["trials"].get(spec.trial_id)["status_cause"] == "rejected: run it at 4 h first"
+    assert ports["trials"].items[spec.trial_id]["status_cause"] == "rejected: run it at 4 h first"
 
 
 def test_two_approvers_racing_record_one_decision(spec: TrialSpec, ports: dict[str, Any]) -> None:
@@ -218,9 +220,9 @@ def test_two_approvers_racing_record_one_decision(spec: TrialSpec, ports: dict[s
     _submit(spec, ports, governance=governance)
 
     class Interleaved(fakes.InMemoryTrials):
-        def get(self, trial_id: str) -> dict[str, Any] | None:
+        def get(self, trial_id: str) -> TrialRecord | None:
             item = super().get(trial_id)
-            if item and item["status"] == "PENDING_APPROVAL" and not getattr(self, "raced", False):
+            if item and item.status == "PENDING_APPROVAL" and not getattr(self, "raced", False):
                 self.raced = True  # the other approver's rejection lands between our read and our write
                 decide(trial_id, approve=False, comment="rejected first", caller=who(ADMIN, governance),
                        plane=Plane(trials=ports["trials"], artifacts=ports["artifacts"],
@@ -232,7 +234,7 @@ def test_two_approvers_racing_record_one_decision(spec: TrialSpec, ports: dict[s
         decide(spec.trial_id, approve=True, comment="approved second", caller=who(NLP_LEAD, governance),
                plane=Plane(trials=racing, artifacts=ports["artifacts"], workflow=ports["workflow"],
                            prices=load_price_table()), now=NOW)
-    assert ports["trials"].get(spec.trial_id)["approval"]["status"] == "REJECTED"
+    assert ports["trials"].items[spec.trial_id]["approval"]["status"] == "REJECTED"
     assert ports["workflow"].executions == {}
 
 
@@ -242,14 +244,14 @@ def test_a_cancel_during_submission_is_never_lost(spec: TrialSpec, ports: dict[s
     trials = ports["trials"]
 
     class CancelledMeanwhile(fakes.InMemoryWorkflow):
-        def start(self, name: str, payload: dict[str, Any]) -> Started:
+        def start(self, name: str, execution_input: ExecutionInput) -> Started:
             cancel(name, caller=who(NLP), stopper=Stopper(trials, self, fakes.InMemoryLedger()), now=STAMP,
                    reason="changed my mind")
-            return super().start(name, payload)
+            return super().start(name, execution_input)
 
     workflow = CancelledMeanwhile()
     done = _submit(spec, {**ports, "workflow": workflow})
-    item = trials.get(spec.trial_id)
+    item = trials.items[spec.trial_id]
     assert done.body["status"] == item["status"] == "CANCELLED"
     assert workflow.executions[item["execution_arn"]]["status"] == "ABORTED"
 
@@ -286,7 +288,7 @@ def test_quotas_refuse_a_submission_naming_the_quota_its_limit_use_and_when_it_f
 
 
 def test_the_worst_case_counts_every_attempt_batch_may_make(spec: TrialSpec, ports: dict[str, Any]) -> None:
-    one = _submit(spec, ports, max_attempts=1).body["worst_case_usd"]["total"]
+    one = obj(_submit(spec, ports, max_attempts=1).body["worst_case_usd"])["total"]
     ports = {"trials": fakes.InMemoryTrials(), "artifacts": fakes.InMemoryObjects(),
              "workflow": fakes.InMemoryWorkflow()}
     with pytest.raises(SubmissionRefused, match="limits"):  # 3 x 1,750.12 USD > limits.max_usd 4,000
@@ -300,8 +302,8 @@ def test_the_limits_a_running_trial_is_held_to_are_frozen_on_it_at_submission(
                                    "write_bytes_per_trial": 10**12, "write_requests_per_trial": 50_000})
     done = _submit(spec, ports, governance=governance)
     # failed_retries_per_run 0: Batch's second attempt would be stopped, so the worst case counts one attempt
-    assert float(done.body["worst_case_usd"]["total"]) == pytest.approx(1750.12, abs=0.01)
-    item = ports["trials"].get(spec.trial_id)
+    assert float(obj(done.body["worst_case_usd"])["total"]) == pytest.approx(1750.12, abs=0.01)
+    item = ports["trials"].items[spec.trial_id]
     assert item["run_limits"] == {
         "max_usd": {"value": "3600", "source": "team team-nlp quota max_usd_per_trial"},  # tighter than 4,000
         "failed_retries_per_run": {"value": "0", "source": "team team-nlp quota failed_retries_per_run"},
@@ -332,7 +334,7 @@ def test_a_trial_declaring_another_neuron_sdk_than_the_image_is_refused_naming_b
         spec: TrialSpec, ports: dict[str, Any]) -> None:
     with pytest.raises(SubmissionRefused) as refused:
         _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.34.0"}})
-    (error,) = refused.value.detail["errors"]
+    (error,) = arr(refused.value.detail["errors"])
     assert error["path"] == "tracks.trn2.neuron_sdk"
     assert "declares Neuron SDK 2.33.0, but this stage's Trainium2 image pins 2.34.0" in error["message"]
     assert ports["trials"].get(spec.trial_id) is None  # nothing stored, nothing started
@@ -345,11 +347,12 @@ def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_
     assert "follows" not in first.body or first.body["follows"] is None
     rerun = parse_trial({**example_trial, "name": "lr-sweep", "learning_rate": 0.0005})
     same = _submit(rerun, ports, now=NOW + timedelta(minutes=5))
-    assert same.body["follows"]["trial_id"] == spec.trial_id
-    assert same.body["follows"]["same_key"] is True
-    assert same.body["follows"]["change_classes"] == ["data or hyper-parameters"]
+    follows = obj(same.body["follows"])
+    assert follows["trial_id"] == spec.trial_id
+    assert follows["same_key"] is True
+    assert follows["change_classes"] == ["data or hyper-parameters"]
     longer = parse_trial({**example_trial, "name": "seq8k", "sequence_length": 8192})
-    flow = _submit(longer, ports, now=NOW + timedelta(minutes=10)).body["follows"]
+    flow = obj(_submit(longer, ports, now=NOW + timedelta(minutes=10)).body["follows"])
     assert flow["trial_id"] == rerun.trial_id and flow["change_classes"] == ["training flow"]
     assert flow["components"] == ["sequence_length"]
 
@@ -366,17 +369,17 @@ def test_a_stage_with_a_compile_queue_plans_the_warm_up_compile_stage(spec: Tria
     timeout of its own, a place in the worst case (trn2's price for the compile timeout) and in the queue counts."""
     plain = _submit(parse_trial({**spec.model_dump(mode="json"), "name": "plain"}), ports)
     done = _submit(spec, ports, targets=_with_compile_queue(), compile_timeout_s=1800)
-    payload = ports["workflow"].executions[ports["trials"].get(spec.trial_id)["execution_arn"]]["input"]
+    payload = ports["workflow"].executions[ports["trials"].items[spec.trial_id]["execution_arn"]]["input"]
     assert payload["jobs"]["compile"] == {**payload["jobs"]["trn2"],
                                           "queue": "dualtrack-test-trn2-trn2-48xlarge-compile"}
     assert payload["run_dirs"]["trn2-compile"].endswith(f"trials/{spec.trial_id}/trn2-compile")
     assert payload["compile_timeout_s"] == 1800
-    worst, before = done.body["worst_case_usd"], plain.body["worst_case_usd"]
+    worst, before = obj(done.body["worst_case_usd"]), obj(plain.body["worst_case_usd"])
     assert "trn2-compile" in worst and "trn2-compile" not in before
     # Each attempt of the training run may take max_hours (12 h), of the compile stage its timeout (0.5 h).
     assert float(worst["trn2-compile"]) == pytest.approx(float(before["trn2"]) * 0.5 / 12, rel=1e-3)
     assert float(worst["total"]) == pytest.approx(float(before["total"]) + float(worst["trn2-compile"]), abs=0.02)
-    assert ports["trials"].get(spec.trial_id)["queues"]["trn2-compile"] == "dualtrack-test-trn2-trn2-48xlarge-compile"
+    assert ports["trials"].items[spec.trial_id]["queues"]["trn2-compile"] == "dualtrack-test-trn2-trn2-48xlarge-compile"
 
 
 def test_the_compile_quota_counts_compile_jobs_across_compile_queues(spec: TrialSpec, ports: dict[str, Any],
