@@ -15,12 +15,18 @@ from lambdas.domain.vocabulary import track_of
 _ENVIRONMENT = {"python": "3.11.9", "torch": "2.5.1", "hostname": "test-host"}
 
 
+# The device each track trains on: a verdict is given only on real devices, so a builder's default is one. A test of
+# a rehearsal passes backend="cpu" (or "compiled") with stand_in=True.
+DEVICE = {"gpu": "cuda", "trn2": "neuron"}
+
+
 def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
-    """A RunSummary of ``run``'s first attempt that trained 1000 steps on the CPU stand-in, with ``fields`` over it
-    (nested records as dicts or models)."""
+    """A RunSummary of ``run``'s first attempt that trained 1000 steps on its track's device (cuda, neuron), with
+    ``fields`` over it (nested records as dicts or models)."""
     base: dict[str, Any] = {
         "trial_id": "trial-1", "run": run, "track": track_of(run), "attempt": 1,
-        "backend": "cpu", "stand_in": True, "precision": "bf16", "status": "succeeded", "exit_code": 0,
+        "backend": DEVICE[track_of(run)], "stand_in": False, "precision": "bf16", "status": "succeeded",
+        "exit_code": 0,
         "global_step": 1000, "max_steps": 1000, "start_step": 0, "environment": _ENVIRONMENT,
         "started_at": "2026-11-20T09:00:00Z", "ended_at": "2026-11-20T10:00:00Z",
     }

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from dualtrack.commands._common import CommandError, load_trial, print_problems
 from dualtrack.local.progress import Progress
-from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
+from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
 from dualtrack.output_option import add_json_option
+from lambdas.domain.json_types import JsonObject
 from lambdas.domain.trial import Problem, TrialSpec, s3_inputs
 
 HELP = """\
@@ -75,6 +76,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 EXIT_CANNOT_REHEARSE = 8
 
 
+def json_result(result: RehearsalResult) -> JsonObject:
+    """What ``--json`` prints. A report made on stand-ins carries ``stand_in: true`` and its rehearsal outcome,
+    never a verdict: cheaper, not cheaper and inconclusive are answers about real devices."""
+    report = result.report or {}
+    comparison = report.get("comparison")
+    comparison = comparison if isinstance(comparison, dict) else {}
+    stand_in = bool(report.get("stand_in"))
+    out: JsonObject = {"trial_id": result.trial_id, "status": result.status, "succeeded": result.succeeded,
+                       "out": str(result.out), "wall_s": round(result.wall_s, 1), "stand_in": stand_in}
+    if stand_in:
+        out["rehearsal"] = comparison.get("rehearsal")
+    else:
+        out["verdict"] = comparison.get("verdict")
+    out["headline"] = comparison.get("headline")
+    out["network_denied"] = [{"job": j, "service": svc, "reason": why} for j, svc, why in result.network_denied]
+    out["files"] = [str(p) for p in result.files]
+    return out
+
+
 def rehearsal_problems(spec: TrialSpec) -> list[Problem]:
     """Why this machine cannot rehearse a valid trial: the rehearsal runs without AWS, so every input must be a
     local file it uploads (data) or a model built in code (``model.config``); nothing under s3:// exists here."""
@@ -103,13 +123,7 @@ def run_local(args: argparse.Namespace) -> int:
     try:
         if args.json:
             result = Rehearsal(spec, options, progress=Progress(io.StringIO(), quiet=True)).run()
-            comparison = (result.report or {}).get("comparison") or {}
-            print(json.dumps({"trial_id": result.trial_id, "status": result.status, "succeeded": result.succeeded,
-                              "out": str(result.out), "wall_s": round(result.wall_s, 1),
-                              "verdict": comparison.get("verdict"), "headline": comparison.get("headline"),
-                              "network_denied": [{"job": j, "service": svc, "reason": why}
-                                                 for j, svc, why in result.network_denied],
-                              "files": [str(p) for p in result.files]}, indent=2))
+            print(json.dumps(json_result(result), indent=2))
             return 0 if result.succeeded else 1
         rehearsal = Rehearsal(spec, options)
         try:

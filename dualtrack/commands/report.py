@@ -182,7 +182,7 @@ class ComparisonView(BaseModel):
 
     trial_id: str
     generated_at: str | None
-    verdict: str
+    verdict: str  # the verdict, or "rehearsal passed/failed" for a run on stand-ins (which gives none)
     headline: str
     hit_rate: float | None
     steady_cost_ratio: IntervalView | None
@@ -212,7 +212,8 @@ def comparison_view(report: TrialReport) -> ComparisonView:
                                      total_usd=stage.cost.total_usd, first_compile_s=stage.compile_s,
                                      cache_by_attempt=stage.cache_by_attempt)
     comparison = report.comparison
-    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at, verdict=comparison.verdict,
+    outcome = f"rehearsal {comparison.rehearsal}" if comparison.rehearsal else str(comparison.verdict)
+    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at, verdict=outcome,
                           headline=comparison.headline, hit_rate=report.compile.hit_rate,
                           steady_cost_ratio=comparison.steady_cost_ratio, cost_ratio=comparison.cost_ratio,
                           checks={c.check: c.status for c in report.acceptance}, runs=runs)

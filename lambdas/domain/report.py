@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Literal
 
 from lambdas.domain.baseline import Baseline
 from lambdas.domain.baseline import compare as compare_baseline
@@ -685,6 +686,7 @@ HEADLINES: dict[Verdict, str] = {
     "inconclusive": "Inconclusive",
     "stay_on_gpu": "Stay on GPU",
 }
+REHEARSAL_HEADLINES = {"passed": "Pipeline rehearsal passed", "failed": "Pipeline rehearsal failed"}
 STAND_IN_NOTE = ("This run used stand-ins for the accelerators ({backends}): it proves the pipeline, not the "
                  "hardware; its times and costs say nothing about Trainium2 or the GPU.")
 
@@ -705,6 +707,35 @@ def headline(verdict: Verdict, reasons: Sequence[str], steady: Interval | None, 
     if stand_ins:
         sentence += " " + STAND_IN_NOTE.format(backends=", ".join(stand_ins))
     return sentence
+
+
+def rehearsal_outcome(checks: Sequence[Check], tracks: Mapping[str, TrackRecord], stage: CompileStage | None,
+                      reasons: Sequence[str] = ()) -> tuple[Literal["passed", "failed"], str]:
+    """A run on stand-ins proves the pipeline, not the hardware, so it gets no verdict, only whether the pipeline
+    worked: every run that had to train trained and left usable evidence (a Trainium2 run that failed counts as
+    recovered when the GPU fallback took over and succeeded), and no acceptance check failed. Cost ratios and
+    their noise say nothing about stand-ins and do not enter."""
+    fallback = tracks.get("gpu-fallback")
+    recovered = fallback is not None and fallback.status == "succeeded"
+    problems = [f"{run} {problem}" for run, track in tracks.items() for problem in track.unusable]
+    problems += [f"the {run} run ended {track.status or 'without a summary'}" for run, track in tracks.items()
+                 if track.status != "succeeded" and not (run == "trn2" and recovered)]
+    if stage is not None and stage.status not in ("succeeded", "skipped") and not recovered:
+        problems.append(f"the warm-up compile stage ended {stage.status}")
+    problems += [f"{c.check}: {c.detail}" for c in checks if c.status == "fail"]
+    if problems:
+        return "failed", problems[0]
+    ran = ", ".join(sorted(tracks))
+    passed = f"every run ({ran}) trained, checkpointed where due and was costed, and no check failed"
+    if recovered and reasons:  # the recovery path was exercised: say what it recovered from
+        passed = f"{reasons[0]}; {passed}"
+    return "passed", passed
+
+
+def rehearsal_headline(outcome: tuple[Literal["passed", "failed"], str], tracks: Mapping[str, TrackRecord]) -> str:
+    stand_ins = sorted({f"{run} on {t.backend}" for run, t in tracks.items() if t.stand_in})
+    return (f"{REHEARSAL_HEADLINES[outcome[0]]}: {outcome[1]}. Its figures are pipeline evidence from stand-ins "
+            f"({', '.join(stand_ins)}), not measurements of Trainium2 or the GPU, so it gives no verdict.")
 
 
 def _facts(tracks: Mapping[str, TrackRecord], checks: Sequence[Check], steady: Interval | None,
@@ -942,6 +973,8 @@ def build_trial_report(
     if stopped is not None:
         reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
     ratio = _cost_ratio(tracks, stage)
+    stand_in = any(t.stand_in for t in tracks.values())
+    rehearsal = rehearsal_outcome(checks, tracks, stage, reasons) if stand_in else None
     return TrialReport(
         report_version=REPORT_VERSION,
         trial_id=spec.trial_id,
@@ -966,13 +999,15 @@ def build_trial_report(
             steady_cost_ratio=None if steady is None else _interval_view(steady),
             steady_cost_ratio_basis="trn2 / gpu cost per effective step at steady state: each track's median step "
                                     "time x its price per second (all nodes), with a bootstrap interval",
-            verdict=verdict,
-            headline=headline(verdict, reasons, steady, tracks),
+            verdict=None if rehearsal is not None else verdict,
+            rehearsal=rehearsal[0] if rehearsal is not None else None,
+            headline=(rehearsal_headline(rehearsal, tracks) if rehearsal is not None
+                      else headline(verdict, reasons, steady, tracks)),
             facts=_facts(tracks, checks, steady, ratio),
             reasons=reasons,
             caveats=_caveats(tracks, ledger),
         ),
-        stand_in=any(t.stand_in for t in tracks.values()),
+        stand_in=stand_in,
         stopped_by=stopped,
         baseline=baseline_view,
         samples=_samples(tracks),

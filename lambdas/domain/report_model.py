@@ -335,7 +335,10 @@ class Comparison(_Model):
     cost_ratio_basis: str
     steady_cost_ratio: IntervalView | None = None
     steady_cost_ratio_basis: str = ""
-    verdict: Verdict
+    verdict: Verdict | None = Field(description="the decision on real devices; null for a rehearsal on stand-ins")
+    rehearsal: Literal["passed", "failed"] | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="on stand-ins: whether the pipeline worked (no verdict is given on stand-ins)")
     headline: str = ""
     facts: list[str] = Field(default_factory=list)
     reasons: list[str]

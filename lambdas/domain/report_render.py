@@ -38,6 +38,8 @@ COLOURS = {"gpu": "#1f77b4", "trn2": "#d62728", "gpu-fallback": "#2ca02c"}
 DASHES = {"gpu": "", "trn2": "6 4", "gpu-fallback": "2 3"}
 COMPONENT_COLOURS = dict(zip(COMPONENTS, ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#b279a2"), strict=True))
 VERDICT_COLOURS = {"trn2_viable_cheaper": "#1a7f37", "trn2_viable_not_cheaper": "#9a6700", "stay_on_gpu": "#d62728"}
+# A rehearsal on stand-ins is not a verdict: its own colour, passed or failed, never the verdicts' green or red.
+REHEARSAL_COLOUR = "#3b6ea5"
 
 
 def _cell(value: Figure) -> str:
@@ -113,7 +115,9 @@ def _summary_lines(report: TrialReport) -> list[str]:
     if comparison.headline:
         out += [f"**{comparison.headline}**", ""] + [f"- {f}" for f in comparison.facts] + [""]
     out += [f"> Fidelity caveat: {c}" for c in comparison.caveats] + ([""] if comparison.caveats else [])
-    out += [f"Verdict code: `{comparison.verdict}`", ""] + [f"- {r}" for r in comparison.reasons] + [""]
+    code = (f"Rehearsal: `{comparison.rehearsal}` (stand-ins: no verdict)" if comparison.rehearsal
+            else f"Verdict code: `{comparison.verdict}`")
+    out += [code, ""] + [f"- {r}" for r in comparison.reasons] + [""]
     stacks = [f"{run}: {t.stack or t.backend}, PyTorch {t.torch or 'unknown'}, {t.execution}"
               for run, t in report.tracks.items()]
     out += ["Training stacks: " + "; ".join(stacks), ""]
@@ -612,7 +616,8 @@ def _context(report: TrialReport) -> HtmlContext:
         baseline_line=_baseline_line(report.baseline), loss=loss_chart(tracks),
         cost_chart=Markup(_cost_chart(tracks)), timeline_chart=Markup(_timeline_chart(report.timeline)),
         parallel=[(run, t.parallel) for run, t in tracks.items() if t.parallel], fmt=_cell,
-        verdict_colour=VERDICT_COLOURS.get(report.comparison.verdict, "#777"),
+        verdict_colour=(REHEARSAL_COLOUR if report.comparison.rehearsal
+                        else VERDICT_COLOURS.get(str(report.comparison.verdict), "#777")),
     )
 
 

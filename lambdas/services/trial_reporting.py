@@ -84,13 +84,17 @@ class WrittenReport:
     """Where a trial's report was written, and its verdict."""
 
     report_uri: str
-    verdict: str
+    verdict: str | None  # None for a rehearsal on stand-ins, which gives none
     markdown_uri: str
     html_uri: str
+    rehearsal: str | None = None
 
     def as_json(self) -> JsonObject:
-        return {"report_uri": self.report_uri, "verdict": self.verdict, "markdown_uri": self.markdown_uri,
-                "html_uri": self.html_uri}
+        out: JsonObject = {"report_uri": self.report_uri, "verdict": self.verdict, "markdown_uri": self.markdown_uri,
+                           "html_uri": self.html_uri}
+        if self.rehearsal is not None:
+            out["rehearsal"] = self.rehearsal
+        return out
 
 
 def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Ledger, generated_at: str,
@@ -109,6 +113,7 @@ def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Led
     artifacts.put_text(base + "report.md", render_markdown(report), "text/markdown; charset=utf-8")
     artifacts.put_text(base + "report.html", render_html(report), "text/html; charset=utf-8")
     return WrittenReport(report_uri=artifacts.uri(base + "report.json"), verdict=report.comparison.verdict,
+                         rehearsal=report.comparison.rehearsal,
                          markdown_uri=artifacts.uri(base + "report.md"), html_uri=artifacts.uri(base + "report.html"))
 
 

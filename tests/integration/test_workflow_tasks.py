@@ -122,7 +122,9 @@ def test_report_status_and_scheduled_cost_report(aws: dict[str, Any], example: d
         "max_rel_loss_delta": 0.01,
         "resume_eval": None,
     }
-    assert out["verdict"] == report["comparison"]["verdict"] == "inconclusive"  # no gpu run in this scenario
+    # A stand-in run gives no verdict, only whether the pipeline worked (this one trained, resumed and was costed).
+    assert out["verdict"] is None and report["comparison"]["verdict"] is None
+    assert out["rehearsal"] == report["comparison"]["rehearsal"] == "passed"
     html = aws["s3"].get_object(Bucket="artifacts", Key=f"trials/{trial_id}/report/report.html")["Body"].read()
     assert b"<svg" in html and b"<script" not in html
 
