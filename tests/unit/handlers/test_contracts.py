@@ -91,3 +91,35 @@ def test_every_handler_checks_its_settings_before_anything_else(name: str, monke
     with pytest.raises(SettingsInvalid, match=r"(LEDGER|TRIALS)_TABLE: .*DynamoDB (ledger|trials) table"):
         module.handler({}, None)
     assert module.compose.cache_info().currsize == 0
+
+
+def test_the_first_request_freezes_what_init_built_and_requests_are_still_collected() -> None:
+    """INIT's objects live as long as the execution environment, so the first invocation moves them out of the
+    collector's sight (``gc.freeze()``, https://docs.python.org/3/library/gc.html#gc.freeze); cycles a request makes
+    are still collected. In a fresh interpreter, so this test process is left as it was."""
+    code = (
+        "import gc, importlib\n"
+        "module = importlib.import_module('lambdas.handlers.set_trial_status')\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "from lambdas.runtime.settings import SettingsInvalid\n"
+        "try:\n"
+        "    module.handler({}, None)\n"
+        "except SettingsInvalid:\n"
+        "    pass\n"
+        "frozen = gc.get_freeze_count()\n"
+        "assert frozen > 10_000, frozen\n"
+        "try:\n"
+        "    module.handler({}, None)\n"
+        "except SettingsInvalid:\n"
+        "    pass\n"
+        "assert gc.get_freeze_count() == frozen  # once per environment\n"
+        "class Node:\n"
+        "    pass\n"
+        "a, b = Node(), Node()\n"
+        "a.other, b.other = b, a\n"
+        "del a, b\n"
+        "assert gc.collect() >= 2\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
