@@ -7,9 +7,10 @@ PY     := $(VENV)/bin/python
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out/rehearsal
+LOCK   := requirements/lock.txt
 
 .PHONY: help install demo check lint typecheck test test-fast test-unit test-infra test-integration test-e2e bench \
-        check-xla check-gpu synth clean
+        check-xla check-gpu synth clean lock
 
 help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/latest/)"
@@ -23,13 +24,26 @@ help:
 install: $(STAMP)
 
 # torch==2.13.0 first: it is the CPU build on local disk; an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml package.json
+# Then the lock (every extra and the test tools, pinned), then the project itself, which resolves nothing more.
+$(STAMP): pyproject.toml $(LOCK) package.json
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[train,dev]'
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# Re-resolve $(LOCK) from pyproject.toml (every extra) and requirements/lock.in, with this machine's pip settings
+# (its find-links hold the CPU torch), in a throwaway venv. Pins already in the lock are kept where they still fit;
+# `make lock UPGRADE=1` moves every pin to the newest release allowed. Then `make install`.
+lock:
+	@set -e; tool=$$(mktemp -d); trap 'rm -rf "$$tool"' EXIT; \
+	$(PYTHON) -m venv "$$tool"; \
+	"$$tool/bin/python" -m pip install --quiet pip==26.3 pip-tools==7.7.0; \
+	"$$tool/bin/pip-compile" --quiet --all-extras --strip-extras --no-emit-index-url --no-emit-find-links \
+	  --unsafe-package dualtrack --unsafe-package pip --unsafe-package setuptools $(if $(UPGRADE),--upgrade) \
+	  --output-file $(LOCK) pyproject.toml requirements/lock.in
 
 demo: install
 	$(BIN)/dualtrack local run examples/trial-rehearsal.json --out $(OUT)

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     *(f"dualtrack.commands.{n}" for n in ("submit", "approve", "status", "watch", "report", "cancel", "cache")),
     "dualtrack.commands.local",
     "dualtrack.commands.openapi",
+    "dualtrack.commands.completion",
 )
 
 # Commands registered by a module of another name.

@@ -21,8 +21,9 @@ DEVICE = {"gpu": "cuda", "trn2": "neuron"}
 
 
 def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
-    """A RunSummary of ``run``'s first attempt that trained 1000 steps on its track's device (cuda, neuron), with
-    ``fields`` over it (nested records as dicts or models)."""
+    """A RunSummary of ``run``'s first attempt that trained 1000 steps on its track's device (cuda, neuron) and
+    learned (its weights changed and its training loss fell), with ``fields`` over it (nested records as dicts or
+    models)."""
     base: dict[str, Any] = {
         "trial_id": "trial-1", "run": run, "track": track_of(run), "attempt": 1,
         "backend": DEVICE[track_of(run)], "stand_in": False, "precision": "bf16", "status": "succeeded",
@@ -32,7 +33,15 @@ def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
     }
     if fields.get("status") not in (None, "succeeded") and "exit_code" not in fields:
         base["exit_code"] = 1
-    return RunSummary.model_validate({**base, **fields})
+    merged = {**base, **fields}
+    if "loss" not in fields:  # a training loss that fell over the steps it ran
+        first, last = merged["start_step"] + 1, merged["global_step"]
+        merged["loss"] = {"per_step": [[first, 2.5], [last, 1.25]] if last > first else []}
+    if "learning" not in fields:  # its weights changed over the steps it ran (learning=None: no record)
+        merged["learning"] = {"weights_changed": True, "steps": max(0, merged["global_step"] - merged["start_step"]),
+                              "trainable_params": 4_194_304, "trainable_tensors": 128, "tensors_changed": 128,
+                              "norm_start": 12.5, "norm_end": 12.75}
+    return RunSummary.model_validate(merged)
 
 
 def run_cost(total: str | Decimal, run: str = "gpu", **fields: Any) -> RunCost:

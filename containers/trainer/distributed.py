@@ -52,6 +52,7 @@ class CommunicationRecord(TypedDict):
     statistics give it."""
 
     world_size: int
+    process_group: str | None
     measured: bool
     steps_timed: int
     communication_s: float
@@ -87,6 +88,7 @@ class CollectiveStats:
     """
 
     sample_every: int = 1
+    process_group: str | None = None  # the torch.distributed backend of the training collectives
     measured: bool = True
     untimed: list[str] = field(default_factory=list)
     use_events: bool = False
@@ -129,7 +131,8 @@ class CollectiveStats:
         """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``)."""
         self._resolve(wait=True)
         skews = self.skews
-        return {"world_size": world_size, "measured": self.measured, "steps_timed": self.steps,
+        return {"world_size": world_size, "process_group": self.process_group, "measured": self.measured,
+                "steps_timed": self.steps,
                 "communication_s": self.communication_s,
                 "communication_per_step_s": self.communication_s / self.steps if self.steps else None,
                 "sync_wait_median_s": statistics.median(skews) if skews else None,
@@ -176,7 +179,8 @@ class Distributed:
 
                 register_process_group()
             dist.init_process_group(backend.process_group, timeout=_collective_timeout())
-        stats = CollectiveStats(sample_every=_sample_every(backend), measured=not backend.collectives_in_graph,
+        stats = CollectiveStats(sample_every=_sample_every(backend), process_group=str(dist.get_backend()),
+                                measured=not backend.collectives_in_graph,
                                 use_events=backend.times_with_device_events)
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=backend, stats=stats,
                    synchronize=backend.synchronize,

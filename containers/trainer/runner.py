@@ -27,6 +27,7 @@ from trainer.data import BatchPlan, DataError, SampleStream, TokenisedSet, loss_
 from trainer.distributed import Distributed
 from trainer.faults import FaultPlan, ForcedFailure, PlannedFault, TerminationFlag, forced_failure_point
 from trainer.json_types import JsonValue
+from trainer.learning import Fingerprint, fingerprint, learning_record
 from trainer.metrics import CloudWatchPublisher, MetricsLog, NullPublisher, Progress, publishing_enabled
 from trainer.modeling import (
     build_model,
@@ -230,6 +231,7 @@ class Trainer:
 
         t = time.perf_counter()
         train = TokenisedSet.build(read_rows(spec.data.train_uri), self.tokenizer, spec.sequence_length)
+        record.data_samples = len(train)  # what data.samples declares: the report checks the two agree
         self.valid = TokenisedSet.build(read_rows(spec.data.validation_uri), self.tokenizer, spec.sequence_length)
         self.stream = SampleStream(train, spec.data.shuffle_seed)
         self.phases["data_load_s"] = time.perf_counter() - t
@@ -309,15 +311,16 @@ class Trainer:
     def _train(self) -> None:
         spec, record = self.spec, self.record
         record.fault_plan = FaultPlan.for_run(spec, self.cfg.track, self.cfg.attempt)
-        loop_started = time.perf_counter()
-        try:
-            self._loop(record.fault_plan)
-        finally:
-            self.checkpointer.close()
-            loop_s = time.perf_counter() - loop_started
-            self._finish_compile()
-            self.phases["train_s"] = max(0.0, loop_s - self.phases["eval_s"] - self.phases["checkpoint_save_s"]
-                                         - (self.phases["compile_s"] - self.cache_setup_s))
+        with self._reading_weights():
+            loop_started = time.perf_counter()
+            try:
+                self._loop(record.fault_plan)
+            finally:
+                self.checkpointer.close()
+                loop_s = time.perf_counter() - loop_started
+                self._finish_compile()
+                self.phases["train_s"] = max(0.0, loop_s - self.phases["eval_s"] - self.phases["checkpoint_save_s"]
+                                             - (self.phases["compile_s"] - self.cache_setup_s))
         record.final_samples = self._final_samples()
         record.validation_loss = record.evals.get(spec.max_steps)
 
@@ -517,6 +520,32 @@ class Trainer:
             if self.dist.is_main:
                 record.cache.publish(failed_error=(record.error or "the compile failed") if record.compile_failed
                                      else None, attempt=self.cfg.attempt)
+
+    @contextlib.contextmanager
+    def _reading_weights(self) -> Iterator[None]:
+        """The summary's ``learning`` record: the trainable weights read before the attempt's first optimizer step
+        and again after its last (a planned fault or an interruption included), outside the timed loop and on the
+        device they trained on, so before the final samples may move the model to the host. After any other failure
+        the device may be gone: no second reading, and no record. A reading never costs the attempt."""
+        before = self._fingerprint()
+        try:
+            yield
+        except (PlannedFault, _Interrupted):
+            self._record_learning(before)
+            raise
+        self._record_learning(before)
+
+    def _fingerprint(self) -> Fingerprint | None:
+        try:
+            return fingerprint(self.params)
+        except Exception as exc:
+            self.emit("weights_unread", error=f"{type(exc).__name__}: {exc}"[:500])
+            return None
+
+    def _record_learning(self, before: Fingerprint | None) -> None:
+        after = self._fingerprint() if before is not None else None
+        if before is not None and after is not None:
+            self.record.learning = learning_record(before, after, steps=len(self.record.losses))
 
     def _final_samples(self) -> list[FinalSample]:
         """Process 0 completes the fixed prompts (every process runs a sharded model's forward with it, on the

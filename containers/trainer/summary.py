@@ -19,6 +19,7 @@ from trainer.data import BatchPlan
 from trainer.distributed import CommunicationRecord
 from trainer.environment import environment_record
 from trainer.faults import FaultPlan
+from trainer.learning import LearningRecord
 from trainer.metrics import read_step_losses
 
 MAX_PER_STEP_POINTS = 2000
@@ -70,6 +71,7 @@ class CommunicationSummary(TypedDict, total=False):
     the world size for a single process (the schema's zeros apply)."""
 
     world_size: Required[int]
+    process_group: str | None
     measured: bool
     steps_timed: int
     communication_s: float
@@ -139,6 +141,8 @@ class AttemptRecord:
     error: str | None = None
     optimizer: OptimizerSettings | None = None
     communication: CommunicationRecord | None = None  # Distributed.communication(); None for a single process
+    data_samples: int | None = None  # training samples (rows of data.train_uri) the attempt loaded
+    learning: LearningRecord | None = None  # trainer.learning: whether the optimizer steps reached the weights
 
 
 def _iso(ts: float) -> str:
@@ -292,7 +296,9 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
         "memory_peak_mib": inputs.memory_peak_mib,
         "final_samples": inputs.final_samples,
         "validation_loss": inputs.validation_loss,
-        "environment": environment_record(backend.versions(), trn2.neuron_sdk if trn2 else None),
+        "learning": inputs.learning,
+        "environment": {**environment_record(backend.versions(), trn2.neuron_sdk if trn2 else None),
+                        "data_samples": None if inputs.data_samples is None else str(inputs.data_samples)},
         "started_at": _iso(inputs.started_at), "ended_at": _iso(datetime.now(UTC).timestamp()),
     }
     return RunSummary.model_validate(record)

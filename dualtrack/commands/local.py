@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from dualtrack.commands._common import CommandError, load_trial, print_problems
+from dualtrack.extras import EXIT_MISSING_EXTRA, extra_missing
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
 from dualtrack.output_option import add_json_option
@@ -40,7 +41,8 @@ What the network refuses is printed (`network: ...`) and fails the rehearsal, as
 
 exit codes: 0 the trial's workflow succeeded, 1 it failed (the report says why) or the network refused a job
 something, 2 invalid trial, 8 a valid trial this machine cannot rehearse (its model or data live in S3; the lines
-say what to change, and examples/trial-rehearsal.json is one that runs), 130 interrupted
+say what to change, and examples/trial-rehearsal.json is one that runs), 9 the rehearsal extra is not installed
+(pip install 'dualtrack[rehearsal]'), 130 interrupted
 
 examples:
   dualtrack local run examples/trial-rehearsal.json
@@ -109,6 +111,8 @@ def rehearsal_problems(spec: TrialSpec) -> list[Problem]:
 
 
 def run_local(args: argparse.Namespace) -> int:
+    if extra_missing("rehearsal", "dualtrack local run"):
+        return EXIT_MISSING_EXTRA
     try:
         spec = load_trial(args.trial, local=True)
     except CommandError as exc:

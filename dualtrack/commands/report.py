@@ -10,14 +10,15 @@ import webbrowser
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from dualtrack.client.cli_support import add_connection_arguments, describe, emit_json, open_api, remote_command
-from dualtrack.client.display import RUN_ORDER, align_markdown_tables
+from dualtrack.client.display import align_markdown_tables
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
+from dualtrack.commands._compare import compared, comparison_json, render_comparison, render_comparison_html
 from lambdas.domain.canonical import json_text
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.report_model import IntervalView, TrialReport
+from lambdas.domain.report_model import TrialReport
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.services.cost_reporting import CostReport, TeamSection, render_cost_markdown, team_row
 
@@ -30,7 +31,8 @@ from its suffix unless --format is given); --open writes the HTML and opens it i
 Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).
 TRIAL_ID may also be a local report.json or a rehearsal's directory. --compare OTHER shows two reports side by side
 (verdicts, cost ratios with their intervals, each run's step time, cost, loss and checks): two trials, two
-rehearsals, or one of each.
+rehearsals, or one of each, a column per run titled by its trial id and the time its report was generated; as md,
+json or html (one file, differing figures highlighted; --out FILE.html, --format html or --open).
 
 `dualtrack report costs` shows the newest scheduled cost report for your team instead: the period (the stage's
 cost_report_period), spend by track and component, the trend against the period before, the month to date against
@@ -44,7 +46,8 @@ cache entry another trial has hit). A platform admin names a team with --team, o
   dualtrack report ID --open
   dualtrack report ID --format json | jq .comparison.verdict
   dualtrack report out/rehearsal/latest --compare out/rehearsal/20261205T101500Z-llama-pilot
-  dualtrack report TRIAL_A --compare TRIAL_B --format json""",
+  dualtrack report out/rehearsal/latest --compare out/rehearsal/20261205T101500Z-llama-pilot --out compare.html
+  dualtrack report TRIAL_A --compare TRIAL_B --format json | jq '.compared[].verdict'""",
 )
 FORMATS = ("md", "json", "html")
 SUFFIXES = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}
@@ -59,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--open", action="store_true", help="write the HTML report and open it in a browser")
     parser.add_argument("--compare", metavar="OTHER", help="a second trial id, report.json or rehearsal directory "
-                                                           "to show side by side (md or json)")
+                                                           "to show side by side (md, json or html)")
     add_connection_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -151,104 +154,6 @@ def load_report(args: argparse.Namespace, which: str) -> JsonObject:
     return loaded
 
 
-Cell = str | int | float | bool | None
-
-
-class RunFigures(BaseModel):
-    """One run's figures in --compare. The warm-up compile stage sets only some: the others are left out of its
-    JSON (``exclude_unset``) and read as None."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    status: str | None = None
-    steps: int | None = None
-    backend: str | None = None
-    stand_in: bool | None = None
-    step_time_s: IntervalView | None = None
-    total_usd: str | None = None
-    validation_loss: float | None = None
-    first_compile_s: int | float | None = None
-    cache_by_attempt: list[str] | None = None
-
-    def cells(self) -> dict[str, Cell]:
-        return {"status": self.status, "steps": self.steps, "backend": self.backend, "total USD": self.total_usd,
-                "validation loss": self.validation_loss, "first compile s": self.first_compile_s}
-
-
-class ComparisonView(BaseModel):
-    """The figures --compare puts side by side (its JSON: ``model_dump(mode="json", exclude_unset=True)``)."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    trial_id: str
-    generated_at: str | None
-    verdict: str  # the verdict, or "rehearsal passed/failed" for a run on stand-ins (which gives none)
-    headline: str
-    hit_rate: float | None
-    steady_cost_ratio: IntervalView | None
-    cost_ratio: float | None
-    checks: dict[str, str]
-    runs: dict[str, RunFigures]
-
-
-def _interval(view: IntervalView | None, digits: int = 3) -> str:
-    if not view:
-        return "-"
-    return f"{view.estimate:.{digits}g} [{view.low:.{digits}g}, {view.high:.{digits}g}]"
-
-
-def comparison_view(report: TrialReport) -> ComparisonView:
-    """The figures --compare puts side by side."""
-    runs = {run: RunFigures(status=track.status, steps=track.steps_completed, backend=track.backend,
-                            stand_in=track.stand_in,
-                            step_time_s=track.uncertainty.step_time_s if track.uncertainty else None,
-                            total_usd=track.cost.total_usd, validation_loss=track.loss.validation,
-                            first_compile_s=track.compile.first_compile_s,
-                            cache_by_attempt=track.compile.cache_by_attempt)
-            for run, track in report.tracks.items()}
-    stage = report.compile.stage
-    if stage:
-        runs[stage.run] = RunFigures(status=stage.status, backend=stage.backend, stand_in=stage.stand_in,
-                                     total_usd=stage.cost.total_usd, first_compile_s=stage.compile_s,
-                                     cache_by_attempt=stage.cache_by_attempt)
-    comparison = report.comparison
-    outcome = f"rehearsal {comparison.rehearsal}" if comparison.rehearsal else str(comparison.verdict)
-    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at, verdict=outcome,
-                          headline=comparison.headline, hit_rate=report.compile.hit_rate,
-                          steady_cost_ratio=comparison.steady_cost_ratio, cost_ratio=comparison.cost_ratio,
-                          checks={c.check: c.status for c in report.acceptance}, runs=runs)
-
-
-def _cell(value: Cell) -> str:
-    text = "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
-    return text.replace("|", "/")
-
-
-def render_comparison(a: TrialReport, b: TrialReport) -> str:
-    """Two reports side by side as one aligned Markdown table."""
-    left, right = comparison_view(a), comparison_view(b)
-    rows: list[tuple[str, Cell, Cell]] = [
-        ("trial", left.trial_id, right.trial_id), ("generated", left.generated_at, right.generated_at),
-        ("verdict", left.verdict, right.verdict),
-        ("steady cost ratio trn2/gpu [95%]", _interval(left.steady_cost_ratio), _interval(right.steady_cost_ratio)),
-        ("whole-trial cost ratio", left.cost_ratio, right.cost_ratio),
-        ("compile cache hit rate", left.hit_rate, right.hit_rate)]
-    for run in sorted(set(left.runs) | set(right.runs), key=RUN_ORDER.index):
-        one, two = left.runs.get(run, RunFigures()), right.runs.get(run, RunFigures())
-        theirs = two.cells()
-        rows += [(f"{run}: {label}", value, theirs[label]) for label, value in one.cells().items()]
-        rows.append((f"{run}: step time s [95%]", _interval(one.step_time_s), _interval(two.step_time_s)))
-        rows.append((f"{run}: cache by attempt", ", ".join(one.cache_by_attempt or []) or None,
-                     ", ".join(two.cache_by_attempt or []) or None))
-    for check in dict.fromkeys([*left.checks, *right.checks]):
-        rows.append((f"check: {check}", left.checks.get(check), right.checks.get(check)))
-    lines = [f"# {_cell(left.trial_id)} vs {_cell(right.trial_id)}", "",
-             f"- A: {left.headline or left.verdict}", f"- B: {right.headline or right.verdict}", "",
-             "| figure | A | B |", "|---|---|---|"]
-    lines += [f"| {_cell(name)} | {_cell(x)} | {_cell(y)} |" for name, x, y in rows]
-    return align_markdown_tables("\n".join(lines)) + "\n"
-
-
 @remote_command
 def run(args: argparse.Namespace) -> int:
     fmt = choose_format(args)
@@ -262,22 +167,32 @@ def run(args: argparse.Namespace) -> int:
     if args.team:
         raise ClientFailure("--team goes with `dualtrack report costs`, not a trial report", EXIT_INVALID)
     if args.compare:
-        if fmt == "html":
-            raise ClientFailure("--compare renders as md or json; drop --format html / --open", EXIT_INVALID)
-        a, b = (parse_report(load_report(args, which), "side by side", "upgrade dualtrack")
-                for which in (args.trial_id, args.compare))
-        text = (json.dumps({side: comparison_view(report).model_dump(mode="json", exclude_unset=True)
-                            for side, report in (("a", a), ("b", b))}, indent=2) + "\n"
-                if fmt == "json" else render_comparison(a, b))
-        if args.out:
-            write(Path(args.out).expanduser().resolve(), text)
-        else:
-            sys.stdout.write(text)
-        return EXIT_OK
+        return run_compare(args, fmt)
     report = load_report(args, args.trial_id)
-    text = render(report, fmt)
+    comparison = report.get("comparison")
+    trial_id = report.get("trial_id")
+    name = trial_id if isinstance(trial_id, str) else Path(args.trial_id).name  # args.trial_id may be a path
+    return deliver(args, fmt, render(report, fmt), what=f"report for {args.trial_id}",
+                   temp_name=f"dualtrack-report-{name}.html",
+                   answer={"trial_id": args.trial_id,
+                           "verdict": comparison.get("verdict") if isinstance(comparison, dict) else None})
+
+
+def run_compare(args: argparse.Namespace, fmt: str) -> int:
+    """TRIAL_ID beside --compare OTHER, a column each, titled by run: md, json or html."""
+    views = compared([(which, parse_report(load_report(args, which), "side by side", "upgrade dualtrack"))
+                      for which in (args.trial_id, args.compare)])
+    text = (json.dumps(comparison_json(views), indent=2) + "\n" if fmt == "json"
+            else render_comparison_html(views) if fmt == "html" else render_comparison(views))
+    return deliver(args, fmt, text, what="comparison of " + " and ".join(v.title for v in views),
+                   temp_name="dualtrack-compare-" + "-vs-".join(v.trial_id for v in views) + ".html",
+                   answer={"compared": [v.title for v in views]})
+
+
+def deliver(args: argparse.Namespace, fmt: str, text: str, *, what: str, temp_name: str, answer: JsonObject) -> int:
+    """``text`` to standard output, or to --out (with --open: written, a temporary file if no --out, and shown)."""
     if args.open and not args.out:
-        args.out = str(Path(tempfile.gettempdir()) / f"dualtrack-report-{args.trial_id}.html")
+        args.out = str(Path(tempfile.gettempdir()) / temp_name)
     if not args.out:
         sys.stdout.write(text)
         return EXIT_OK
@@ -285,10 +200,8 @@ def run(args: argparse.Namespace) -> int:
     write(path, text)
     opened = bool(args.open) and webbrowser.open(path.as_uri())
     if args.json:
-        comparison = report.get("comparison")
-        emit_json({"ok": True, "trial_id": args.trial_id, "format": fmt, "written": str(path), "opened": opened,
-                   "verdict": comparison.get("verdict") if isinstance(comparison, dict) else None})
+        emit_json({"ok": True, **answer, "format": fmt, "written": str(path), "opened": opened})
     else:
-        print(f"wrote {fmt} report for {args.trial_id} to {path}"
+        print(f"wrote {fmt} {what} to {path}"
               + (" and opened it" if opened else " (no browser found: open it yourself)" if args.open else ""))
     return EXIT_OK

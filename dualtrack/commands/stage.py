@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dualtrack.client.display import align_markdown_tables
+from dualtrack.extras import EXIT_MISSING_EXTRA, extra_missing
 from dualtrack.output_option import add_json_option
 from dualtrack.stage_cost import (
     ENDPOINT_GB,
@@ -60,7 +61,8 @@ from the versioned table dualtrack/data/{SHIPPED_TABLE} (source and confidence p
 estimate were not confirmed from AWS's own text, so check them in the AWS Pricing Calculator or pass your rates
 with --prices.
 
-exit codes: 0 priced, 1 the stage did not synthesize, 2 unknown or invalid stage, or no prices for its region
+exit codes: 0 priced, 1 the stage did not synthesize, 2 unknown or invalid stage, or no prices for its region,
+9 the deploy extra (the CDK app's libraries) is not installed: pip install 'dualtrack[deploy]'
 
 examples:
   dualtrack stage cost                                      # the default stage (cdk.json dualtrack:default-stage)
@@ -136,6 +138,8 @@ def run_cost(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"price table: {str(exc).splitlines()[0] if str(exc) else exc}", file=sys.stderr)
         return EXIT_USAGE
+    if extra_missing("deploy", "dualtrack stage cost"):
+        return EXIT_MISSING_EXTRA
     if not args.json:
         print(f"synthesizing stage {stage} (offline; reused while infra/, lambdas/, containers/ and cdk.json are "
               "unchanged) ...", file=sys.stderr)

@@ -8,7 +8,7 @@ import json
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from dualtrack.output_option import add_json_option
 from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
-from lambdas.domain.trial import gradient_accumulation_steps, track_layout
+from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, track_layout
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = """\
@@ -16,6 +16,9 @@ Check a trial JSON file against the trial schema and its rules: unknown fields, 
 instance types, parallel layouts (tensor x pipeline must divide the devices), batch arithmetic
 (effective_batch_size = micro_batch_size x data_parallel x gradient accumulation on every track) and fault
 placement. Each problem is printed as `FILE: field.path: what is wrong and what would be valid`.
+
+With --local the trial id shown is the one `dualtrack local run` gives the same file: a rehearsal stages local data
+files into the local stage's data bucket before submitting, and the id hashes the spec the API receives.
 
 exit codes: 0 valid, 2 invalid (or unreadable / malformed JSON)
 
@@ -34,12 +37,28 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.set_defaults(func=run)
 
 
+def as_submitted(spec: TrialSpec, *, local: bool) -> tuple[TrialSpec, str]:
+    """The spec whose id and hash the trial gets, and where its local data go (empty when nowhere): with --local,
+    the spec a rehearsal submits; outside a checkout (no cdk.json to name the bucket) the file's own."""
+    if not local:
+        return spec, ""
+    from dualtrack.local.staging import rehearsal_data_bucket, staged_trial
+
+    try:
+        staged = staged_trial(spec, rehearsal_data_bucket())
+    except (OSError, ValueError, KeyError, RuntimeError):
+        return spec, ""
+    where = ", ".join(dict.fromkeys(u.uri.rsplit("/", 1)[0] + "/" for u in staged.uploads))
+    return staged.spec, where
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         spec = load_trial(args.trial, local=args.local)
     except CommandError as exc:
         print_problems(args.trial, exc.problems, as_json=args.json)
         return 2
+    submitted, staged_to = as_submitted(spec, local=args.local)
     layouts = {name: track_layout(spec, name) for name in spec.track_names()}
     try:
         worst = worst_case_usd(spec, load_price_table(), attempts=DEFAULT_MAX_ATTEMPTS)
@@ -49,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         note = ""
     if args.json:
         print(json.dumps({
-            "valid": True, "file": args.trial, "trial_id": spec.trial_id, "spec_sha256": spec.spec_hash(),
+            "valid": True, "file": args.trial, "trial_id": submitted.trial_id, "spec_sha256": submitted.spec_hash(),
             "tracks": {name: {"devices_per_node": lay.devices_per_node, "nodes": lay.nodes,
                               "data_parallel": lay.data_parallel,
                               "gradient_accumulation_steps": gradient_accumulation_steps(spec, lay)}
@@ -57,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
             "worst_case_usd": {k: str(v) for k, v in worst.items()},
         }, indent=2))
         return 0
-    print(f"{args.trial}: valid trial {spec.trial_id}")
+    print(f"{args.trial}: valid trial {submitted.trial_id}")
+    if staged_to:
+        print(f"  id as rehearsed: `dualtrack local run` stages the local data files to {staged_to} first")
     for name, lay in layouts.items():
         print(f"  {name:5} {spec.track(name).instance_type} x{lay.nodes}: {lay.world_size} devices, "
               f"tp={lay.tensor_parallel} pp={lay.pipeline_parallel} dp={lay.data_parallel}, "

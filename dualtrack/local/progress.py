@@ -246,13 +246,26 @@ class TerminalProgress(Progress):
         elif kind == "step" and run == COMPILE_RUN:
             return
         elif kind == "step" and isinstance(step, int):
-            loss = record.get("loss")
-            self.bars.update(self._task(run), completed=step,
-                             note=f"loss {loss:.4f}" if isinstance(loss, int | float) else "")
+            loss, tps = record.get("loss"), record.get("tokens_per_s")
+            note = " ".join([*([f"loss {loss:.4f}"] if isinstance(loss, int | float) else []),
+                             *([f"{tps:,.0f} tok/s"] if isinstance(tps, int | float) else [])])
+            self.bars.update(self._task(run), completed=step, note=note)
             return  # the bar is the step line
+        elif kind == "compiled" and run == COMPILE_RUN:
+            self._finish(run, "compiled")
         elif kind == "done":
-            self.bars.update(self._task(run), note=str(record.get("status", "done")))
+            self._finish(run, str(record.get("status", "done")))
         super().job(job_name, record)
+
+    def _finish(self, run: str, note: str) -> None:
+        """The run's row stops where the run did: its spinner and elapsed time freeze (the warm-up compile stage's
+        row, which counts no steps, is marked complete)."""
+        task = self._task(run)
+        if run == COMPILE_RUN:
+            self.bars.update(task, total=1, completed=1, note=note)
+        else:
+            self.bars.update(task, note=note)
+        self.bars.stop_task(task)
 
     def close(self) -> None:
         self.bars.stop()

@@ -29,6 +29,7 @@ from dualtrack.local.environment import overlay
 from dualtrack.local.json_shapes import integer, json_object, optional_text
 from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
+from dualtrack.local.staging import REHEARSAL_STAGE, rehearsal_data_bucket, staged_trial
 from lambdas.domain import telemetry
 from lambdas.domain.compile_cache import EntryRejected, entry_name
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
@@ -57,7 +58,7 @@ class RehearsalOptions:
     fail_trn2: str | None = None  # compile | step | save: break the Trainium2 track to exercise the fallback
     quiet: bool = False
     timeout_s: float = 1800
-    stage: str = "local"  # cdk.json stage the rehearsal stands up (its data_buckets hold the staged data)
+    stage: str = REHEARSAL_STAGE  # cdk.json stage the rehearsal stands up (its data_buckets hold the staged data)
     no_capacity: str | None = None  # gpu | trn2: that track's job queue gets no instances (jobs stay RUNNABLE)
     state_dir: Path | None = None  # the local plane's state; default: one place per machine (local_state_dir)
 
@@ -122,7 +123,7 @@ class Rehearsal:
         self.options = options
         self.progress = progress or progress_for(quiet=options.quiet, max_steps=spec.max_steps)
         self.base = options.out
-        # Named by the trial's name: its id is the hash of the spec the API receives (data staged to S3).
+        # Named by the trial's name: its id is the hash of the spec the API receives (data staged to S3, staging.py).
         self.out = run_directory(options.out, spec.name)
         self.state_dir = options.state_dir or local_state_dir()
         self.session_policies: SessionPolicies | None = None
@@ -276,28 +277,14 @@ class Rehearsal:
         buckets the job role may read (the stage's ``data_buckets``)."""
         import boto3
 
-        from infra.config import stage_config
-        from infra.synth import REPO_ROOT
-        from lambdas.domain.trial import parse_trial
-
-        context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-        buckets = stage_config(context, self.options.stage).data_buckets
-        if not buckets:
-            raise RuntimeError(f"stage {self.options.stage!r} lists no data_buckets in cdk.json: the rehearsal "
-                               "stages local data files into the first one")
-        doc = self.spec.model_dump(mode="json", exclude_none=True)
-        s3, bucket = boto3.client("s3"), buckets[0]
+        bucket = rehearsal_data_bucket(self.options.stage)
+        staged = staged_trial(self.spec, bucket)  # the trial id `validate --local` shows comes from here too
+        s3 = boto3.client("s3")
         s3.create_bucket(Bucket=bucket)
-        for field_name in ("train_uri", "validation_uri"):
-            uri = doc["data"][field_name]
-            if uri.startswith("s3://"):
-                continue
-            path = Path(uri.removeprefix("file://"))
-            key = f"{self.spec.data.version}/{path.name}"
-            s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
-            doc["data"][field_name] = f"s3://{bucket}/{key}"
-            self.progress.phase(f"staged {path} -> s3://{bucket}/{key}")
-        self.spec = parse_trial(doc)
+        for upload in staged.uploads:
+            s3.put_object(Bucket=upload.bucket, Key=upload.key, Body=upload.path.read_bytes())
+            self.progress.phase(f"staged {upload.path} -> {upload.uri}")
+        self.spec = staged.spec
 
     def _submit(self, deployment: LocalDeployment) -> str:
         self._stage_data()

@@ -80,7 +80,7 @@ class FunctionFactory(Construct):
                                   encryption_key=self._log_key)
         variables = {
             **self._environment,
-            "POWERTOOLS_SERVICE_NAME": f"dualtrack-{module.replace('_', '-')}",
+            "POWERTOOLS_SERVICE_NAME": telemetry.service_name(module),
             "POWERTOOLS_METRICS_NAMESPACE": telemetry.NAMESPACE,
             # No pydantic plugins ship with the functions: skip scanning every installed distribution's entry
             # points when the first model class is built (pydantic.plugin._loader), a cold-start cost.

@@ -4,14 +4,23 @@ model on GPUs, read in the formats teams have, and the check that this trial's G
 Formats, told apart by content (never by file name alone):
 
 - the Hugging Face Trainer's ``trainer_state.json``: ``log_history`` entries with ``step`` and ``loss`` (training)
-  or ``eval_loss`` (evaluation);
-- this product's own ``metrics.jsonl``: one JSON record per line, ``kind`` ``step`` (``loss``) or ``eval``
-  (``loss``);
-- a CSV with a header naming ``step`` and ``loss``, and optionally ``eval_loss`` (empty cells are skipped).
+  or ``eval_loss`` (evaluation); its closing entry's ``train_runtime``, ``train_steps_per_second``,
+  ``train_samples_per_second`` (and ``train_tokens_per_second`` where the Trainer was asked for it), where present;
+- this product's own ``metrics.jsonl``: one JSON record per line, ``kind`` ``step`` (``loss``, and as the trainer
+  writes them ``step_time_s``, ``tokens``, ``samples``) or ``eval`` (``loss``), and the ``phases`` record's
+  ``memory_peak_mib``;
+- a CSV with a header naming ``step`` and ``loss``, and optionally ``eval_loss``, ``step_time_s``, ``tokens_per_s``
+  and ``memory_mib`` (empty cells are skipped).
+
+Per-step time, throughput and memory are optional: a log without them still gives the losses, and a figure it does
+not carry is None (never estimated here). A per-step time is the median of the logged steps' times (compile and
+warm-up steps do not move a median much), or the run's runtime over its steps where only that was logged.
 
 The GPU track reproduces the baseline when, at the steps both logged, the training loss agrees within the trial's
 ``loss_tolerance`` as a relative gap (the same margin, measured the same way, as the Trainium2 comparison's), and so
 does the validation loss where both have it. Only then does the Trainium2-against-GPU comparison mean what it says.
+A Trainium2 pilot (a trn2 run and no GPU track) is compared with the baseline itself, the same way
+(``lambdas.domain.pilot``).
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,6 +54,11 @@ class Baseline(_Model):
     format: Format
     train: dict[int, float] = Field(description="training loss by global step")
     eval: dict[int, float] = Field(default_factory=dict, description="validation loss by global step")
+    step_time_s: float | None = Field(default=None, description="seconds per training step, where the log has it")
+    tokens_per_s: float | None = Field(default=None, description="training tokens per second, where logged")
+    samples_per_s: float | None = Field(default=None, description="training samples per second, where logged")
+    memory_mib: float | None = Field(default=None, description="peak accelerator memory in MiB, where logged")
+    throughput_basis: str = Field(default="", description="where the per-step time and throughput were read from")
 
 
 def _finite(value: Any, where: str) -> float:
@@ -69,12 +84,28 @@ def _step(value: Any, where: str) -> int:
     return number
 
 
+def _positive(value: Any, where: str) -> float | None:
+    """An optional rate or duration: None when absent or zero (the Trainer rounds a slow rate to 0.0)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    number = _finite(value, where)
+    if number < 0:
+        raise BaselineInvalid(f"{where}: {value!r} is negative")
+    return number or None
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def _from_trainer_state(document: JsonMapping) -> Baseline:
     history = document.get("log_history")
     if not isinstance(history, list):
         raise BaselineInvalid("trainer_state.json: log_history is not a list")
     train: dict[int, float] = {}
     evaluation: dict[int, float] = {}
+    closing: dict[str, float | None] = {}
+    steps: int | None = None
     for index, entry in enumerate(history):
         if not isinstance(entry, Mapping) or "step" not in entry:
             continue
@@ -84,12 +115,29 @@ def _from_trainer_state(document: JsonMapping) -> Baseline:
             train[step] = _finite(entry["loss"], f"{where}.loss")
         if "eval_loss" in entry:
             evaluation[step] = _finite(entry["eval_loss"], f"{where}.eval_loss")
-    return Baseline(format="trainer_state", train=train, eval=evaluation)
+        if "train_runtime" in entry:  # the closing entry: the whole run's figures
+            steps = step
+            closing = {key: _positive(entry.get(key), f"{where}.{key}") for key in (
+                "train_runtime", "train_steps_per_second", "train_samples_per_second", "train_tokens_per_second")}
+    per_second = closing.get("train_steps_per_second")
+    runtime = closing.get("train_runtime")
+    step_time: float | None = None
+    basis = ""
+    if per_second:
+        step_time, basis = 1 / per_second, "1 / train_steps_per_second of the closing log_history entry"
+    elif runtime and steps:
+        step_time, basis = runtime / steps, f"train_runtime over its {steps} steps (the closing log_history entry)"
+    return Baseline(format="trainer_state", train=train, eval=evaluation, step_time_s=step_time,
+                    tokens_per_s=closing.get("train_tokens_per_second"),
+                    samples_per_s=closing.get("train_samples_per_second"), throughput_basis=basis)
 
 
 def _from_jsonl(text: str) -> Baseline:
     train: dict[int, float] = {}
     evaluation: dict[int, float] = {}
+    times: list[float] = []
+    tokens = samples = timed = 0.0  # totals over the steps that logged their time and count
+    memory: list[float] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -97,12 +145,28 @@ def _from_jsonl(text: str) -> Baseline:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BaselineInvalid(f"metrics.jsonl line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(record, Mapping) or record.get("kind") not in ("step", "eval"):
+        if not isinstance(record, Mapping):
             continue
         where = f"metrics.jsonl line {number}"
+        if record.get("kind") == "phases":
+            peak = _positive(record.get("memory_peak_mib"), f"{where} memory_peak_mib")
+            memory += [peak] if peak else []
+        if record.get("kind") not in ("step", "eval"):
+            continue
         target = train if record["kind"] == "step" else evaluation
         target[_step(record.get("step"), where)] = _finite(record.get("loss"), f"{where} loss")
-    return Baseline(format="metrics_jsonl", train=train, eval=evaluation)
+        seconds = _positive(record.get("step_time_s"), f"{where} step_time_s") if record["kind"] == "step" else None
+        if seconds:
+            times.append(seconds)
+            count = _positive(record.get("tokens"), f"{where} tokens")
+            if count:  # throughput only over the steps that logged both their time and their tokens
+                timed += seconds
+                tokens += count
+                samples += _positive(record.get("samples"), f"{where} samples") or 0.0
+    return Baseline(format="metrics_jsonl", train=train, eval=evaluation, step_time_s=_median(times),
+                    tokens_per_s=tokens / timed if timed else None, samples_per_s=samples / timed if samples else None,
+                    memory_mib=max(memory, default=None),
+                    throughput_basis=f"median step_time_s of {len(times)} step records" if times else "")
 
 
 def _from_csv(text: str) -> Baseline:
@@ -113,6 +177,7 @@ def _from_csv(text: str) -> Baseline:
                               "optionally eval_loss)")
     train: dict[int, float] = {}
     evaluation: dict[int, float] = {}
+    optional: dict[str, list[float]] = {"step_time_s": [], "tokens_per_s": [], "memory_mib": []}
     for number, row in enumerate(rows, start=2):
         where = f"CSV line {number}"
         step = _step(row[fields["step"]], where)
@@ -120,7 +185,14 @@ def _from_csv(text: str) -> Baseline:
             train[step] = _finite(row[fields["loss"]], f"{where} loss")
         if "eval_loss" in fields and (row[fields["eval_loss"]] or "").strip():
             evaluation[step] = _finite(row[fields["eval_loss"]], f"{where} eval_loss")
-    return Baseline(format="csv", train=train, eval=evaluation)
+        for column, values in optional.items():
+            value = _positive(row[fields[column]], f"{where} {column}") if column in fields else None
+            values += [value] if value else []
+    times = optional["step_time_s"]
+    return Baseline(format="csv", train=train, eval=evaluation, step_time_s=_median(times),
+                    tokens_per_s=_median(optional["tokens_per_s"]),
+                    memory_mib=max(optional["memory_mib"], default=None),
+                    throughput_basis=f"median step_time_s of {len(times)} CSV rows" if times else "")
 
 
 def parse_baseline(data: bytes, name: str = "") -> Baseline:
@@ -176,7 +248,8 @@ def _worst(ours: Mapping[int, float], theirs: Mapping[int, float]) -> tuple[int,
 
 def compare(baseline: Baseline, train: Mapping[int, float], evaluation: Mapping[int, float],
             tolerance: float) -> BaselineComparison:
-    """The GPU track's losses (by global step) against the baseline's, within ``tolerance`` (relative)."""
+    """A track's losses (by global step) against the baseline's, within ``tolerance`` (relative): the GPU track's,
+    or a Trainium2 pilot's trn2 run's."""
     train_n, train_delta = _worst(train, baseline.train)
     eval_n, eval_delta = _worst(evaluation, baseline.eval)
     if train_n + eval_n < MIN_SHARED_STEPS:

@@ -12,9 +12,13 @@ Instance time is split by what the trainer reported it spent each attempt's bill
   (node restart, data reload, compile-artefact restore); train time of redone steps -> failed_reruns; the rest of
   train and eval -> effective_training; checkpoint save -> checkpoint_storage.
 - the warm-up compile stage (run ``trn2-compile``): all of its instance time, every attempt -> compile.
+- queue time (SUBMITTED, or the previous attempt's end, to STARTING), every attempt of every run -> queue_environment,
+  where the capacity is paid while a job waits for it (reserved capacity, a Capacity Block: ``prices.Capacity``);
+  on on-demand and Spot capacity no instance runs yet and it costs nothing. The price's ``basis`` says which.
 
-The instance-time components add up exactly (to the micro-dollar) to billed instance seconds x hourly price x
-nodes; S3 storage and requests are added to checkpoint_storage on top. All arithmetic is Decimal.
+The instance-time components add up exactly (to the micro-dollar) to (billed instance seconds + billed queue
+seconds) x hourly price x nodes; S3 storage and requests are added to checkpoint_storage on top. All arithmetic is
+Decimal.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.prices import HOURS, PriceTable
+from lambdas.domain.prices import CAPACITY_BASIS, HOURS, Capacity, PriceTable
 from lambdas.domain.vocabulary import COMPILE_RUN
 
 Component = Literal[
@@ -61,7 +65,9 @@ class Phases(_Model):
 class AttemptUsage(_Model):
     attempt: int = Field(ge=1)
     billed_seconds: Decimal = Field(ge=0, description="instance time of the attempt: STARTING (else RUNNING) to end")
-    queue_seconds: Decimal = Field(default=Decimal(0), ge=0, description="SUBMITTED to STARTING; no instance billed")
+    queue_seconds: Decimal = Field(default=Decimal(0), ge=0, description=(
+        "SUBMITTED (or the previous attempt's end) to STARTING; billed only on capacity paid while jobs wait for it "
+        "(reserved, Capacity Block)"))
     phases: Phases = Field(default_factory=Phases)
     start_step: int = Field(default=0, ge=0)
     end_step: int = Field(default=0, ge=0)
@@ -90,6 +96,9 @@ class PriceUsed(_Model):
     hourly_usd: Decimal
     confidence: str
     table_version: str
+    capacity: Capacity = "on_demand"
+    basis: str = Field(default="", description="when the capacity is paid for, so what the cost bills (queue time or "
+                                               "not)")
 
 
 class CostBreakdown(_Model):
@@ -115,6 +124,9 @@ class RunCost(CostBreakdown):
     storage_usd: Decimal
     billed_instance_seconds: Decimal
     queue_seconds: Decimal
+    billed_queue_seconds: Decimal = Field(
+        default=Decimal(0), description="queue time billed at the instance rate (x nodes not applied): all of it on "
+        "reserved capacity or a Capacity Block, none on on-demand or Spot capacity")
     seconds: dict[str, Decimal] = Field(description="instance seconds per component (x nodes not applied)")
     effective_steps: int
     rerun_steps: int
@@ -182,7 +194,12 @@ def compute_run_cost(usage: RunUsage, prices: PriceTable) -> RunCost:
                 # every phase, is compile cost (the source document books compile apart from training).
                 seconds["compile_usd" if usage.run == COMPILE_RUN else key] += value
         billed = sum((a.billed_seconds for a in usage.attempts), Decimal(0))
-        instance_usd = (billed * price.hourly_usd * usage.nodes / HOURS).quantize(QUANTUM, ROUND_HALF_EVEN)
+        queued = sum((a.queue_seconds for a in usage.attempts), Decimal(0))
+        # Held capacity is paid while the job waits for it: the wait is queueing cost, whichever run waited.
+        billed_queue = queued if price.paid_while_queued else Decimal(0)
+        seconds["queue_environment_usd"] += billed_queue
+        instance_usd = ((billed + billed_queue) * price.hourly_usd * usage.nodes / HOURS).quantize(
+            QUANTUM, ROUND_HALF_EVEN)
         parts = _allocate(instance_usd, seconds)
         storage_usd = (
             Decimal(usage.checkpoint_bytes) / GIB * rates.storage_gb_month_usd * usage.storage_days / Decimal(30)
@@ -201,13 +218,15 @@ def compute_run_cost(usage: RunUsage, prices: PriceTable) -> RunCost:
         instance_usd=instance_usd,
         storage_usd=storage_usd,
         billed_instance_seconds=billed,
-        queue_seconds=sum((a.queue_seconds for a in usage.attempts), Decimal(0)),
+        queue_seconds=queued,
+        billed_queue_seconds=billed_queue,
         seconds={k.removesuffix("_usd"): v.quantize(Decimal("0.001")) for k, v in seconds.items()},
         effective_steps=final.end_step if final else 0,
         rerun_steps=sum(a.rerun_steps for a in usage.attempts),
         attempts=len(usage.attempts),
         price=PriceUsed(instance_type=usage.instance_type, region=region, hourly_usd=price.hourly_usd,
-                        confidence=price.confidence, table_version=prices.version),
+                        confidence=price.confidence, table_version=prices.version, capacity=price.capacity,
+                        basis=CAPACITY_BASIS[price.capacity]),
     )
 
 

@@ -41,6 +41,9 @@ _FIXES = {
     "hourly_usd": 'USD per hour, a number at least 0 (e.g. "55.04")',
     "confidence": "one of list, estimate, override, pricing-api",
     "note": "free text",
+    "capacity_block_hourly_usd": "USD per instance-hour in a Capacity Block, a number at least 0",
+    "savings_plan_hourly_usd": "USD per instance-hour under a Savings Plan, a number at least 0",
+    "capacity": "one of on_demand, spot, reserved, capacity_block (the capacity the stage runs this type on)",
     "storage_gb_month_usd": "USD per GB-month, a number at least 0",
     "put_per_1000_usd": "USD per 1,000 PUT requests, a number at least 0",
     "get_per_1000_usd": "USD per 1,000 GET requests, a number at least 0",
@@ -56,7 +59,8 @@ def _problems(exc: ValidationError) -> list[str]:
         loc = [str(p) for p in err["loc"]]
         field = loc[-1] if loc else ""
         if err["type"] == "extra_forbidden":
-            parent = "an instance row takes hourly_usd, confidence, note" if loc[:1] == ["instances"] else (
+            parent = ("an instance row takes hourly_usd, confidence, note, capacity_block_hourly_usd, "
+                      "savings_plan_hourly_usd, capacity") if loc[:1] == ["instances"] else (
                 "S3 rates take storage_gb_month_usd, put_per_1000_usd, get_per_1000_usd")
             fix = f"unknown field; remove it ({parent})"
         elif err["type"] == "missing":
@@ -73,12 +77,53 @@ def _mapping(value: object, path: str, shape: str) -> JsonObject:
     return value
 
 
+# The capacity a stage runs an instance type on, which decides when its instances are paid for. On-demand and Spot
+# instances are billed from launch: a job waiting RUNNABLE has no instance yet and costs nothing. Reserved capacity
+# (an On-Demand Capacity Reservation, charged whether instances run in it or not) and a Capacity Block for ML (its
+# whole price charged up front for the block's duration) are paid while they are held, so a job's wait for them is
+# paid at the instance rate too.
+Capacity = Literal["on_demand", "spot", "reserved", "capacity_block"]
+PAID_WHILE_QUEUED: frozenset[Capacity] = frozenset({"reserved", "capacity_block"})
+CAPACITY_BASIS: dict[Capacity, str] = {
+    "on_demand": "on-demand capacity: billed from STARTING, environment start included; queue time (SUBMITTED to "
+                 "STARTING) costs nothing, no instance runs yet",
+    "spot": "Spot capacity: billed from STARTING, environment start included; queue time (SUBMITTED to STARTING) "
+            "costs nothing, no instance runs yet",
+    "reserved": "reserved capacity (On-Demand Capacity Reservation): paid while held, so queue time (SUBMITTED to "
+                "STARTING, RUNNABLE included) is billed at the instance rate with environment start",
+    "capacity_block": "Capacity Block for ML: paid up front for the whole block, so queue time (SUBMITTED to "
+                      "STARTING, RUNNABLE included) is billed at the instance rate with environment start",
+}
+
+
 class InstancePrice(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     hourly_usd: Decimal = Field(ge=0)
     confidence: Literal["list", "estimate", "override", "pricing-api"] = "list"
     note: str = ""
+    # Other bases a decision is priced at, where the deployment knows them (a price override): a Capacity Block's
+    # effective hourly rate (set by AWS per purchase, with supply and demand:
+    # https://aws.amazon.com/ec2/capacityblocks/pricing/) and a Savings Plan's committed rate.
+    capacity_block_hourly_usd: Decimal | None = Field(default=None, ge=0)
+    savings_plan_hourly_usd: Decimal | None = Field(default=None, ge=0)
+    capacity: Capacity = Field(
+        default="on_demand", description="the capacity the stage runs this type on (a price override states it "
+        "with the rate the stage pays; a Capacity Block's rate is its upfront price over the block's hours): "
+        "reserved and capacity_block bill a job's queue time too")
+
+    @property
+    def paid_while_queued(self) -> bool:
+        """Whether a job waiting for this capacity (SUBMITTED to STARTING) is paid at the instance rate."""
+        return self.capacity in PAID_WHILE_QUEUED
+
+    def rate(self, basis: str) -> Decimal | None:
+        """The hourly rate at ``basis`` (``capacity_block``, ``savings_plan``; anything else: ``hourly_usd``)."""
+        if basis == "capacity_block":
+            return self.capacity_block_hourly_usd
+        if basis == "savings_plan":
+            return self.savings_plan_hourly_usd
+        return self.hourly_usd
 
 
 class S3Rates(BaseModel):
@@ -135,7 +180,12 @@ class PriceTable(BaseModel):
                 if isinstance(row, str | int | float) and not isinstance(row, bool):
                     row = {"hourly_usd": row}
                 row = dict(_mapping(row, f"instances.{region}.{itype}", '{"hourly_usd": "55.04"} or a number'))
-                row.setdefault("confidence", "override")
+                shipped = data["instances"].get(region, {}).get(itype) or {}
+                if "hourly_usd" in row:  # a negotiated rate replaces the row; other bases' rates stay
+                    row.setdefault("confidence", "override")
+                    row = {**{k: v for k, v in shipped.items() if k.endswith("_hourly_usd")}, **row}
+                else:  # only another basis's rate: the row's own rate, confidence and note stay
+                    row = {**shipped, **row}
                 data["instances"].setdefault(region, {})[itype] = row
         for region, rates in _mapping(overrides.get("s3") or {}, "s3", _S3_SHAPE).items():
             data["s3"][region] = {**data["s3"].get(region, {}), **_mapping(rates, f"s3.{region}", _S3_SHAPE)}
@@ -168,8 +218,9 @@ def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None
     """Pre-flight ceiling: hourly price x nodes x limits.max_hours x ``attempts`` per run. Every attempt Batch makes
     may run for max_hours (it is each attempt's timeout), so the stage's max_attempts multiplies the ceiling. A GPU
     fallback can double trn2's GPU share, so the fallback run is priced too when the trial has a trn2 track and a
-    gpu track. With ``compile_hours`` (a stage that runs the warm-up compile stage, its timeout), the compile job
-    is priced too, on the trn2 track's instances, for the shorter of that and max_hours."""
+    gpu track and does not declare failure_recovery none (no fallback then runs). With ``compile_hours`` (a stage
+    that runs the warm-up compile stage, its timeout), the compile job is priced too, on the trn2 track's instances,
+    for the shorter of that and max_hours."""
     max_hours = Decimal(str(spec.limits.max_hours)) if spec.limits and spec.limits.max_hours else None
     out: dict[str, Decimal] = {}
     if max_hours is None:
@@ -183,7 +234,7 @@ def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None
         assert trn2 is not None
         out[COMPILE_RUN] = (table.instance_hourly_usd(trn2.instance_type, region) * trn2.nodes
                             * min(Decimal(str(compile_hours)), max_hours) * attempts)
-    if "trn2" in out and spec.tracks.gpu is not None:
+    if "trn2" in out and spec.tracks.gpu is not None and spec.failure_recovery != "none":
         gpu = spec.tracks.gpu
         out["gpu-fallback"] = table.instance_hourly_usd(gpu.instance_type, region) * gpu.nodes * hours
     out["total"] = sum(out.values(), Decimal(0))

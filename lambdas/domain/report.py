@@ -18,6 +18,7 @@ from typing import Literal
 from lambdas.domain.baseline import Baseline
 from lambdas.domain.baseline import compare as compare_baseline
 from lambdas.domain.cost import COMPONENTS, CostBreakdown, RunCost
+from lambdas.domain.decision import decide, primary_of
 from lambdas.domain.evidence import (
     CONFIDENCE,
     MIN_SAMPLES,
@@ -28,8 +29,11 @@ from lambdas.domain.evidence import (
     tost,
 )
 from lambdas.domain.json_types import JsonMapping
+from lambdas.domain.learning import learning_problems
 from lambdas.domain.ledger import LedgerEntry, TransitionFact, suspect_attempts
 from lambdas.domain.physics import run_problems
+from lambdas.domain.pilot import build_pilot, is_pilot, pilot_check
+from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.report_model import (
     BaselineCompared,
     BaselineUncompared,
@@ -47,6 +51,7 @@ from lambdas.domain.report_model import (
     CompileStage,
     CostSection,
     CostView,
+    Decision,
     Declared,
     Figure,
     FrozenSettings,
@@ -56,6 +61,7 @@ from lambdas.domain.report_model import (
     ModelRef,
     Outcome,
     ParallelView,
+    PilotComparison,
     RecordRow,
     ResumeView,
     RunOutcome,
@@ -77,6 +83,7 @@ from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN, XLA_LABEL
 
 REPORT_VERSION = 1
+VIABLE: tuple[Verdict, ...] = ("trn2_viable_cheaper", "trn2_viable_pays_back", "trn2_viable_not_cheaper")
 RATE_NOTE = "priced at the declared instance's rate"
 
 
@@ -114,7 +121,7 @@ def _cost_view(cost: RunCost | None, steps: int, tokens: int) -> CostView:
         price_basis=(
             f"{price.instance_type} at {price.hourly_usd} USD/h ({price.confidence}, table {price.table_version}); "
             if price else "? at ? USD/h (?, table ?); "
-        ) + RATE_NOTE,
+        ) + RATE_NOTE + (f"; {price.basis}" if price and price.basis else ""),
         billed_instance_s=_num(cost.billed_instance_seconds) if cost else None,
         queue_s=_num(cost.queue_seconds) if cost else None,
     )
@@ -168,7 +175,7 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
         ),
         instance_type=spec.track("trn2" if run == "trn2" else "gpu").instance_type,
         # Physically impossible figures make the run unusable evidence: shown, never a basis for a verdict.
-        unusable=run_problems(summaries),
+        unusable=run_problems(summaries) + learning_problems(summaries, spec),
         # The training stack the run actually ran: its PyTorch, and on Trainium2 TorchNeuron or the retired XLA path.
         torch=last.environment.torch if last else None,
         stack=stack_label(backend, last.environment.torch_neuronx if last else None),
@@ -308,8 +315,9 @@ def _uncertainty(summaries: Sequence[RunSummary], cost: RunCost | None, spec: Tr
                                                              "its nodes)"), 8)
     return Uncertainty(steady_steps=len(times), step_time_s=_interval_view(step), tokens_per_s=tokens_per_s,
                        cost_per_effective_step_usd=cost_per_step,
-                       basis=f"{CONFIDENCE:.0%} percentile-bootstrap intervals over the measured steady-state steps "
-                             "(compile and warm-up steps left out)")
+                       basis=f"{CONFIDENCE:.0%} intervals over the measured steady-state steps that hold across "
+                             "repeated runs (block bootstrap and batch medians, plus a run-to-run allowance; compile "
+                             "and warm-up steps left out)")
 
 
 def _steady_cost_ratio(summaries: Mapping[str, Sequence[RunSummary]], costs: Mapping[str, RunCost],
@@ -348,6 +356,34 @@ def _parallel(summary: RunSummary) -> ParallelView | None:
     idle = "" if sharded or model_parallel == 1 else (
         f"; tensor_parallel x pipeline_parallel = {model_parallel} is not run by the trainer: one device of each "
         f"group of {model_parallel} trains, {billed - ranks} of {billed} billed devices hold replicas and no samples")
+    # The words: world size, how the processes map onto the devices, and the process group (torch.distributed
+    # backend) the run used; a stand-in also names the one its track's device uses (cuda: nccl, neuron: neuron).
+    real_group, device = {"gpu": ("NCCL", "the GPU"), "trn2": ("neuron", "Trainium2")}[summary.track]
+    if processes == 1:
+        mapping = "a single process"
+    elif processes == billed:
+        mapping = "one process per device"
+    elif processes == layout.nodes:
+        mapping = "one process per node"
+    else:
+        mapping = f"{processes} processes"
+    if summary.stand_in:
+        mapping += " on the " + ("compiled CPU" if summary.backend == "compiled" else "CPU") + " stand-in"
+    if processes < ranks:
+        kind = "data-parallel" if ranks == layout.data_parallel else "training"
+        mapping += f", simulating {ranks} {kind} ranks"
+    notes = [f"{real_group} on {device}"] if summary.stand_in else []
+    if processes == 1:
+        group, notes = "no process group", ["a single process calls no collective", *notes]
+    elif comm.process_group is None:
+        group = "process group not recorded"
+    else:
+        group = f"process group {comm.process_group}"
+    if notes:
+        group += f" ({'; '.join(notes)})"
+    devices = "device" if layout.devices_per_node == 1 else "devices"
+    description = (f"{layout.nodes} node{'' if layout.nodes == 1 else 's'} x {layout.devices_per_node} {devices}, "
+                   f"world size {processes} ({mapping}), {group}")
     return ParallelView(
         nodes=layout.nodes,
         devices_billed=billed,
@@ -364,6 +400,7 @@ def _parallel(summary: RunSummary) -> ParallelView | None:
         sync_wait_max_s=comm.sync_wait_max_s,
         communication_measured=comm.measured,
         communication_untimed=list(comm.untimed),
+        description=description,
     )
 
 
@@ -461,13 +498,15 @@ def _acceptance(spec: TrialSpec, tracks: Mapping[str, TrackRecord]) -> tuple[lis
     if reference and measured is not None:
         delta = (measured - reference) / reference
     within = None if delta is None else abs(delta) <= tolerance
-    checks.append(
-        _check(
-            "final outputs consistent with GPU",
-            within,
-            f"relative validation-loss delta {delta if delta is None else round(delta, 6)} (tolerance {tolerance})",
+    if gpu is not None:  # a Trainium2 pilot has no GPU track: its baseline check stands in (lambdas.domain.pilot)
+        checks.append(
+            _check(
+                "final outputs consistent with GPU",
+                within,
+                f"relative validation-loss delta {delta if delta is None else round(delta, 6)} (tolerance "
+                f"{tolerance})",
+            )
         )
-    )
     fallback = tracks.get("gpu-fallback")
     if fallback and candidate and fallback.resume.resumed_from_step is not None:
         checks += _fallback_checks(fallback, candidate, gpu, tolerance)
@@ -566,11 +605,35 @@ def _recovery(declared: str, tracks: Mapping[str, TrackRecord]) -> tuple[bool | 
 
 
 def _declared(spec: TrialSpec, tracks: Mapping[str, TrackRecord]) -> list[Check]:
-    """Checks of what the trial declared beyond the defaults: its failure-recovery method and its metrics."""
+    """Checks of what the trial declared beyond the defaults: its failure-recovery method and its metrics; and, where
+    the runs recorded them, its dataset's sample count against what each run loaded and its Neuron SDK against the
+    one the trn2 run ran."""
     checks = []
-    if spec.failure_recovery is not None:
+    if spec.failure_recovery == "none":
+        ran = tracks.get("gpu-fallback") is not None
+        checks.append(_check("failure recovery as declared (none)", not ran,
+                             "a GPU fallback ran although the trial declared none" if ran else "no GPU fallback ran"))
+    elif spec.failure_recovery is not None:
         ok, detail = _recovery(spec.failure_recovery, tracks)
         checks.append(_check(f"failure recovery as declared ({spec.failure_recovery})", ok, detail))
+    loaded = {run: int(t.environment["data_samples"]) for run, t in tracks.items() if "data_samples" in t.environment}
+    if loaded:
+        wrong = sorted(run for run, count in loaded.items() if count != spec.data.samples)
+        checks.append(_check("data.samples matches the data", not wrong, (
+            f"declared {spec.data.samples} training samples; "
+            + ", ".join(f"{run} loaded {count}" for run, count in sorted(loaded.items()))
+            + (f": set data.samples to the rows of data.train_uri, or point data.train_uri at the data of "
+               f"version {spec.data.version}" if wrong else ""))))
+    trn2_run = tracks.get("trn2")
+    ran_sdk = trn2_run.environment.get("neuron_sdk") if trn2_run else None
+    if spec.tracks.trn2 is not None and ran_sdk:
+        def release(version: str) -> list[str]:  # 2.33 and 2.33.0 name one release
+            parts = version.split("+", 1)[0].split(".")
+            return parts + ["0"] * (3 - len(parts))
+
+        declared_sdk = spec.tracks.trn2.neuron_sdk
+        checks.append(_check("Neuron SDK as declared", release(ran_sdk) == release(declared_sdk),
+                             f"the trn2 run ran Neuron SDK {ran_sdk}; the trial declared {declared_sdk}"))
     if "perplexity" in spec.evaluation.metrics:
         checks.append(_perplexity(tracks.get("gpu"), tracks.get("trn2"), spec.evaluation.loss_tolerance))
     if "exact_match" in spec.evaluation.metrics:
@@ -602,9 +665,10 @@ def _exact_match(found: SamplesView | None, minimum: float) -> Check:
                   + (f"; {found.empty} empty or whitespace completions not counted" if found.empty else ""))
 
 
-def _baseline(spec: TrialSpec, tracks: Mapping[str, TrackRecord], baseline: Baseline | str | None
-              ) -> tuple[BaselineView | None, Check | None]:
-    """The baseline section and its acceptance check: does this trial's GPU track reproduce the team's GPU logs?"""
+def _baseline(spec: TrialSpec, tracks: Mapping[str, TrackRecord], baseline: Baseline | str | None,
+              pilot: PilotComparison | None = None) -> tuple[BaselineView | None, Check | None]:
+    """The baseline section and its acceptance check: does this trial's GPU track reproduce the team's GPU logs?
+    A pilot (no GPU track) is checked instead: does its trn2 run reproduce them?"""
     uri = spec.baseline_logs_uri
     if uri is None:
         return None, None
@@ -612,6 +676,8 @@ def _baseline(spec: TrialSpec, tracks: Mapping[str, TrackRecord], baseline: Base
     if not isinstance(baseline, Baseline):
         reason = baseline or "the baseline was not read"
         return BaselineUnread(uri=uri, error=reason), _check(name, None, f"{uri}: {reason}")
+    if pilot is not None:
+        return BaselineUncompared(uri=uri, format=baseline.format), pilot_check(pilot.loss)
     gpu = tracks.get("gpu")
     if gpu is None:
         return (BaselineUncompared(uri=uri, format=baseline.format),
@@ -635,10 +701,37 @@ def _fallback_note(fallback: TrackRecord | None) -> str:
 
 def _verdict(
     checks: Sequence[Check], tracks: Mapping[str, TrackRecord], steady: Interval | None,
-    stage: CompileStage | None = None,
-) -> tuple[Verdict, list[str]]:
+    stage: CompileStage | None = None, decide_costs: Callable[[Interval], Decision | None] | None = None,
+) -> tuple[Verdict, list[str], Decision | None]:
     """Cheaper or not only when the steady-state cost interval excludes parity: overlapping intervals are noise,
-    and noise never turns one definite answer into the other."""
+    and noise never turns one definite answer into the other. Once every check passed, the answer is the whole
+    trial's ``decision`` at the basis the runs were priced at (one-time costs included: cheaper per step but dearer
+    on this trial is "pays back"); the decision is returned with the verdict (None before every check passed)."""
+    verdict, reasons = _gate(checks, tracks, steady, stage)
+    if verdict is not None:
+        return verdict, reasons, None
+    assert steady is not None
+    decision = decide_costs(steady) if decide_costs is not None else None
+    if decision is not None:
+        primary = primary_of(decision)
+        if primary.answer is not None:
+            lead = "all acceptance checks pass" + ("; " if primary.answer != "inconclusive" else ", but ")
+            return primary.answer, [lead + primary.sentence], decision
+    text = (f"trn2 costs {steady.estimate:.3f}x the gpu track per steady-state training step "
+            f"({steady.confidence:.0%} interval "
+            f"{steady.low:.3f}-{steady.high:.3f})")
+    if steady.high < 1:
+        return "trn2_viable_cheaper", [f"all acceptance checks pass; {text}"], decision
+    if steady.low > 1:
+        return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but {text}"], decision
+    return "inconclusive", [f"all acceptance checks pass, but the interval includes parity: {text}; more steps (or a "
+                            "quieter host) would narrow it"], decision
+
+
+def _gate(checks: Sequence[Check], tracks: Mapping[str, TrackRecord], steady: Interval | None,
+          stage: CompileStage | None) -> tuple[Verdict | None, list[str]]:
+    """Every reason a trial gets no cost answer (the verdict it gets instead, and why), or ``(None, [])`` when
+    every run succeeded, every check passed and the steady-state cost per step is bounded."""
     reasons = [f"{c.check}: {c.status} ({c.detail})" for c in checks if c.status != "pass"]
     if stage is not None and stage.outcome in OUTCOME_TEXT and "trn2" not in tracks:
         return "inconclusive", [f"the warm-up compile stage had {stage.detail}", *reasons]
@@ -647,6 +740,9 @@ def _verdict(
         message = stage.error or stage.status_reason or "no message"
         return "stay_on_gpu", [f"the trn2 graphs did not compile in the warm-up compile stage ({message}); "
                                f"{_fallback_note(tracks.get('gpu-fallback'))}", *reasons]
+    if "trn2" in tracks and "gpu" not in tracks:  # a pilot with a readable baseline is judged in lambdas.domain.pilot
+        return "inconclusive", ["a Trainium2 pilot (a trn2 run, no gpu run) is judged against its GPU baseline "
+                                "(baseline_logs_uri), and none was read", *reasons]
     if "trn2" not in tracks or "gpu" not in tracks:
         return "inconclusive", ["both a gpu and a trn2 run are needed to compare", *reasons]
     unusable = [f"{run} {problem}" for run in ("gpu", "trn2") for problem in tracks[run].unusable]
@@ -669,19 +765,12 @@ def _verdict(
     if steady is None:
         return "inconclusive", ["too few steady-state steps on one of the tracks to bound the cost per effective "
                                 f"step (at least {MIN_SAMPLES} each)"]
-    text = (f"trn2 costs {steady.estimate:.3f}x the gpu track per steady-state training step "
-            f"({steady.confidence:.0%} interval "
-            f"{steady.low:.3f}-{steady.high:.3f})")
-    if steady.high < 1:
-        return "trn2_viable_cheaper", [f"all acceptance checks pass; {text}"]
-    if steady.low > 1:
-        return "trn2_viable_not_cheaper", [f"all acceptance checks pass, but {text}"]
-    return "inconclusive", [f"all acceptance checks pass, but the interval includes parity: {text}; more steps (or a "
-                            "quieter host) would narrow it"]
+    return None, []
 
 
 HEADLINES: dict[Verdict, str] = {
     "trn2_viable_cheaper": "Trainium2 is cheaper",
+    "trn2_viable_pays_back": "Trainium2 pays back",
     "trn2_viable_not_cheaper": "Trainium2 is not cheaper",
     "inconclusive": "Inconclusive",
     "stay_on_gpu": "Stay on GPU",
@@ -691,9 +780,23 @@ STAND_IN_NOTE = ("This run used stand-ins for the accelerators ({backends}): it 
                  "hardware; its times and costs say nothing about Trainium2 or the GPU.")
 
 
-def headline(verdict: Verdict, reasons: Sequence[str], steady: Interval | None, tracks: Mapping[str, TrackRecord]
-             ) -> str:
-    """The one sentence a person reads first: the verdict and why."""
+def headline(verdict: Verdict, reasons: Sequence[str], steady: Interval | None, tracks: Mapping[str, TrackRecord],
+             decision: Decision | None = None) -> str:
+    """The one sentence a person reads first: the verdict and why. With a decision, the whole trial first (its
+    one-time costs and when Trainium2 pays them back), the steady-state ratio as the supporting fact, and whether
+    the answer flips with the price basis."""
+    primary = primary_of(decision) if decision is not None else None
+    if decision is not None and primary is not None and primary.answer == verdict:
+        sentence = primary.sentence
+        if verdict != "inconclusive":
+            sentence += "; every acceptance check passed"
+        estimated = sorted(run for run, t in tracks.items() if "(estimate," in t.cost.price_basis)
+        if estimated:
+            sentence += f" (priced at an estimated rate for {', '.join(estimated)})"
+        sentence += "."
+        if decision.flip_note:
+            sentence += " " + decision.flip_note
+        return sentence
     if verdict in ("trn2_viable_cheaper", "trn2_viable_not_cheaper") and steady is not None:
         why = (f"{steady.estimate:.2f}x the GPU track's cost per steady-state training step ({steady.confidence:.0%} "
                f"interval {steady.low:.2f}-{steady.high:.2f}), every acceptance check passed")
@@ -935,13 +1038,15 @@ def build_trial_report(
     baseline: Baseline | str | None = None,
     cache_entries: Mapping[str, JsonMapping] | None = None,
     unreadable: Sequence[UnreadableSummary] | None = None,
+    prices: PriceTable | None = None,
 ) -> TrialReport:
     """The trial report. `summaries` maps run -> its attempts' RunSummary (in attempt order), `costs` maps run ->
     its RunCost; `ledger` supplies the attempt timeline; `stopped_by` is the limit the plane stopped the trial at
     (``lambdas.domain.run_limits.LimitCrossed``), when it did; `baseline` is the GPU baseline read from the trial's
     ``baseline_logs_uri`` (or, as text, why it could not be read); `cache_entries` are the compile-cache registry's
     entries of the keys the runs used; `unreadable` names the summaries the evidence could not read (left out of
-    the report when None)."""
+    the report when None); `prices` is the deployment's price table (overrides applied; the shipped table when
+    None), whose Capacity Block and Savings Plan rates the decision prices the trial at."""
     ledger = list(ledger)
     cache = {key: CacheEntryRecord.model_validate(entry) for key, entry in (cache_entries or {}).items()}
     outcomes = run_outcomes(ledger)
@@ -957,11 +1062,22 @@ def build_trial_report(
     checks, delta = _acceptance(spec, tracks)
     checks += _declared(spec, tracks)
     steady = _steady_cost_ratio(summaries, costs, spec) if "gpu" in tracks and "trn2" in tracks else None
-    verdict, reasons = _verdict(checks, tracks, steady, stage)
-    baseline_view, baseline_check = _baseline(spec, tracks, baseline)
-    if baseline_check is not None:
+    shipped = load_price_table()
+
+    def decide_costs(ratio: Interval) -> Decision | None:
+        return decide(tracks, costs, ratio, prices or shipped, shipped)
+
+    verdict, reasons, decision = _verdict(checks, tracks, steady, stage, decide_costs)
+    pilot = (build_pilot(spec, tracks["trn2"], baseline, checks, costs.get("trn2"), prices or shipped)
+             if is_pilot(tracks, baseline) and isinstance(baseline, Baseline) else None)
+    baseline_view, baseline_check = _baseline(spec, tracks, baseline, pilot)
+    if pilot is not None and baseline_check is not None:
+        # A Trainium2 pilot: the baseline is the GPU side of the comparison, and the pilot's rule gives the verdict.
         checks.append(baseline_check)
-        if baseline_check.status != "pass" and verdict in ("trn2_viable_cheaper", "trn2_viable_not_cheaper"):
+        verdict, reasons = pilot.verdict, list(pilot.reasons)
+    elif baseline_check is not None:
+        checks.append(baseline_check)
+        if baseline_check.status != "pass" and verdict in VIABLE:
             # Trainium2 is compared with a GPU track that is not known to reproduce the team's own GPU runs.
             verdict = "inconclusive"
         if baseline_check.status != "pass":
@@ -1002,14 +1118,16 @@ def build_trial_report(
             verdict=None if rehearsal is not None else verdict,
             rehearsal=rehearsal[0] if rehearsal is not None else None,
             headline=(rehearsal_headline(rehearsal, tracks) if rehearsal is not None
-                      else headline(verdict, reasons, steady, tracks)),
+                      else headline(verdict, reasons, steady, tracks, decision)),
             facts=_facts(tracks, checks, steady, ratio),
             reasons=reasons,
             caveats=_caveats(tracks, ledger),
         ),
+        decision=decision if rehearsal is None else None,
         stand_in=stand_in,
         stopped_by=stopped,
         baseline=baseline_view,
+        pilot=pilot,
         samples=_samples(tracks),
         declared=Declared(failure_recovery=spec.failure_recovery, metrics=list(spec.evaluation.metrics)),
         unreadable_summaries=None if unreadable is None else list(unreadable),

@@ -17,7 +17,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from lambdas.domain.baseline import Format
 from lambdas.domain.run_limits import LimitCrossed
 
-Verdict = Literal["trn2_viable_cheaper", "trn2_viable_not_cheaper", "inconclusive", "stay_on_gpu"]
+# ``trn2_viable_pays_back``: cheaper per steady-state step, but this trial's one-time costs (compile, the warm-up
+# compile stage, migration reruns) are not yet paid back; the decision says after how many steps they are.
+Verdict = Literal["trn2_viable_cheaper", "trn2_viable_pays_back", "trn2_viable_not_cheaper", "inconclusive",
+                  "stay_on_gpu"]
+PriceBasis = Literal["on_demand", "override", "capacity_block", "savings_plan"]
 CheckStatus = Literal["pass", "fail", "not_evidenced"]
 # How a run's Batch job ended (``unknown``: the ledger holds no terminal transition for it).
 Outcome = Literal["succeeded", "failed", "no_capacity", "not_placed", "unknown"]
@@ -190,6 +194,9 @@ class ParallelView(_Model):
     sync_wait_max_s: float | None
     communication_measured: bool
     communication_untimed: list[str]
+    description: str = Field(
+        default="", description="The layout in words: nodes x devices, the world size and how its processes map onto "
+        "them, and the torch.distributed process group the run used (on a stand-in, also the real device's).")
 
 
 class RunOutcome(_Model):
@@ -374,6 +381,37 @@ class BaselineCompared(_Model):
 BaselineView: TypeAlias = BaselineUnread | BaselineUncompared | BaselineCompared
 
 
+class PilotFigure(_Model):
+    """One side of a pilot figure: ``measured`` on the trn2 run, or ``from_baseline`` (read from the team's GPU
+    logs, or derived from them as ``note`` says). ``value`` None: not evidenced, and ``note`` says why."""
+
+    value: float | None
+    source: Literal["measured", "from_baseline"]
+    interval: IntervalView | None = Field(default=None, description="the trn2 run's bootstrap interval, where bounded;"
+                                                                    " a baseline's figure is a point estimate")
+    note: str = ""
+
+
+class PilotRow(_Model):
+    figure: str
+    unit: str
+    trn2: PilotFigure
+    baseline: PilotFigure
+
+
+class PilotComparison(_Model):
+    """A Trainium2 pilot (a trn2 run and no GPU track) judged against the team's GPU baseline: its losses at the
+    baseline's steps (``loss``), its throughput, memory and cost per step beside the baseline's, and the verdict."""
+
+    loss: BaselineCompared = Field(description="the trn2 run's losses against the baseline's")
+    figures: list[PilotRow]
+    cost_ratio: IntervalView | None = Field(description="trn2 cost per step over the baseline's; the interval is "
+                                                        "the trn2 side's alone")
+    verdict: Verdict
+    reasons: list[str]
+    rule: str
+
+
 class SamplesView(_Model):
     """The fixed prompts' greedy completions, Trainium2 against GPU."""
 
@@ -413,6 +451,65 @@ class UnreadableSummary(_Model):
     error: str
 
 
+class OneTimeCosts(_Model):
+    """What one side paid once for this migration, not again for the next trial of the same shape: compiling its
+    graphs (cached afterwards), the warm-up compile stage, and reruns (failed attempts' steps and, on the Trainium2
+    side, the GPU fallback)."""
+
+    compile_usd: str
+    warm_up_stage_usd: str
+    reruns_usd: str
+    total_usd: str
+
+
+class SideCosts(_Model):
+    """One side of the comparison (``trn2``: the trn2 run, its warm-up compile stage and its GPU fallback;
+    ``gpu``: the GPU track) split into one-time and recurring costs."""
+
+    runs: list[str]
+    total_usd: str
+    one_time: OneTimeCosts
+    recurring_usd: str = Field(description="total minus one-time: what a repeat of this trial would cost")
+    per_step_usd: str | None = Field(description="steady-state cost per effective step (median step time x rate)")
+
+
+class BreakEven(_Model):
+    """When Trainium2's lower recurring cost has paid back its extra one-time costs."""
+
+    steps: int = Field(description="effective steps of training at the steady-state cost per step")
+    hours: float | None = Field(description="those steps at Trainium2's median steady-state step time")
+    trials: float | None = Field(description="repeats of this trial's shape (recurring costs only)")
+    already: bool = Field(description="this trial ran past it: its whole cost is already lower on Trainium2")
+
+
+class BasisDecision(_Model):
+    """The decision at one price basis: every instance-second repriced at that basis's hourly rates (checkpoint
+    storage stays at its S3 rates)."""
+
+    basis: PriceBasis
+    label: str
+    rates: dict[str, str] = Field(description="USD per instance-hour by instance type")
+    answer: Verdict | None = Field(description="null when the basis has no rate for an instance type the trial used")
+    trn2_usd: str | None
+    gpu_usd: str | None
+    trial_ratio: float | None = Field(description="this trial's whole cost, Trainium2 side / GPU")
+    steady_cost_ratio: IntervalView | None = None
+    break_even: BreakEven | None = None
+    sentence: str
+
+
+class Decision(_Model):
+    """The whole trial first: one-time and recurring costs per side, when Trainium2 pays back, and the answer at
+    each price basis, with whether it flips between them."""
+
+    primary: PriceBasis = Field(description="the basis the run costs were priced at")
+    trn2: SideCosts
+    gpu: SideCosts
+    bases: list[BasisDecision]
+    flips: bool
+    flip_note: str | None = None
+
+
 class TrialReport(_Model):
     """The per-trial report: both tracks side by side, the acceptance checks, the costs and the verdict."""
 
@@ -431,9 +528,13 @@ class TrialReport(_Model):
     cost: CostSection
     timeline: list[TimelineRow] = Field(default_factory=list)
     comparison: Comparison
+    # The whole-trial decision (real devices, both sides costed); absent from a rehearsal on stand-ins.
+    decision: Decision | None = Field(default=None, exclude_if=lambda found: found is None)
     stand_in: bool = False
     stopped_by: LimitCrossed | None = None
     baseline: BaselineView | None = None
+    # A Trainium2 pilot's comparison with its GPU baseline; absent from a trial with a GPU track.
+    pilot: PilotComparison | None = Field(default=None, exclude_if=lambda found: found is None)
     samples: SamplesView | None = None
     declared: Declared
     # Written where the report is stored: the summaries it could not read (absent from a report built in memory).

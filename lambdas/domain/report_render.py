@@ -1,4 +1,8 @@
-"""Markdown and self-contained HTML renderings of a trial report (inline SVG charts, no external assets)."""
+"""Markdown and self-contained HTML renderings of a trial report (inline SVG charts, no external assets).
+
+Python computes each chart's geometry (dataclasses in SVG user units) and every figure's text; the template only
+places them. Figures read the same in both renderings: four significant figures written out (0.00001443, never
+1.443e-05), money in USD to the cent, yes/no for a flag and a dash where nothing was measured."""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
-from html import escape
 from typing import TypedDict
 
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
 
 from lambdas.domain.cost import COMPONENTS
+from lambdas.domain.decision_render import DecisionView, decision_markdown, decision_view
+from lambdas.domain.pilot import pilot_markdown, pilot_rows
 from lambdas.domain.report_model import (
     BaselineCompared,
     BaselineUnread,
@@ -24,6 +28,7 @@ from lambdas.domain.report_model import (
     CacheEntryView,
     Comparison,
     CompileStage,
+    CostView,
     Figure,
     IntervalView,
     ParallelView,
@@ -32,20 +37,101 @@ from lambdas.domain.report_model import (
     TrackRecord,
     TrialReport,
 )
+from lambdas.domain.vocabulary import COMPILE_RUN
 
-COLOURS = {"gpu": "#1f77b4", "trn2": "#d62728", "gpu-fallback": "#2ca02c"}
+# What a person calls each run; a label adds the instance type, as in "GPU (p5.48xlarge)".
+RUN_NAMES = {"gpu": "GPU", "trn2": "Trainium2", "gpu-fallback": "GPU fallback",
+             COMPILE_RUN: "Trainium2 warm-up compile"}
+COMPONENT_NAMES = {"effective_training_usd": "effective training", "compile_usd": "compile",
+                   "failed_reruns_usd": "failed reruns", "checkpoint_storage_usd": "checkpoint storage",
+                   "queue_environment_usd": "queue and environment"}
+_AMOUNT_NAMES = {"total_usd": "total", "cost_per_effective_step_usd": "per effective step",
+                 "cost_per_1m_tokens_usd": "per 1M tokens"}
+# Nothing measured: an em dash in HTML, a hyphen in Markdown (one terminal column wherever it is shown).
+MISSING = "\u2014"
+COLOURS = {"gpu": "#1f77b4", "trn2": "#d62728", "gpu-fallback": "#2ca02c", COMPILE_RUN: "#9467bd"}
 # Two tracks that train alike draw one curve over the other: each run has its own dash, so both stay visible.
 DASHES = {"gpu": "", "trn2": "6 4", "gpu-fallback": "2 3"}
+LINE_STYLES = {"": "solid", "6 4": "dashed", "2 3": "dotted"}  # each dash as the legend's CSS border draws it
+MARKER_ROW = 16  # px between the rows of marker names above the loss plot: more than a 12 px line of text
 COMPONENT_COLOURS = dict(zip(COMPONENTS, ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#b279a2"), strict=True))
-VERDICT_COLOURS = {"trn2_viable_cheaper": "#1a7f37", "trn2_viable_not_cheaper": "#9a6700", "stay_on_gpu": "#d62728"}
+VERDICT_COLOURS = {"trn2_viable_cheaper": "#1a7f37", "trn2_viable_pays_back": "#4d7f1a",
+                   "trn2_viable_not_cheaper": "#9a6700", "stay_on_gpu": "#d62728"}
 # A rehearsal on stand-ins is not a verdict: its own colour, passed or failed, never the verdicts' green or red.
 REHEARSAL_COLOUR = "#3b6ea5"
 
 
-def _cell(value: Figure) -> str:
+def _places(value: float, digits: int) -> int:
+    """Decimal places that write ``value`` to ``digits`` significant figures (negative: round to tens, ...)."""
+    if not value or not math.isfinite(value):
+        return 0
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    rounded = round(value, places)
+    # 9.99996 rounds up to 10.00: one place fewer keeps the figures at ``digits``.
+    return places - 1 if rounded and abs(rounded) >= 10 ** (digits - places) else places
+
+
+def _fixed(value: float, places: int) -> str:
+    return f"{round(value, places):,.{max(places, 0)}f}"
+
+
+def _number(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant figures, written out and with thousands grouped, trailing zeros
+    dropped: 124,800, 2.1 and 0.00001443, never 1.248e+05 or 1.443e-05."""
+    if not math.isfinite(value):
+        return str(value)
+    text = _fixed(value, _places(value, digits))
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _spread(estimate: float, low: float, high: float, digits: int = 4) -> tuple[str, str, str]:
+    """An estimate and its interval at the estimate's precision, so the three line up: 0.495, 0.490 and 0.500."""
+    places = _places(estimate, digits)
+    return _fixed(estimate, places), _fixed(low, places), _fixed(high, places)
+
+
+def _cell(value: Figure, missing: str = "-") -> str:
+    """A figure in a table: yes or no for a flag, numbers to four significant figures, a list joined, ``missing``
+    where nothing was measured."""
+    if value is None:
+        return missing
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)
+        return _number(value)
+    if isinstance(value, list):
+        return ", ".join(value) or missing
+    return value
+
+
+def _html_cell(value: Figure) -> str:
+    return _cell(value, MISSING)
+
+
+def _size(count: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(count) >= scale:
+            return f"{_number(count / scale, 3)} {unit}"
+    return f"{_number(count)} B"
+
+
+def run_label(run: str, instance_type: str | None, stand_in: str | None = None) -> str:
+    """A run as a person reads it: "GPU (p5.48xlarge)", "Trainium2 (trn2.48xlarge, stand-in cpu)"."""
+    where = ", ".join(part for part in (instance_type, stand_in and f"stand-in {stand_in}") if part)
+    name = RUN_NAMES.get(run, run)
+    return f"{name} ({where})" if where else name
+
+
+def _run_labels(report: TrialReport) -> dict[str, str]:
+    """Each run's label, the warm-up compile stage's included."""
+    labels = {run: run_label(run, t.instance_type, t.backend if t.stand_in else None)
+              for run, t in report.tracks.items()}
+    stage = report.compile.stage
+    if stage:
+        labels[stage.run] = run_label(stage.run, stage.instance_type, stage.backend if stage.stand_in else None)
+    return labels
 
 
 def _baseline_line(baseline: BaselineView | None) -> str:
@@ -88,8 +174,10 @@ def _compile_lines(report: TrialReport) -> list[str]:
 
 
 def render_markdown(report: TrialReport) -> str:
-    return "\n".join([*_summary_lines(report), *_record_lines(report), *_cost_lines(report), *_compile_lines(report),
-                      *_resume_lines(report.tracks), *_comparison_lines(report.comparison)])
+    return "\n".join([*_summary_lines(report), *decision_markdown(report.decision), *pilot_markdown(report.pilot),
+                      *_record_lines(report),
+                      *_cost_lines(report), *_compile_lines(report), *_resume_lines(report.tracks),
+                      *_comparison_lines(report.comparison)])
 
 
 def _summary_lines(report: TrialReport) -> list[str]:
@@ -135,16 +223,17 @@ def _record_lines(report: TrialReport) -> list[str]:
     runs = list(tracks)
     out = ["## How each job ended", "", "| run | outcome | Batch status reason |", "|---|---|---|"]
     out += [f"| {run} | {t.outcome} | {_cell(t.status_reason)} |" for run, t in tracks.items()] + [""]
-    out += ["## Record table", "", "| item | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
-    for row in report.record_table:
-        cells = [", ".join(f"{k} {_cell(v)}" for k, v in row.figures(run).items()) for run in runs]
-        out.append(f"| {row.item} | " + " | ".join(cells) + " |")
+    out += ["## Record table", "", "| item | figure | " + " | ".join(runs) + " |", "|---|---|" + "---|" * len(runs)]
+    for group in _record_groups(report, "-"):
+        out += [f"| {group.item if i == 0 else ''} | {row.label} | " + " | ".join(row.cells) + " |"
+                for i, row in enumerate(group.rows)]
     out += ["", "## Acceptance checks", "", "| check | status | detail |", "|---|---|---|"]
     out += [f"| {c.check} | {c.status} | {c.detail} |" for c in report.acceptance]
     parallel = {run: t.parallel for run, t in tracks.items() if t.parallel}
     if parallel:
-        out += ["", "## Parallel layout", "",
-                "| run | nodes | devices billed | training ranks | utilisation | processes | communication_s | "
+        out += ["", "## Parallel layout", ""]
+        out += [f"- {run}: {p.description}" for run, p in parallel.items() if p.description]
+        out += ["", "| run | nodes | devices billed | training ranks | utilisation | processes | communication_s | "
                 "communication share | sync wait median_s | basis |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         out += [f"| {run} | {p.nodes} | {p.devices_billed} | {p.layout_ranks} | "
@@ -157,19 +246,21 @@ def _record_lines(report: TrialReport) -> list[str]:
 def _cost_lines(report: TrialReport) -> list[str]:
     """Each run's cost by component and the trial's, the price basis and how each run's compile is booked."""
     tracks = report.tracks
-    runs = list(tracks)
+    by_run = report.cost.by_run
     out = [
         "",
         "## Cost (USD)",
         "",
-        "| component | " + " | ".join(runs) + " | trial |",
-        "|---|" + "---|" * (len(runs) + 1),
+        "Each run's cost (the warm-up compile stage's included), and the trial's: their sum.",
+        "",
+        "| component (USD) | " + " | ".join(by_run) + " | trial |",
+        "|---|" + "---|" * (len(by_run) + 1),
     ]
     for name in (*COMPONENTS, "total_usd", "cost_per_effective_step_usd", "cost_per_1m_tokens_usd"):
-        trial = report.cost.trial.get(name, "")
-        out.append(f"| {name} | " + " | ".join(_cell(t.cost.amounts()[name]) for t in tracks.values())
-                   + f" | {trial} |")
-    out += ["", "Price basis: " + "; ".join(f"{run}: {t.cost.price_basis}" for run, t in tracks.items()), ""]
+        trial = report.cost.trial.get(name) or "-"
+        out.append(f"| {_AMOUNT_NAMES.get(name) or COMPONENT_NAMES[name]} | "
+                   + " | ".join(_cell(cost.amounts()[name]) for cost in by_run.values()) + f" | {trial} |")
+    out += ["", "Price basis: " + "; ".join(f"{run}: {cost.price_basis}" for run, cost in by_run.items()), ""]
     for run, t in tracks.items():
         booking = t.compile.booking
         if booking and booking.basis:
@@ -182,8 +273,8 @@ def _resume_lines(tracks: Mapping[str, TrackRecord]) -> list[str]:
     out = [
         "## Resume evidence",
         "",
-        "| run | injected_at_step | resumed_from_step | rerun_steps | rerun share | global_step_continuous | "
-        "loss_continuous |",
+        "| run | fault at step | resumed from step | rerun steps | rerun share | global step continuous | "
+        "loss continuous |",
         "|---|---|---|---|---|---|---|",
     ]
     for run, t in tracks.items():
@@ -196,16 +287,51 @@ def _resume_lines(tracks: Mapping[str, TrackRecord]) -> list[str]:
     return out
 
 
-def _comparison_lines(comparison: Comparison) -> list[str]:
+@dataclass(frozen=True)
+class ComparisonItem:
+    """One figure the comparison rests on: what it compares, its value and how it was computed."""
+
+    name: str
+    value: str
+    basis: str
+
+
+def _percent(fraction: float, sign: str = "") -> str:
+    return f"{sign if fraction > 0 else ''}{_number(fraction * 100, 3)}%"
+
+
+def _ratio(view: IntervalView | None) -> str:
+    if view is None:
+        return "not measured"
+    estimate, low, high = _spread(view.estimate, view.low, view.high, 3)
+    return f"{estimate}\u00d7 ({view.confidence:.0%} interval {low} to {high})"
+
+
+def comparison_items(comparison: Comparison) -> list[ComparisonItem]:
+    """The loss delta against its tolerance, the steady-state cost ratio with its interval and the whole-trial
+    cost ratio, each as a value."""
+    delta, tolerance = comparison.final_loss_delta, comparison.loss_tolerance
+    within = {True: "within", False: "outside", None: "not judged against"}[comparison.within_tolerance]
+    steady = comparison.steady_cost_ratio
     return [
-        "",
-        "## Comparison",
-        "",
-        f"- final validation-loss delta (relative): {_cell(comparison.final_loss_delta)} "
-        f"(tolerance {comparison.loss_tolerance}, within: {_cell(comparison.within_tolerance)})",
-        f"- cost ratio: {_cell(comparison.cost_ratio)} ({comparison.cost_ratio_basis})",
-        "",
+        ComparisonItem("final validation loss, trn2 vs gpu",
+                       "not measured" if delta is None
+                       else f"{_percent(delta, '+')} ({within} the tolerance of \u00b1{_percent(tolerance)})",
+                       "relative difference of the final validation losses"),
+        ComparisonItem("steady-state cost per training step, trn2 / gpu",
+                       _ratio(steady),
+                       "; ".join(part for part in (comparison.steady_cost_ratio_basis, steady and steady.method)
+                                 if part)),
+        ComparisonItem("whole-trial cost, trn2 side / gpu",
+                       "not measured" if comparison.cost_ratio is None
+                       else f"{_number(comparison.cost_ratio, 3)}\u00d7",
+                       comparison.cost_ratio_basis),
     ]
+
+
+def _comparison_lines(comparison: Comparison) -> list[str]:
+    return ["", "## Comparison", "",
+            *(f"- {item.name}: **{item.value}** ({item.basis})" for item in comparison_items(comparison)), ""]
 
 
 def _ticks(low: float, high: float, count: int = 6) -> list[float]:
@@ -226,9 +352,14 @@ class Tick:
 
 @dataclass(frozen=True)
 class Marker:
+    """A vertical line at a step: ``short`` is drawn above the plot, ``label`` says it in the legend."""
+
     at: float
     colour: str
     label: str
+    short: str
+    row: int
+    anchor: str
 
 
 @dataclass(frozen=True)
@@ -242,8 +373,10 @@ class EvalMark:
 @dataclass(frozen=True)
 class Series:
     run: str
+    label: str
     colour: str
     dash: str
+    line: str
     points: str
     evals: list[EvalMark]
 
@@ -262,12 +395,15 @@ class LossChart:
     x_ticks: list[Tick] = field(default_factory=list)
     y_ticks: list[Tick] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
+    marker_row: int = MARKER_ROW
 
 
-def loss_chart(tracks: Mapping[str, TrackRecord], width: int = 720, height: int = 300) -> LossChart:
+def loss_chart(tracks: Mapping[str, TrackRecord], labels: Mapping[str, str] | None = None, width: int = 1200,
+               height: int = 320) -> LossChart:
     """The loss chart's geometry: one line per run, its validation points, and the fault, retry, resume and
-    fallback marked where they happened."""
-    left, right, top, bottom = 56, width - 16, 16, height - 40
+    fallback marked where they happened (their short names in rows above the plot, so none overlaps another)."""
+    labels = labels or {}
+    left, right, top, bottom = 56, width - 16, 16 + MARKER_ROW * len(_marker_steps(tracks)), height - 40
     series: dict[str, list[tuple[float, float]]] = {
         run: [(p.step, p.loss) for p in t.loss.per_step] for run, t in tracks.items()}
     evals: dict[str, list[tuple[float, float]]] = {
@@ -288,110 +424,212 @@ def loss_chart(tracks: Mapping[str, TrackRecord], width: int = 720, height: int 
 
     return LossChart(
         width=width, height=height, left=left, right=right, top=top, bottom=bottom,
-        series=[Series(run=run, colour=COLOURS.get(run, "#555"), dash=DASHES.get(run, "3 3"),
+        series=[Series(run=run, label=labels.get(run, run), colour=COLOURS.get(run, "#555"),
+                       dash=DASHES.get(run, "3 3"), line=LINE_STYLES.get(DASHES.get(run, "3 3"), "dashed"),
                        points=" ".join(f"{sx(x)},{sy(y)}" for x, y in pts),
                        evals=[EvalMark(x=sx(x), y=sy(y), step=x, loss=round(y, 4)) for x, y in evals[run]])
                 for run, pts in series.items() if pts or evals[run]],
         x_ticks=[Tick(at=sx(v), label=f"{v:g}") for v in _ticks(x0, x1) if x0 <= v <= x1],
         y_ticks=[Tick(at=sy(v), label=f"{v:.3g}") for v in _ticks(y0, y1) if y0 <= v <= y1],
-        markers=_markers(tracks, sx),
+        markers=_markers(tracks, sx, right),
     )
 
 
-def _markers(tracks: Mapping[str, TrackRecord], sx: Callable[[float], float]) -> list[Marker]:
-    """Where each run's fault was injected and where a retry or the fallback resumed (``sx``: step to x)."""
-    markers = []
+def _marker_steps(tracks: Mapping[str, TrackRecord]) -> list[tuple[str, str, int]]:
+    """(run, what, step) for each run's injected fault and each retry or fallback that resumed."""
+    found = []
     for run, t in tracks.items():
         resume = t.resume
         if resume.injected_at_step:
-            markers.append(Marker(at=sx(resume.injected_at_step), colour="#d62728",
-                                  label=f"{run}: fault after step {resume.injected_at_step}"))
+            found.append((run, "fault", resume.injected_at_step))
         if resume.resumed_from_step is not None:
-            what = "fallback resumed" if run == "gpu-fallback" else "retry resumed"
-            markers.append(Marker(at=sx(resume.resumed_from_step), colour=COLOURS.get(run, "#555"),
-                                  label=f"{run}: {what} from step {resume.resumed_from_step}"))
+            found.append((run, "fallback resumed" if run == "gpu-fallback" else "retry resumed",
+                          resume.resumed_from_step))
+    return found
+
+
+def _markers(tracks: Mapping[str, TrackRecord], sx: Callable[[float], float], right: float) -> list[Marker]:
+    """Where each run's fault was injected and where a retry or the fallback resumed (``sx``: step to x), one row
+    of the space above the plot each; a name near the right edge ends at its line instead of starting there."""
+    markers = []
+    # Rows from the left: a name runs right, over the space where only later (lower) rows' lines start.
+    for row, (run, what, step) in enumerate(sorted(_marker_steps(tracks), key=lambda found: found[2])):
+        name = RUN_NAMES.get(run, run)
+        label = (f"{name}: fault after step {step}" if what == "fault"
+                 else f"{name}: {what} from step {step}")
+        at = sx(step)
+        short = f"{name} {what}"
+        markers.append(Marker(at=at, colour="#d62728" if what == "fault" else COLOURS.get(run, "#555"),
+                              label=label, short=short, row=row,
+                              anchor="end" if at + _text_width(short) > right else "start"))
     return markers
 
 
-def _cost_chart(tracks: Mapping[str, TrackRecord], width: int = 640) -> str:
-    totals = {run: float(t.cost.total_usd) for run, t in tracks.items()}
-    top = max(totals.values(), default=0.0) or 1.0
+def _text_width(text: str, size: float = 12) -> int:
+    """A generous estimate of ``text``'s width in a sans-serif face at ``size`` px (layout margins; the page's
+    rendering tests measure the real thing)."""
+    return math.ceil(len(text) * size * 0.62)
+
+
+@dataclass(frozen=True)
+class Segment:
+    x: float
+    width: float
+    colour: str
+    title: str
+
+
+@dataclass(frozen=True)
+class CostBar:
+    label: str
+    y: int
+    segments: list[Segment]
+    end: float
+    total: str
+
+
+@dataclass(frozen=True)
+class CostChart:
+    """One bar per run (the warm-up compile stage's included), stacked by cost component."""
+
+    bars: list[CostBar]
+    width: int
+    height: int
+    left: int
+    bar_height: int = 22
+
+
+def cost_chart(costs: Mapping[str, CostView], labels: Mapping[str, str], width: int = 1200) -> CostChart:
+    """Each run's five components end to end on one scale, its total beside the bar; its label left of it."""
+    left = 16 + max((_text_width(labels.get(run, run)) for run in costs), default=0)
+    room = width - left - 96
+    top = max((float(cost.total_usd) for cost in costs.values()), default=0.0) or 1.0
     bars = []
-    for i, (run, t) in enumerate(tracks.items()):
-        x, y = 120.0, 20 + i * 34
-        bars.append(f'<text x="4" y="{y + 16}">{escape(run)}</text>')
-        amounts = t.cost.components()
+    for i, (run, cost) in enumerate(costs.items()):
+        x, segments = float(left), []
         for name in COMPONENTS:
-            w = float(amounts[name]) / top * (width - 220)
-            bars.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="22" fill="{COMPONENT_COLOURS[name]}">'
-                f"<title>{name} {amounts[name]}</title></rect>"
-            )
+            amount = cost.components()[name]
+            w = float(amount) / top * room
+            segments.append(Segment(x=round(x, 1), width=round(w, 1), colour=COMPONENT_COLOURS[name],
+                                    title=f"{COMPONENT_NAMES[name]}: {_usd(amount)}"))
             x += w
-        bars.append(f'<text x="{x + 6:.1f}" y="{y + 16}">{totals[run]:.2f} USD</text>')
-    legend = "".join(
-        f'<rect x="{120 + i * 100}" y="{28 + 34 * len(tracks)}" width="10" height="10" '
-        f'fill="{COMPONENT_COLOURS[n]}"/><text x="{134 + i * 100}" y="{37 + 34 * len(tracks)}">'
-        f"{n.removesuffix('_usd')}</text>"
-        for i, n in enumerate(COMPONENTS)
-    )
-    height = 50 + 34 * len(tracks)
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="cost by component" width="{width}" '
-        f'height="{height}" font-size="11">{"".join(bars)}{legend}</svg>'
-    )
+        bars.append(CostBar(label=labels.get(run, run), y=8 + 34 * i, segments=segments, end=round(x + 6, 1),
+                            total=_usd(cost.total_usd)))
+    return CostChart(bars=bars, width=width, height=16 + 34 * len(bars), left=left)
 
 
 def _stamp(at: str) -> float:
     return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
 
 
-def _timeline_chart(timeline: Sequence[TimelineRow], width: int = 640) -> str:
+def _elapsed(seconds: float) -> str:
+    return f"{_number(seconds / 60, 3)} min" if seconds >= 120 else f"{_number(seconds, 3)} s"
+
+
+@dataclass(frozen=True)
+class TransitionMark:
+    x: float
+    title: str
+
+
+@dataclass(frozen=True)
+class AttemptBar:
+    """One attempt from its first Batch transition to its last, coloured by how it ended."""
+
+    label: str
+    y: int
+    x: float
+    width: float
+    colour: str
+    title: str
+    marks: list[TransitionMark]
+
+
+@dataclass(frozen=True)
+class TimelineChart:
+    bars: list[AttemptBar] = field(default_factory=list)
+    width: int = 0
+    height: int = 0
+    left: int = 0
+    right: int = 0
+    axis_y: int = 0
+    ticks: list[Tick] = field(default_factory=list)
+    axis_label: str = ""
+
+
+ENDED_COLOURS = {"SUCCEEDED": "#2ca02c", "FAILED": "#d62728"}
+RUNNING_COLOUR = "#8c8c8c"
+
+
+def timeline_chart(timeline: Sequence[TimelineRow], labels: Mapping[str, str], width: int = 1200) -> TimelineChart:
+    """A bar per attempt on a time axis from the trial's first Batch transition (minutes when the trial took two
+    or more, else seconds), each transition a tick on its bar."""
     if not timeline:
-        return "<p>No Batch transitions recorded.</p>"
-    t0, t1 = _stamp(timeline[0].at), _stamp(timeline[-1].at)
-    lanes = sorted({(r.run, r.attempt) for r in timeline})
-    marks = []
-    for row in timeline:
-        lane = lanes.index((row.run, row.attempt))
-        x = 140 + (_stamp(row.at) - t0) / ((t1 - t0) or 1) * (width - 180)
-        colour = "#2ca02c" if row.status == "SUCCEEDED" else "#d62728" if row.status == "FAILED" else "#777"
-        marks.append(
-            f'<circle cx="{x:.1f}" cy="{24 + lane * 22}" r="4" fill="{colour}"><title>{row.status} '
-            f"{escape(row.at)}</title></circle>"
-        )
-    labels = "".join(f'<text x="4" y="{28 + i * 22}">{escape(r)} attempt {a}</text>' for i, (r, a) in enumerate(lanes))
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="attempt timeline" width="{width}" '
-        f'height="{40 + 22 * len(lanes)}" font-size="11">{labels}{"".join(marks)}</svg>'
-    )
+        return TimelineChart()
+    rows = sorted(timeline, key=lambda row: _stamp(row.at))
+    start = _stamp(rows[0].at)
+    span = (_stamp(rows[-1].at) - start) or 1.0
+    attempts: dict[tuple[str, int], list[TimelineRow]] = {}
+    for row in rows:
+        attempts.setdefault((row.run, row.attempt), []).append(row)
+    names = {key: f"{labels.get(key[0], key[0])}, attempt {key[1]}" for key in attempts}
+    left, right = 16 + max(_text_width(name) for name in names.values()), width - 24
+    unit, scale = ("min", 60.0) if span >= 120 else ("s", 1.0)
+
+    def sx(seconds: float) -> float:
+        return round(left + seconds / span * (right - left), 1)
+
+    bars = []
+    for i, (key, steps) in enumerate(attempts.items()):
+        first, last = _stamp(steps[0].at) - start, _stamp(steps[-1].at) - start
+        ended = steps[-1].status
+        bars.append(AttemptBar(
+            label=names[key], y=8 + 26 * i, x=sx(first), width=max(sx(last) - sx(first), 3.0),
+            colour=ENDED_COLOURS.get(ended, RUNNING_COLOUR),
+            title=f"{names[key]}: {steps[0].status} at {_elapsed(first)}, {ended} at {_elapsed(last)} "
+                  f"({_elapsed(last - first)})",
+            marks=[TransitionMark(x=sx(_stamp(step.at) - start),
+                                  title=f"{step.status} at {_elapsed(_stamp(step.at) - start)} ({step.at})"
+                                        + (f": {step.status_reason}" if step.status_reason else ""))
+                   for step in steps]))
+    axis_y = 8 + 26 * len(bars)
+    return TimelineChart(
+        bars=bars, width=width, height=axis_y + 40, left=left, right=right, axis_y=axis_y,
+        ticks=[Tick(at=sx(v * scale), label=f"{v:g} {unit}") for v in _ticks(0, span / scale) if v * scale <= span],
+        axis_label=f"{'minutes' if unit == 'min' else 'seconds'} from the trial's first Batch transition")
 
 
-def _usd(value: str | None, places: int = 2) -> str:
-    """Money for people: to the cent in tables (full precision stays in report.json)."""
+def _usd(value: str | None, digits: int | None = None) -> str:
+    """Money for people: an amount to the cent; a unit price (``digits`` given) below a dollar to that many
+    significant figures ($0.03518, $0.00001443). Full precision stays in report.json."""
     if not value:
-        return "-"
+        return MISSING
     amount = Decimal(value)
-    if places == 2 or abs(amount) >= 1:
+    if digits is None or abs(amount) >= 1:
         return f"${amount:,.2f}"
-    return f"${amount:.{places}g}" if amount else "$0"
+    return f"${_number(float(amount), digits)}"
 
 
-def _interval(view: IntervalView | None, fmt: str) -> str:
+def _interval(view: IntervalView | None, money: bool = False) -> str:
     if not view:
-        return "-"
-    return f"{view.estimate:{fmt}} ({view.confidence:.0%}: {view.low:{fmt}}-{view.high:{fmt}})"
+        return MISSING
+    unit = "$" if money else ""
+    estimate, low, high = _spread(view.estimate, view.low, view.high)
+    return f"{unit}{estimate} ({view.confidence:.0%}: {unit}{low} to {unit}{high})"
 
 
 @dataclass(frozen=True)
 class CostRow:
-    name: str
+    """A run's components, total and unit costs; the last row is the trial's sums."""
+
+    label: str
     cells: list[str]
+    trial: bool = False
 
 
 @dataclass(frozen=True)
 class PriceRow:
-    run: str
+    label: str
     instance_type: str
     rate: str
     confidence: str
@@ -409,11 +647,17 @@ class UncertaintyRow:
 
 
 @dataclass(frozen=True)
-class RecordTableRow:
-    """One record item: per run, its figures as (label, value) pairs."""
+class FigureRow:
+    label: str
+    cells: list[str]
+
+
+@dataclass(frozen=True)
+class RecordGroup:
+    """One item of the record table: a row per figure, a cell per run."""
 
     item: str
-    cells: list[list[tuple[str, str]]]
+    rows: list[FigureRow]
 
 
 @dataclass(frozen=True)
@@ -441,8 +685,11 @@ class RecoveryRow:
 
 @dataclass(frozen=True)
 class SampleRow:
+    """A prompt's completion by each run (None: the run has none for it; "": it answered nothing) and whether
+    they are the same: "empty" when one is empty, which is not agreement."""
+
     prompt: str
-    completions: list[str]
+    completions: list[str | None]
     same: str
 
 
@@ -452,11 +699,13 @@ class HtmlContext(TypedDict):
     r: TrialReport
     c: Comparison
     runs: list[str]
+    labels: dict[str, str]
+    cost_columns: list[str]
     cost_rows: list[CostRow]
     prices: list[PriceRow]
     estimates: list[str]
     uncertainty: list[UncertaintyRow]
-    record_rows: list[RecordTableRow]
+    record_groups: list[RecordGroup]
     attempts: list[AttemptRow]
     hit_rates: list[tuple[str, str]]
     versions: list[VersionRow]
@@ -467,41 +716,50 @@ class HtmlContext(TypedDict):
     samples: list[SampleRow]
     sample_runs: list[str]
     baseline_line: str
+    comparison: list[ComparisonItem]
     loss: LossChart
-    cost_chart: Markup
-    timeline_chart: Markup
+    cost_chart: CostChart
+    component_colours: list[tuple[str, str]]
+    timeline: TimelineChart
+    ended_colours: list[tuple[str, str]]
     parallel: list[tuple[str, ParallelView]]
     fmt: Callable[[Figure], str]
+    usd: Callable[[str | None], str]
+    percent: Callable[[float | None], str]
     verdict_colour: str
+    decision: DecisionView | None
+    pilot_rows: list[tuple[str, str, str]]
 
 
-def _cost_rows(report: TrialReport) -> list[CostRow]:
-    """Each component, the total, and the cost per effective step and per 1M tokens: per run, then the trial's."""
-    costs = [t.cost for t in report.tracks.values()]
-    rows = [CostRow(name=name.removesuffix("_usd").replace("_", " "),
-                    cells=[_usd(cost.components()[name]) for cost in costs] + [_usd(report.cost.trial[name])])
-            for name in (*COMPONENTS, "total_usd")]
-    rows.append(CostRow(name="cost per effective step",
-                        cells=[_usd(cost.cost_per_effective_step_usd, 4) for cost in costs] + ["-"]))
-    rows.append(CostRow(name="cost per 1m tokens", cells=[_usd(cost.cost_per_1m_tokens_usd, 2) for cost in costs]
-                        + ["-"]))
-    return rows
+COST_COLUMNS = [*(COMPONENT_NAMES[name] for name in COMPONENTS), "total", "per effective step", "per 1M tokens"]
+
+
+def _cost_rows(report: TrialReport, labels: Mapping[str, str]) -> list[CostRow]:
+    """A row per run (the warm-up compile stage's included): its five components, total, and cost per effective
+    step and per 1M tokens; then the trial's row, each component the sum of the rows above it."""
+    rows = [CostRow(label=labels.get(run, run),
+                    cells=[*(_usd(cost.components()[name]) for name in (*COMPONENTS, "total_usd")),
+                           _usd(cost.cost_per_effective_step_usd, 4), _usd(cost.cost_per_1m_tokens_usd, 4)])
+            for run, cost in report.cost.by_run.items()]
+    trial = report.cost.trial
+    return [*rows, CostRow(label="trial (sum of the runs)", trial=True,
+                           cells=[*(_usd(trial.get(name)) for name in (*COMPONENTS, "total_usd")), MISSING, MISSING])]
 
 
 _PRICE_BASIS = re.compile(r"(?P<type>\S+) at (?P<rate>\S+) USD/h \((?P<conf>[^,]+), table (?P<table>[^)]+)\)")
 
 
-def _prices(tracks: Mapping[str, TrackRecord]) -> tuple[list[PriceRow], list[str]]:
+def _prices(costs: Mapping[str, CostView], labels: Mapping[str, str]) -> tuple[list[PriceRow], list[str]]:
     """Each run's price as its cost states it, and the runs priced at an estimated rate."""
     prices = []
     estimates = []
-    for run, t in tracks.items():
-        found = _PRICE_BASIS.match(t.cost.price_basis)
+    for run, cost in costs.items():
+        found = _PRICE_BASIS.match(cost.price_basis)
         price = found.groupdict() if found else {"type": "?", "rate": "?", "conf": "?", "table": "?"}
-        prices.append(PriceRow(run=run, instance_type=price["type"], rate=f"{price['rate']} USD/h",
+        prices.append(PriceRow(label=labels.get(run, run), instance_type=price["type"], rate=f"{price['rate']} USD/h",
                                confidence=price["conf"], table=price["table"]))
         if price["conf"] == "estimate":
-            estimates.append(f"{run} ({price['type']})")
+            estimates.append(labels.get(run, run))
     return prices, estimates
 
 
@@ -510,33 +768,68 @@ def _uncertainty_rows(tracks: Mapping[str, TrackRecord]) -> list[UncertaintyRow]
     for run, t in tracks.items():
         view = t.uncertainty
         rows.append(UncertaintyRow(
-            run=run, steps=view.steady_steps if view else "-",
-            step_time=_interval(view.step_time_s if view else None, ".4g"),
-            tokens=_interval(view.tokens_per_s if view else None, ",.0f"),
-            cost=_interval(view.cost_per_effective_step_usd if view else None, ".3g"),
+            run=run, steps=view.steady_steps if view else MISSING,
+            step_time=_interval(view.step_time_s if view else None),
+            tokens=_interval(view.tokens_per_s if view else None),
+            cost=_interval(view.cost_per_effective_step_usd if view else None, money=True),
             on=f"stand-in {t.backend}" if t.stand_in else f"{t.instance_type}"))
     return rows
 
 
+# Record-table figures whose key alone would not say what they measure; any other key reads as words, its unit
+# suffix (_s, _usd, _mib) in parentheses.
+FIGURE_LABELS = {
+    "image_pull_and_start_s": "image pull and container start (s)", "runtime_init_s": "runtime init (s)",
+    "cache": "cache (last attempt)", "tokens_per_s": "throughput (tokens/s)",
+    "validation_loss": "validation loss (nats/token)", "save_s": "checkpoint saves (s)",
+    "restore_s": "checkpoint restores (s)", "total_bytes": "checkpoint size", "files": "checkpoint files",
+    "save_slowdown": "step-time slowdown while saving", "failures": "failed attempts",
+    "global_step_continuous": "global step continuous after resume",
+    "loss_continuous": "loss continuous after resume", "stand_in": "stand-in backend",
+}
+_UNITS = ((" s", " (s)"), (" usd", " (USD)"), (" mib", " (MiB)"))
+
+
 def _figure_label(name: str) -> str:
-    return name.replace("_", " ").removesuffix(" s") + (" (s)" if name.endswith("_s") else "")
+    words = name.replace("_", " ")
+    return FIGURE_LABELS.get(name) or next(
+        (words.removesuffix(suffix) + unit for suffix, unit in _UNITS if words.endswith(suffix)), words)
 
 
-def _record_rows(report: TrialReport) -> list[RecordTableRow]:
+def _figure(name: str, value: Figure, missing: str) -> str:
+    """A record-table figure, with its unit in the cell where the label cannot carry it: a size, a share, a
+    slowdown. A cache key shows its first 16 characters, as the cache entries do."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if name.endswith("_bytes"):
+            return _size(value)
+        if name.endswith(("_share", "_rate")):
+            return _percent(value)
+        if name.endswith("_slowdown"):
+            return f"{_number(value, 3)}\u00d7"
+    if name.endswith("_key") and isinstance(value, str) and len(value) > 16:
+        return value[:16] + "\u2026"
+    return _cell(value, missing)
+
+
+def _record_groups(report: TrialReport, missing: str) -> list[RecordGroup]:
+    """The record table: per item, a row per figure with each run's value."""
     runs = list(report.tracks)
-    return [RecordTableRow(item=row.item,
-                           cells=[[(_figure_label(name),
-                                    ", ".join(map(_cell, value)) if isinstance(value, list) else _cell(value))
-                                   for name, value in row.figures(run).items()] for run in runs])
-            for row in report.record_table]
+    groups = []
+    for row in report.record_table:
+        names = dict.fromkeys(name for run in runs for name in row.figures(run))
+        groups.append(RecordGroup(item=row.item, rows=[
+            FigureRow(label=_figure_label(name), cells=[_figure(name, row.figures(run).get(name), missing)
+                                                        for run in runs])
+            for name in names]))
+    return groups
 
 
 def _compile_attempts(run: str, caches: Sequence[str], seconds: Sequence[float], startup: Startup | None
                       ) -> list[AttemptRow]:
     started = {a.attempt: a.seconds for a in (startup.by_attempt if startup else [])}
     return [AttemptRow(run=run, attempt=i + 1, cache=cache,
-                       compile_s=_cell(seconds[i]) if i < len(seconds) else "-",
-                       startup_s=_cell(started.get(i + 1)))
+                       compile_s=_html_cell(seconds[i]) if i < len(seconds) else MISSING,
+                       startup_s=_html_cell(started.get(i + 1)))
             for i, cache in enumerate(caches)]
 
 
@@ -553,8 +846,8 @@ def _attempt_rows(report: TrialReport) -> list[AttemptRow]:
 
 def _hit_rates(report: TrialReport) -> list[tuple[str, str]]:
     view = report.compile
-    trial = "-" if view.hit_rate is None else f"{view.hit_rate:.0%} ({view.hits} of {view.lookups} lookups)"
-    return [("trial", trial), *((run, "-" if t.compile.hit_rate is None else f"{t.compile.hit_rate:.0%}")
+    trial = MISSING if view.hit_rate is None else f"{view.hit_rate:.0%} ({view.hits} of {view.lookups} lookups)"
+    return [("trial", trial), *((run, MISSING if t.compile.hit_rate is None else f"{t.compile.hit_rate:.0%}")
                                 for run, t in report.tracks.items())]
 
 
@@ -562,11 +855,11 @@ def _versions(tracks: Mapping[str, TrackRecord]) -> list[VersionRow]:
     rows = []
     for run, t in tracks.items():
         env = dict(t.environment)
-        image, digest = env.pop("image", "-"), env.pop("image_digest", "-")
+        image, digest = env.pop("image", MISSING), env.pop("image_digest", MISSING)
         for noise in ("hostname", "batch_job_id", "instance_type"):
             env.pop(noise, None)
         rows.append(VersionRow(run=run, image=image, digest=digest,
-                               versions=", ".join(f"{k} {v}" for k, v in env.items()) or "-"))
+                               versions=", ".join(f"{k} {v}" for k, v in env.items()) or MISSING))
     return rows
 
 
@@ -584,9 +877,11 @@ def _recovery_rows(tracks: Mapping[str, TrackRecord]) -> list[RecoveryRow]:
     for run, t in tracks.items():
         r, at = t.resume, t.resume.resume_eval
         rows.append(RecoveryRow(run=run, cells=[
-            *map(_cell, (r.injected_at_step, r.resumed_from_step, r.rerun_steps, r.rerun_share,
-                         r.global_step_continuous, r.loss_continuous, r.max_rel_loss_delta)),
-            "-" if not at else f"{at.loss:.4f} at step {at.step}"]))
+            *map(_html_cell, (r.injected_at_step, r.resumed_from_step, r.rerun_steps)),
+            MISSING if r.rerun_share is None else _percent(r.rerun_share),
+            *map(_html_cell, (r.global_step_continuous, r.loss_continuous)),
+            MISSING if r.max_rel_loss_delta is None else _percent(r.max_rel_loss_delta),
+            MISSING if not at else f"{_number(at.loss)} at step {at.step:,}"]))
     return rows
 
 
@@ -597,25 +892,41 @@ def _sample_rows(tracks: Mapping[str, TrackRecord]) -> tuple[list[str], list[Sam
     for run in sample_runs:
         for sample in tracks[run].final_samples:
             prompts.setdefault(sample.prompt, {})[run] = sample.completion
-    return sample_runs, [
-        SampleRow(prompt=prompt, completions=[by_run.get(run, "-") for run in sample_runs],
-                  same="yes" if len(set(by_run.values())) == 1 and len(by_run) == len(sample_runs) else "no")
-        for prompt, by_run in prompts.items()]
+    rows = []
+    for prompt, by_run in prompts.items():
+        answers = [by_run.get(run) for run in sample_runs]
+        if any(answer is not None and not answer.strip() for answer in answers):
+            same = "empty"  # an empty completion says nothing, so two of them do not agree
+        elif None in answers:
+            same = MISSING
+        else:
+            same = "yes" if len(set(answers)) == 1 else "no"
+        rows.append(SampleRow(prompt=prompt, completions=answers, same=same))
+    return sample_runs, rows
 
 
 def _context(report: TrialReport) -> HtmlContext:
     tracks = report.tracks
-    prices, estimates = _prices(tracks)
+    labels = _run_labels(report)
+    prices, estimates = _prices(report.cost.by_run, labels)
     sample_runs, samples = _sample_rows(tracks)
     return HtmlContext(
-        r=report, c=report.comparison, runs=list(tracks), cost_rows=_cost_rows(report), prices=prices,
-        estimates=estimates, uncertainty=_uncertainty_rows(tracks), record_rows=_record_rows(report),
+        r=report, c=report.comparison, decision=decision_view(report.decision), pilot_rows=pilot_rows(report.pilot),
+        runs=list(tracks), labels=labels,
+        cost_columns=COST_COLUMNS,
+        cost_rows=_cost_rows(report, labels), prices=prices, estimates=estimates,
+        uncertainty=_uncertainty_rows(tracks), record_groups=_record_groups(report, MISSING),
         attempts=_attempt_rows(report), hit_rates=_hit_rates(report), versions=_versions(tracks),
         bookings=_bookings(report), stage=report.compile.stage, cache_entries=report.compile.entries,
         recovery=_recovery_rows(tracks), samples=samples, sample_runs=sample_runs,
-        baseline_line=_baseline_line(report.baseline), loss=loss_chart(tracks),
-        cost_chart=Markup(_cost_chart(tracks)), timeline_chart=Markup(_timeline_chart(report.timeline)),
-        parallel=[(run, t.parallel) for run, t in tracks.items() if t.parallel], fmt=_cell,
+        baseline_line=_baseline_line(report.baseline), comparison=comparison_items(report.comparison),
+        loss=loss_chart(tracks, labels), cost_chart=cost_chart(report.cost.by_run, labels),
+        component_colours=[(COMPONENT_NAMES[name], COMPONENT_COLOURS[name]) for name in COMPONENTS],
+        timeline=timeline_chart(report.timeline, labels),
+        ended_colours=[("succeeded", ENDED_COLOURS["SUCCEEDED"]), ("failed", ENDED_COLOURS["FAILED"]),
+                       ("not ended", RUNNING_COLOUR)],
+        parallel=[(run, t.parallel) for run, t in tracks.items() if t.parallel], fmt=_html_cell, usd=_usd,
+        percent=lambda fraction: MISSING if fraction is None else _percent(fraction),
         verdict_colour=(REHEARSAL_COLOUR if report.comparison.rehearsal
                         else VERDICT_COLOURS.get(str(report.comparison.verdict), "#777")),
     )

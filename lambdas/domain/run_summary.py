@@ -140,6 +140,10 @@ class EnvironmentRecord(_Model):
     instance_type: str | None = None
     hostname: str
     batch_job_id: str | None = None
+    data_samples: str | None = Field(
+        default=None, pattern=r"^\d+$", description="Training samples (rows of data.train_uri) the attempt loaded, "
+        "to check data.samples against; a decimal string like the environment's other values. None in summaries "
+        "written before it.")
 
 
 class LayoutRecord(_Model):
@@ -211,6 +215,9 @@ class CommunicationRecord(_Model):
     """
 
     world_size: Annotated[int, Field(ge=1)] = 1
+    process_group: str | None = Field(
+        default=None, description="The torch.distributed backend of the training collectives (nccl, neuron, gloo); "
+                                  "None for a single process and for summaries written before this field.")
     measured: bool = True
     steps_timed: Annotated[int, Field(ge=0)] = 0
     communication_s: Seconds = 0.0
@@ -223,6 +230,28 @@ class CommunicationRecord(_Model):
     sync_samples: Annotated[int, Field(ge=0)] = 0
     sync_sample_every: Annotated[int, Field(ge=1)] = 1
     untimed: list[str] = Field(default_factory=list, description="Collectives that ran but are not timed here.")
+
+
+class LearningRecord(_Model):
+    """Whether the attempt's optimizer steps reached its weights. A loop whose updates never land on the weights
+    runs, reports losses and raises nothing, so the trainer reads a fingerprint of the trainable parameters (per
+    tensor, its sum and L2 norm in float32) before the attempt's first optimizer step and again after its last, and
+    compares the two. A sharded tensor is read in process 0's share (no collective, so a lost peer cannot stall the
+    summary). An attempt that failed may have lost its device before the second reading and records none; so do
+    summaries written before this record existed."""
+
+    weights_changed: bool = Field(description="Any trainable tensor's fingerprint differs between the two readings.")
+    steps: Annotated[int, Field(ge=0)] = Field(description="Optimizer steps the attempt ran between the readings.")
+    trainable_params: Annotated[int, Field(ge=0)] = Field(
+        description="Elements of the trainable parameters (the LoRA adapters for method lora), whole-model count.")
+    trainable_tensors: Annotated[int, Field(ge=0)] = 0
+    tensors_changed: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Trainable tensors whose fingerprint changed (a LoRA A matrix moves only once its B "
+        "matrix has left zero, so not every tensor changes in a step or two).")
+    norm_start: float | None = Field(
+        default=None, description="L2 norm of the trainable parameters (process 0's share) before the first step.")
+    norm_end: float | None = Field(
+        default=None, description="The same after the last step.")
 
 
 class RunSummary(_Model):
@@ -265,6 +294,9 @@ class RunSummary(_Model):
     memory_peak_mib: float | None = None
     final_samples: list[FinalSample] = Field(default_factory=list)
     validation_loss: float | None = None
+    learning: LearningRecord | None = Field(
+        default=None, description="Whether the optimizer steps reached the weights; None in summaries written before "
+        "it, and after a failure that left no second reading.")
     environment: EnvironmentRecord
     started_at: str = Field(description="ISO-8601 UTC")
     ended_at: str = Field(description="ISO-8601 UTC")

@@ -62,3 +62,9 @@ EMITTERS: dict[str, tuple[str, ...]] = {
 }
 RUN_OUTCOMES = {"SUCCEEDED": RUNS_SUCCEEDED, "FAILED": RUNS_FAILED}
 CACHE_OUTCOMES = {"hit": CACHE_HITS, "miss": CACHE_MISSES, "failed": CACHE_FAILURES}
+
+
+def service_name(module: str) -> str:
+    """A function's service name (its metrics' ``service`` dimension, POWERTOOLS_SERVICE_NAME when deployed):
+    ``dualtrack-<handler module>``, e.g. ``dualtrack-on-batch-job-state``."""
+    return f"dualtrack-{module.rsplit('.', 1)[-1].replace('_', '-')}"

@@ -147,12 +147,27 @@ class DataSpec(_Model):
 
 EvalMetric = Literal["validation_loss", "perplexity", "exact_match"]
 # How the team expects a failed run to recover (the source document's task description): resume the same track
-# from its newest checkpoint, fall back to the GPU track from Trainium2's checkpoint, or restart from step 0.
-Recovery = Literal["resume_same_track", "gpu_fallback", "restart"]
+# from its newest checkpoint, fall back to the GPU track from Trainium2's checkpoint, restart from step 0, or not at
+# all (``none``: no GPU fallback runs when the Trainium2 run fails).
+Recovery = Literal["resume_same_track", "gpu_fallback", "restart", "none"]
 
 
 def _validation_loss_only() -> list[EvalMetric]:
     return ["validation_loss"]
+
+
+class LearningRequirement(_Model):
+    """What "the run learned" means for this trial. A run whose weights never changed, or whose training loss did
+    not fall, is no evidence about its track (a Trainium2 loop can run to the end with its optimizer updates never
+    reaching the weights and raise nothing), so the report gives no verdict on it."""
+
+    min_loss_drop: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.01, description="Smallest relative fall of the training loss by by_step: the median of the run's "
+        "first steps against the median of its steps up to by_step (0.01: 1%). Medians of a few steps each, so one "
+        "noisy batch neither fails a run that learned nor passes one that did not.")
+    by_step: Annotated[int, Field(ge=2)] | None = Field(
+        default=None, description="The step by which the loss must have fallen by min_loss_drop, at most max_steps; "
+        "absent: max_steps.")
 
 
 class EvaluationSpec(_Model):
@@ -172,6 +187,14 @@ class EvaluationSpec(_Model):
         "min_exact_match; needs prompts)")
     min_exact_match: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.8, description="With the exact_match metric: the share of prompts that must complete identically")
+    learning: LearningRequirement | None = Field(
+        default=None, description="What each run must show to count as evidence: its weights changed, and its "
+        "training loss fell by min_loss_drop by by_step. Absent: the defaults (1% by max_steps), and the trial's "
+        "hash is that of a trial written before this field existed.")
+
+    def learning_requirement(self) -> LearningRequirement:
+        """The declared learning requirement, or the default one."""
+        return self.learning or LearningRequirement()
 
     @field_validator("metrics")
     @classmethod
@@ -306,8 +329,10 @@ class TrialSpec(_Model):
     limits: Limits | None = None
     failure_recovery: Recovery | None = Field(default=None, description=(
         "How a failed run is expected to recover: resume_same_track (Batch retries the attempt, which resumes "
-        "from the newest checkpoint), gpu_fallback (Trainium2's checkpoint is resumed on the GPU track), or "
-        "restart (from step 0). The report checks the runs against it."))
+        "from the newest checkpoint), gpu_fallback (Trainium2's checkpoint is resumed on the GPU track; needs a gpu "
+        "and a trn2 track and a checkpoint before max_steps), restart (from step 0), or none (no GPU fallback runs "
+        "when the Trainium2 run fails). Absent: a trial with both tracks falls back to GPU. The report checks the "
+        "runs against it."))
     baseline_logs_uri: str | None = Field(default=None, description=(
         "The team's GPU baseline logs: a Hugging Face Trainer trainer_state.json, a dualtrack metrics.jsonl, or a "
         "CSV of step,loss[,eval_loss]. The report checks that the GPU track reproduces it (losses within "
@@ -573,6 +598,7 @@ def check_rules(spec: TrialSpec, catalogue: InstanceCatalogue | None = None, *,
 
     problems += _interval_problems(spec)
     problems += _fault_problems(spec, names)
+    problems += _recovery_problems(spec, names)
     problems += _limits_problems(spec)
     return problems
 
@@ -651,11 +677,17 @@ def _layout_problems(spec: TrialSpec, name: TrackName, track: GpuTrack | Trn2Tra
 
 
 def _interval_problems(spec: TrialSpec) -> list[Problem]:
-    """Checkpoint and evaluation intervals fall within ``max_steps``."""
-    return [Problem(path, f"{value} exceeds max_steps ({spec.max_steps}); use a value in [1, {spec.max_steps}]")
-            for path, value in (("checkpoint_interval_steps", spec.checkpoint_interval_steps),
-                                ("evaluation.interval_steps", spec.evaluation.interval_steps))
-            if value > spec.max_steps]
+    """Checkpoint and evaluation intervals, and the step the loss must have fallen by, fall within ``max_steps``."""
+    problems = [Problem(path, f"{value} exceeds max_steps ({spec.max_steps}); use a value in [1, {spec.max_steps}]")
+                for path, value in (("checkpoint_interval_steps", spec.checkpoint_interval_steps),
+                                    ("evaluation.interval_steps", spec.evaluation.interval_steps))
+                if value > spec.max_steps]
+    by_step = spec.evaluation.learning_requirement().by_step
+    if by_step is not None and by_step > spec.max_steps:
+        problems.append(Problem("evaluation.learning.by_step",
+                                f"{by_step} exceeds max_steps ({spec.max_steps}), so the run never reaches it; use a "
+                                f"step in [2, {spec.max_steps}], or leave it out to judge the loss at max_steps"))
+    return problems
 
 
 def _fault_problems(spec: TrialSpec, names: list[TrackName]) -> list[Problem]:
@@ -682,6 +714,26 @@ def _fault_problems(spec: TrialSpec, names: list[TrackName]) -> list[Problem]:
             f"step {fault.at_step} is not before the last step ({spec.max_steps}); use a step in "
             f"({first_ckpt}, {spec.max_steps})")
     return problems
+
+
+def _recovery_problems(spec: TrialSpec, names: list[TrackName]) -> list[Problem]:
+    """``gpu_fallback`` has what the fallback needs: a trn2 run to fall back from, the gpu track it runs as (its
+    instance type, nodes and layout), and a checkpoint of the trn2 run to resume before the last step."""
+    if spec.failure_recovery != "gpu_fallback":
+        return []
+    missing = [f"tracks.{track}" for track in ("gpu", "trn2") if track not in names]
+    if missing:
+        return [Problem("failure_recovery", (
+            f"gpu_fallback resumes a failed trn2 run on the gpu track's instances, and this trial has no "
+            f"{' and no '.join(missing)}: add {' and '.join(missing)}, or declare resume_same_track, restart or "
+            "none"))]
+    if spec.checkpoint_interval_steps >= spec.max_steps:
+        return [Problem("failure_recovery", (
+            f"gpu_fallback resumes the trn2 run's newest checkpoint, and checkpoint_interval_steps "
+            f"{spec.checkpoint_interval_steps} saves none before the last step ({spec.max_steps}), so the fallback "
+            f"would start from step 0: set checkpoint_interval_steps below {spec.max_steps}, or declare restart or "
+            "none"))]
+    return []
 
 
 def _limits_problems(spec: TrialSpec) -> list[Problem]:

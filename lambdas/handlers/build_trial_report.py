@@ -12,6 +12,7 @@ from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.sources import UriSources
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ReportSettings, per_environment, settings_for
@@ -36,13 +37,14 @@ class Composition:
     ledger: Ledger
     sources: Sources
     registry: CacheRegistry
+    prices: PriceTable
 
 
 @per_environment
 def compose() -> Composition:
     settings = settings_for(ReportSettings)
     return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE), UriSources(),
-                       DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE))
+                       DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE), load_price_table(settings.PRICE_OVERRIDES))
 
 
 @lambda_handler(ReportSettings)
@@ -51,6 +53,6 @@ def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     app = compose()
     spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
     out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources,
-                       registry=app.registry)
+                       registry=app.registry, prices=app.prices)
     logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out.verdict})
     return out.as_json()

@@ -16,6 +16,7 @@ import gc
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from lambdas.domain.telemetry import service_name
 from lambdas.runtime.observability import logger, metrics, tracer
 from lambdas.runtime.settings import _Settings, with_settings
 
@@ -31,10 +32,14 @@ def lambda_handler(settings: type[_Settings], *, correlation_id_path: str | None
         flushed = metrics.log_metrics(traced)
         logged = logger.inject_lambda_context(flushed, correlation_id_path=correlation_id_path)
         checked = with_settings(settings)(logged)
+        service = service_name(fn.__module__)
 
         @functools.wraps(checked)
         def handler(*args: Any, **kwargs: Any) -> Any:
             _end_of_init()
+            # The metrics' service dimension is this function's, whichever function made the shared Metrics first
+            # (one process hosts every function in the local rehearsal).
+            metrics.service = service
             return checked(*args, **kwargs)
 
         return cast(F, handler)

@@ -13,6 +13,7 @@ from lambdas.domain.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvali
 from lambdas.domain.cost import RunCost
 from lambdas.domain.json_types import JsonObject
 from lambdas.domain.ledger import LedgerEntry, run_key
+from lambdas.domain.prices import PriceTable
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_model import UnreadableSummary
 from lambdas.domain.report_render import render_html, render_markdown
@@ -99,15 +100,17 @@ class WrittenReport:
 
 def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Ledger, generated_at: str,
                  stopped_by: JsonObject | None = None, sources: Sources | None = None,
-                 registry: CacheRegistry | None = None) -> WrittenReport:
+                 registry: CacheRegistry | None = None, prices: PriceTable | None = None) -> WrittenReport:
     """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
     ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
-    GPU baseline."""
+    GPU baseline; ``prices`` is the deployment's price table (overrides applied), whose bases the decision prices the
+    trial at."""
     evidence = gather(trial_id, artifacts, ledger)
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
                                 stopped_by=stopped_by, baseline=read_baseline(spec, sources),
                                 cache_entries=cache_entries_of(evidence.summaries, registry),
-                                unreadable=[UnreadableSummary.model_validate(u) for u in evidence.unreadable])
+                                unreadable=[UnreadableSummary.model_validate(u) for u in evidence.unreadable],
+                                prices=prices)
     base = f"trials/{trial_id}/report/"
     artifacts.put_json(base + "report.json", report.model_dump(mode="json"))
     artifacts.put_text(base + "report.md", render_markdown(report), "text/markdown; charset=utf-8")
@@ -118,8 +121,8 @@ def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Led
 
 
 def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger, generated_at: str,
-                         sources: Sources | None = None,
-                         registry: CacheRegistry | None = None) -> WrittenReport | None:
+                         sources: Sources | None = None, registry: CacheRegistry | None = None,
+                         prices: PriceTable | None = None) -> WrittenReport | None:
     """The report of a trial the cancel path stopped after it started (a person, or a limit), whose workflow never
     reached its report step: written once every run that started has a settled cost. None for a trial that was not
     stopped after it started, while a run is still stopping, or when no job ever ran."""
@@ -136,4 +139,4 @@ def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger
     spec = load_spec(artifacts, record.spec_uri)
     stopped_by = record.stopped_by.model_dump(mode="json") if record.stopped_by else None
     return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=stopped_by, sources=sources,
-                        registry=registry)
+                        registry=registry, prices=prices)

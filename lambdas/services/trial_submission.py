@@ -125,9 +125,17 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
             jobs[COMPILE_TARGET] = jobs[track].model_copy(update={"queue": target.compile_queue})
     if problems:
         raise SubmissionRefused("placement", {"errors": problems})
-    if "gpu" in jobs and "trn2" in jobs:
-        jobs["fallback"] = jobs["gpu"]  # the GPU fallback runs the trial's GPU track configuration
+    if falls_back(spec) and "gpu" in jobs and "trn2" in jobs:
+        # The GPU fallback runs the trial's GPU track configuration. Without this entry the workflow's
+        # HasGpuFallback choice ends a failed Trainium2 run there: failure_recovery none runs no fallback.
+        jobs["fallback"] = jobs["gpu"]
     return jobs
+
+
+def falls_back(spec: TrialSpec) -> bool:
+    """Whether a failed Trainium2 run falls back to the GPU track: for a trial with both tracks, unless it declares
+    failure_recovery none."""
+    return spec.failure_recovery != "none" and spec.tracks.gpu is not None and spec.tracks.trn2 is not None
 
 
 def run_targets(spec: TrialSpec, jobs: Mapping[str, JobPlacement]) -> dict[str, RunTarget]:
@@ -147,13 +155,14 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     ``limits.max_hours`` can only shorten it, and it never goes below Batch's 60 s minimum. The warm-up compile
     stage's timeout is the stage's ``compile_timeout_s`` within that. Retries are the job definitions' own (their
     retry strategy), so the input carries no attempt count. ``run_dirs`` has a ``trn2-compile`` entry when the
-    trial has a trn2 track, and a ``gpu-fallback`` entry only when it has both a gpu and a trn2 track."""
+    trial has a trn2 track, and a ``gpu-fallback`` entry only when it runs both a gpu and a trn2 track and falls
+    back (``falls_back``)."""
     base = f"trials/{spec.trial_id}"
     tracks = planned_tracks(spec, effective_route(spec, triage(spec)))
     run_dirs: dict[str, str] = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
     if "trn2" in tracks:
         run_dirs[COMPILE_RUN] = artifacts.uri(f"{base}/{COMPILE_RUN}")
-    if "trn2" in tracks and "gpu" in tracks:
+    if "trn2" in tracks and "gpu" in tracks and falls_back(spec):
         run_dirs[FALLBACK_RUN] = artifacts.uri(f"{base}/{FALLBACK_RUN}")
     timeout = int(attempt_timeout_s)
     if spec.limits and spec.limits.max_hours:

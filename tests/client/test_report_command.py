@@ -99,6 +99,8 @@ def test_compare_puts_a_remote_trial_beside_a_local_rehearsal(cli: Any, served: 
     assert rows["trn2: cache by attempt"] == ["miss, hit", "miss, hit"]
     assert all(f"check: {c['check']}" in rows for c in report["acceptance"])
     code, out, _ = cli("report", str(rehearsal / "report.json"), "--compare", str(rehearsal), "--format", "json")
-    assert code == 0 and json.loads(out)["a"] == json.loads(out)["b"]  # two local reports: no endpoint needed
+    first, second = json.loads(out)["compared"]  # two local reports: no endpoint needed
+    assert code == 0 and {**first, "source": "", "title": ""} == {**second, "source": "", "title": ""}
+    assert first["title"].endswith(f"from {rehearsal / 'report.json'}")  # one run read twice: told apart by source
     code, _, err = cli("report", str(tmp_path / "nothing-here/"), "--compare", trial_id, "--endpoint", served.url)
     assert code == EXIT_INVALID and "no report.json there" in err

@@ -16,6 +16,11 @@ from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, Script
 from dualtrack.local.aws.template import LocalDeployment, deploy_locally
 from infra.config import batch_name
 from infra.synth import Assembly
+from lambdas.domain.job_targets import JobTarget
+from lambdas.domain.trial import TrialSpec
+from lambdas.services.trial_submission import execution_input, job_targets
+from tests import fakes
+from tests.json_access import obj
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.type_defs import DescribeExecutionOutputTypeDef
@@ -192,6 +197,32 @@ def test_trn2_only_trial_fails_without_a_fallback(harness: Harness) -> None:
                     [{"run": "trn2-compile", "status": "SKIPPED", "job_id": "", "fallback": False},
                      {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}]]
     assert harness.jobs.runs() == ["trn2"]
+    assert harness.calls("close_trial_costs")[0]["runs"] == runs
+
+
+@pytest.mark.parametrize("harness", [{"trn2": 76}], indirect=True)
+def test_failure_recovery_none_runs_no_fallback_when_trn2_fails(harness: Harness,
+                                                                  example_trial: dict[str, Any]) -> None:
+    """The input the API builds for a trial with both tracks that declares failure_recovery none has no
+    ``jobs.fallback``: the HasGpuFallback choice (an ``IsPresent`` test, Step Functions' Choice state rules,
+    https://docs.aws.amazon.com/step-functions/latest/dg/state-choice.html) ends the failed Trainium2 run there,
+    no fallback job is submitted, and the trial still settles the runs that ran."""
+    doc = example_trial
+    doc["failure_recovery"] = "none"
+    doc["tracks"]["gpu"]["instance_type"] = "g6e.48xlarge"  # the dev stage's GPU type
+    spec = TrialSpec.model_validate(doc)
+    targets = {track: {spec.track(track).instance_type: JobTarget(queue=JOBS[track]["queue"],  # type: ignore[arg-type]
+                                                                  single_node=JOBS[track]["definition"])}
+               for track in ("gpu", "trn2")}
+    payload = execution_input(spec, fakes.InMemoryObjects(), attempt_timeout_s=3600,
+                              jobs=job_targets(spec, targets)).payload()
+    assert "fallback" not in obj(payload["jobs"])
+    done = harness.wait(harness.start(payload, name=spec.trial_id))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert [(r["run"], r["status"], r["fallback"]) for r in flat(runs)] == [
+        ("gpu", "SUCCEEDED", False), ("trn2-compile", "SKIPPED", False), ("trn2", "FAILED", False)]
+    assert sorted(harness.jobs.runs()) == ["gpu", "trn2"]
     assert harness.calls("close_trial_costs")[0]["runs"] == runs
 
 

@@ -114,3 +114,29 @@ def test_a_failed_event_after_the_jobs_success_publishes_no_outcome(
     totals = published(capsys.readouterr().out)
     assert totals[telemetry.RUNS_SUCCEEDED] == 1
     assert totals[telemetry.RUNS_FAILED] == 0
+
+
+def test_each_function_tags_its_metrics_with_its_own_service_name(
+    aws: dict[str, Any], example: dict[str, Any], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One process hosting several functions (the local rehearsal) still tags each function's metrics with that
+    function's service (the ``service`` dimension Powertools adds, https://docs.powertools.aws.dev/lambda/python/latest/core/metrics/),
+    the name the stack gives it as POWERTOOLS_SERVICE_NAME."""
+    from lambdas.adapters import batch_jobs
+    from lambdas.domain.events import BatchJobStateChangeDetail
+    from lambdas.handlers.close_trial_costs import handler as close
+
+    _, events = scenario(aws, example)
+    succeeded = next(event for kind, event in events if kind == "batch" and event["detail"]["status"] == "SUCCEEDED")
+    detail = BatchJobStateChangeDetail.model_validate(succeeded["detail"])
+    monkeypatch.setattr(batch_jobs.BatchJobsApi, "describe",
+                        lambda _, job_id: detail if job_id == "job-trn2-1" else None)
+    capsys.readouterr()
+    deliver([e for e in events if e[1] is not succeeded])
+    services = {json.loads(line).get("service") for line in capsys.readouterr().out.splitlines() if '"_aws"' in line}
+    assert services <= {"dualtrack-on-batch-job-state", "dualtrack-on-artifact-created"} and services
+    close({"trial_id": succeeded["detail"]["jobName"].removesuffix("-trn2"),
+           "runs": [{"run": "trn2", "status": "SUCCEEDED", "job_id": "job-trn2-1"}]}, Context())
+    services = {json.loads(line).get("service") for line in capsys.readouterr().out.splitlines() if '"_aws"' in line}
+    assert services == {"dualtrack-close-trial-costs"}

@@ -63,3 +63,31 @@ def test_collective_stats_summarise_time_and_skew() -> None:
     out = _communication(Inputs())  # type: ignore[arg-type]
     assert out["communication_share"] == pytest.approx(0.125)
     CommunicationRecord.model_validate(out)
+
+
+def test_the_summary_records_the_process_group_the_collectives_ran_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several processes: the ``communication`` block names the torch.distributed backend of the training group
+    (gloo on the CPU stand-in); a single process has none."""
+    import torch.distributed as dist
+    from trainer.backends import make_backend
+    from trainer.distributed import Distributed
+    from trainer.summary import _communication
+
+    backend = make_backend("cpu", "fp32")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert Distributed.from_env(backend).communication() is None
+    # A one-rank gloo group stands for the group torchrun forms (from_env joins a group already formed).
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        group = Distributed.from_env(backend)
+        record = group.communication()
+        assert record is not None and record["process_group"] == "gloo"
+
+        class Inputs:
+            world_size_run, communication, step_times, first_step_s = 2, record, [1.0], 1.0
+
+        parsed = CommunicationRecord.model_validate(_communication(Inputs()))  # type: ignore[arg-type]
+        assert parsed.process_group == "gloo"
+    finally:
+        dist.destroy_process_group()

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import boto3
 import pytest
+import torch
 from moto import mock_aws
+from trainer.learning import fingerprint, learning_record
 from trainer.metrics import CloudWatchPublisher, MetricsLog, Progress, publishing_enabled
 from trainer.summary import MAX_STEP_TIMES, WARMUP_STEPS, steady_step_times
 
@@ -91,3 +93,31 @@ def test_steady_step_times_leave_out_warm_up_and_stay_bounded() -> None:
     assert steady_step_times([0.3]) == []
     many = steady_step_times([0.1] * (MAX_STEP_TIMES * 3 + 7))
     assert 0 < len(many) <= MAX_STEP_TIMES
+
+
+def test_the_learning_record_tells_moved_weights_from_frozen_ones() -> None:
+    """Only the trainable parameters are read (a LoRA model's frozen base is not), and a tensor counts as changed
+    when its sum or norm moved; one that did not, or a weight whose update was below its bf16 resolution, did not."""
+    base, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    model = torch.nn.Sequential(base, head)
+    base.requires_grad_(False)  # frozen, as peft leaves a LoRA model's base weights
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    before = fingerprint(trainable)
+    with torch.no_grad():
+        base.weight.add_(1.0)  # a frozen weight moving is not learning
+    unchanged = learning_record(before, fingerprint(trainable), steps=5)
+    assert unchanged["weights_changed"] is False and unchanged["tensors_changed"] == 0
+    assert unchanged["trainable_params"] == 4 * 2 + 2 and unchanged["trainable_tensors"] == 2
+    assert unchanged["norm_start"] == unchanged["norm_end"]
+
+    with torch.no_grad():
+        head.bias.add_(1e-3)
+    moved = learning_record(before, fingerprint(trainable), steps=5)
+    assert moved["weights_changed"] is True and moved["tensors_changed"] == 1 and moved["steps"] == 5
+
+    weight = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+    start = fingerprint([weight])
+    with torch.no_grad():
+        weight.add_(1e-4)  # below bf16's resolution at 1.0: the stored weight does not change
+    assert learning_record(start, fingerprint([weight]), steps=1)["weights_changed"] is False
+    assert learning_record(fingerprint([]), fingerprint([]), steps=0)["weights_changed"] is False

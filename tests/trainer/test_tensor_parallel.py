@@ -138,6 +138,10 @@ def test_split_processes_train_like_one(method: str, processes: int, sharding: s
     assert communication["measured"] is True and communication["untimed"] == [
         "tensor-parallel all-reduces inside DTensor's forward and backward"]
     assert split[1]["layout"]["tensor_parallel_run"] == (2 if resume_processes == 2 else 1)
+    # Process 0 reads its share of each DTensor for the learning record, and counts the whole model's parameters.
+    for one, shared in zip(reference, split, strict=True):
+        assert shared["learning"]["weights_changed"] and shared["learning"]["steps"] == one["learning"]["steps"]
+        assert shared["learning"]["trainable_params"] == one["learning"]["trainable_params"]
     _like(reference, split)
     # The checkpoint is layout-free: the weights a plain loader opens are whole, and every process wrote its share
     # of the split (DTensor) optimizer state.

@@ -58,6 +58,34 @@ def test_loss_falls_and_summary_is_complete(uninterrupted: dict) -> None:
     assert len(summary.final_samples) == 1 and len(summary.final_samples[0].token_ids) == 4
     assert summary.environment.torch and summary.environment.transformers
     assert summary.phases.train_s > 0 and summary.compile.cache == "none"
+    # LoRA r=8 on q, k, v and o of one 32-wide layer: an A (8x32) and a B (32x8) each, the only trainable tensors.
+    learning = summary.learning
+    assert learning is not None and learning.weights_changed and learning.steps == 12
+    assert learning.trainable_params == 4 * 2 * 8 * 32 and learning.trainable_tensors == 8
+    assert learning.tensors_changed == 8 and learning.norm_start != learning.norm_end
+
+
+def test_a_loop_whose_optimizer_step_never_reaches_the_weights_is_recorded_and_named(
+        write_spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop runs, its losses are recorded and nothing raises, but no update lands on the weights: the summary
+    says so, and the report's learning gate names the run as one that did not learn."""
+    from trainer.optim import Optimizer
+
+    from lambdas.domain.learning import learning_problems
+    from lambdas.domain.trial import parse_trial
+
+    monkeypatch.setattr(Optimizer, "step", lambda self, backend: None)
+    spec = write_spec(fault_injection=None)
+    code, raw = attempt(spec, str(tmp_path / "gpu"))
+    summary = parse_summary(raw)
+    assert code == 0 and summary.status == "succeeded" and summary.global_step == 12
+    learning = summary.learning
+    assert learning is not None and not learning.weights_changed and learning.steps == 12
+    assert learning.tensors_changed == 0 and learning.norm_start == learning.norm_end
+    trial = parse_trial(Path(spec).read_text(), allow_local_paths=True)
+    problems = learning_problems([summary], trial)
+    assert problems[0] == ("attempt 1: did not learn: its weights did not change over 12 step(s) (the failure mode "
+                           "of a loop whose optimizer step never reached the weights)")
 
 
 def test_retryable_fault_resumes_bit_for_bit(write_spec, tmp_path: Path, uninterrupted: dict) -> None:
@@ -66,6 +94,7 @@ def test_retryable_fault_resumes_bit_for_bit(write_spec, tmp_path: Path, uninter
     code, first = attempt(spec, run_dir, track="trn2", number=1)
     assert code == FAULT_EXIT_CODE
     assert first["status"] == "faulted" and first["global_step"] == 10 and first["fault"]["fired"]
+    assert first["learning"]["weights_changed"] and first["learning"]["steps"] == 10
 
     code, second = attempt(spec, run_dir, track="trn2", number=2)
     assert code == 0 and second["status"] == "succeeded" and second["global_step"] == 12
@@ -74,6 +103,7 @@ def test_retryable_fault_resumes_bit_for_bit(write_spec, tmp_path: Path, uninter
     assert second["continuity"]["global_step_continuous"] is True
     assert second["continuity"]["loss_continuous"] is True
     assert second["continuity"]["max_rel_delta"] == 0.0 and second["continuity"]["compared_steps"] == [9, 10]
+    assert second["learning"]["weights_changed"] and second["learning"]["steps"] == 4
     clean = losses(uninterrupted)
     # Bit-for-bit on CPU: the resumed attempt's losses equal an uninterrupted run's at every step.
     assert {s: clean[s] for s in range(1, 11)} == losses(first)
@@ -160,6 +190,7 @@ def test_forced_failures_exit_1_with_a_summary(write_spec, tmp_path: Path, monke
     monkeypatch.setenv("DUALTRACK_FORCE_FAIL", point)
     code, summary = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"))
     assert code == 1 and summary["status"] == "failed" and point in summary["error"]
+    assert summary["learning"] is None  # a failure may take the device with it: no second reading of the weights
     if point == "compile":
         assert summary["compile"]["status"] == "failed"
     if point == "save":
@@ -186,6 +217,7 @@ def test_sigterm_writes_a_final_checkpoint_and_exits_143(write_spec, tmp_path: P
     code, summary = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"))
     assert code == SIGTERM_EXIT_CODE and summary["status"] == "interrupted"
     assert [c["step"] for c in summary["checkpoints"]] == [4, 6]
+    assert summary["learning"]["weights_changed"] and summary["learning"]["steps"] == 6
     monkeypatch.setattr(runner.MetricsLog, "step", original)
     code, resumed = attempt(write_spec(fault_injection=None), str(tmp_path / "gpu"), number=2)
     assert code == 0 and resumed["resumed_from_step"] == 6 and resumed["rerun_steps"] == 0

@@ -176,7 +176,8 @@ def get_report(
         from lambdas.adapters.sources import UriSources  # noqa: PLC0415
         from lambdas.services.trial_reporting import report_stopped_trial  # noqa: PLC0415
 
-        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), UriSources(), app.registry) is not None:
+        if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), UriSources(), app.registry,
+                                app.prices) is not None:
             report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)

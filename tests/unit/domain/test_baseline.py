@@ -69,3 +69,39 @@ def test_the_gpu_track_reproduces_the_baseline_within_the_trials_tolerance() -> 
     assert off.reproduced is False and "outside loss_tolerance 0.05" in off.detail
     sparse = compare(baseline, {10: 2.5, 50: 1.0}, {}, tolerance=0.05)
     assert sparse.reproduced is None and "only 1 step(s) in common" in sparse.detail
+
+
+def test_step_time_throughput_and_memory_are_read_where_a_log_carries_them() -> None:
+    """The Trainer's closing log_history entry, the trainer's own step and phases records (the names
+    containers/trainer/metrics.py writes) and a CSV's optional columns; a figure a log lacks stays None."""
+    closing = {"epoch": 1.0, "step": 30, "total_flos": 1e15, "train_loss": 2.2, "train_runtime": 120.0,
+               "train_samples_per_second": 16.0, "train_steps_per_second": 0.25}
+    state = json.loads(json.dumps(TRAINER_STATE))
+    state["log_history"][-1] = closing  # the Trainer's own closing entry in place of the fixture's
+    trainer = parse_baseline(json.dumps(state).encode())
+    assert trainer.train == {10: 2.5, 20: 2.1, 30: 1.9}  # the closing train_loss is no step's loss
+    assert (trainer.step_time_s, trainer.samples_per_s, trainer.tokens_per_s, trainer.memory_mib) == (
+        4.0, 16.0, None, None)
+    assert trainer.throughput_basis.startswith("1 / train_steps_per_second")
+    runtime_only = parse_baseline(json.dumps(TRAINER_STATE).encode())
+    assert runtime_only.step_time_s == 4.0 and "train_runtime over its 30 steps" in runtime_only.throughput_basis
+
+    jsonl = "\n".join(json.dumps(r) for r in [
+        {"kind": "step", "step": 1, "loss": 2.5, "step_time_s": 9.0, "tokens": 4096, "samples": 2},  # compile
+        {"kind": "step", "step": 2, "loss": 2.1, "step_time_s": 0.5, "tokens": 4096, "samples": 2},
+        {"kind": "step", "step": 3, "loss": 1.9, "step_time_s": 0.5, "tokens": 4096, "samples": 2},
+        {"kind": "phases", "train_s": 10.0, "memory_peak_mib": 30000.5},
+    ]).encode()
+    mine = parse_baseline(jsonl)
+    assert mine.step_time_s == 0.5  # the median: the compile step does not move it
+    assert mine.tokens_per_s == 3 * 4096 / 10.0 and mine.samples_per_s == 0.6 and mine.memory_mib == 30000.5
+
+    table = parse_baseline(b"step,loss,Step_Time_S,tokens_per_s,memory_mib\n1,2.5,0.3,900,100\n2,2.1,0.2,1000,\n"
+                           b"3,1.9,0.2,1100,120\n")
+    assert (table.step_time_s, table.tokens_per_s, table.memory_mib) == (0.2, 1000.0, 120.0)
+
+    plain = parse_baseline(CSV.encode())
+    assert (plain.step_time_s, plain.tokens_per_s, plain.samples_per_s, plain.memory_mib) == (None,) * 4
+    assert plain.throughput_basis == ""
+    with pytest.raises(BaselineInvalid, match="CSV line 2 step_time_s: '-1' is negative"):
+        parse_baseline(b"step,loss,step_time_s\n1,2.5,-1\n")

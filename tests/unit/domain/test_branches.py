@@ -21,3 +21,9 @@ def test_a_fallback_settles_the_trainium2_run_it_replaced() -> None:
 def test_a_failed_compile_stage_means_the_training_job_never_started() -> None:
     got = runs_to_settle([branch("trn2-compile", "FAILED"), branch("gpu-fallback", fallback=True)])
     assert got == ["gpu-fallback", "trn2-compile"]
+
+
+def test_a_failed_trn2_run_without_a_fallback_is_settled_as_it_ran() -> None:
+    """failure_recovery none: the Trainium2 branch returns the failed run itself, and no fallback is settled."""
+    got = runs_to_settle([branch("gpu"), branch("trn2-compile", "SKIPPED"), branch("trn2", "FAILED")])
+    assert got == ["gpu", "trn2"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -10,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from lambdas.domain.evidence import bootstrap, ratio_bootstrap, regularized_beta, t_cdf, t_quantile, tost
+from lambdas.domain.evidence import (
+    block_length,
+    bootstrap,
+    ratio_bootstrap,
+    regularized_beta,
+    t_cdf,
+    t_quantile,
+    tost,
+)
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 30, 200])
@@ -76,6 +85,36 @@ def test_ratio_interval_separates_a_real_difference_and_mostly_covers_noise() ->
         covered += noise.contains(1.0)
         separated += real.high < 1
     assert covered >= 34 and separated == 40
+
+
+def _ar1(persistence: float, seed: int, steps: int = 300) -> list[float]:
+    """Step times around 1 s whose log follows an AR(1) with this persistence (0: independent steps)."""
+    rng = random.Random(seed)
+    load, times = 0.0, []
+    for _ in range(steps):
+        load = persistence * load + rng.gauss(0, 0.02)
+        times.append(math.exp(load))
+    return times
+
+
+def test_the_block_length_grows_with_the_dependence() -> None:
+    """Politis & White's choice: independent steps get the n^(1/3) floor (7 steps for 300 steps); steps with
+    persistence 0.9 get blocks near their dependence (34 steps in theory; 300 steps underestimate it), capped at
+    min(3 sqrt(n), n / 3) = 52."""
+    assert block_length(_ar1(0.0, 1)) == 7
+    assert 15 <= block_length(_ar1(0.9, 1)) <= 52
+
+
+def test_drifting_steps_widen_the_interval_and_the_method_says_how() -> None:
+    """Persistence 0.95: the order-aware interval is several times the i.i.d. bootstrap's, the run-to-run allowance
+    adds to it, and the method string names the choices the report shows."""
+    times = _ar1(0.95, 3)
+    block, iid, within = bootstrap(times), bootstrap(times, method="iid"), bootstrap(times, run_spread=0.0)
+    assert block is not None and iid is not None and within is not None
+    assert block.high - block.low > 3 * (iid.high - iid.low)
+    assert within.low > block.low and within.high < block.high
+    assert "circular block bootstrap" in block.method and "5 batch medians" in block.method
+    assert "2% run-to-run" in block.method and iid.method.startswith("percentile bootstrap")
 
 
 @settings(max_examples=40, deadline=None)

@@ -320,8 +320,9 @@ def test_the_verdict_is_cheaper_only_when_the_interval_excludes_parity() -> None
     cheaper = _resumed_pair(steady(0.1), steady(0.08)).comparison
     assert cheaper.verdict == "trn2_viable_cheaper"
     assert cheaper.steady_cost_ratio is not None and cheaper.steady_cost_ratio.high < 1
-    assert cheaper.headline.startswith("Trainium2 is cheaper: 0.80x the GPU track's cost per steady-state training "
-                                          "step (95% interval")
+    # The whole trial first (both cost $10: no one-time costs), then the steady-state ratio as its supporting fact.
+    assert cheaper.headline.startswith("Trainium2 is cheaper: this trial cost 1.00x the GPU's ($10.00 vs $10.00")
+    assert "0.80x per steady-state step (95% interval" in cheaper.headline
     dearer = _resumed_pair(steady(0.1), steady(0.13)).comparison
     assert dearer.verdict == "trn2_viable_not_cheaper"
     assert dearer.steady_cost_ratio is not None and dearer.steady_cost_ratio.low > 1

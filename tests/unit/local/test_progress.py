@@ -51,3 +51,22 @@ def test_a_terminal_gets_a_bar_per_run_and_a_pipe_gets_plain_lines() -> None:
     assert "12/12" in shown and "6/12" in shown and "compiling the training step" in shown
     assert "step 5/12" not in shown  # the bar replaces the step lines
     assert type(progress_for(io.StringIO())) is Progress  # not a terminal: plain lines
+
+
+def test_the_bars_show_tokens_per_second_and_the_compile_row_stops_at_the_stages_end() -> None:
+    from rich.console import Console
+
+    from dualtrack.local.progress import TerminalProgress
+
+    screen = io.StringIO()
+    bars = TerminalProgress(screen, max_steps=12, console=Console(file=screen, force_terminal=True, width=120))
+    bars.job("t-1-trn2-compile", {"event": "compiling", "step": 1, "cached_files": 0})
+    bars.job("t-1-trn2-compile", {"event": "compiled", "steps": 3, "compile_s": 4.0, "cache": "miss"})
+    stage = bars.bars.tasks[bars.tasks["trn2-compile"]]
+    assert stage.finished and stage.stop_time is not None  # its spinner and elapsed time stop with the stage
+    bars.job("t-1-gpu", {"event": "step", "step": 3, "loss": 1.75, "tokens_per_s": 1234.4})
+    gpu = bars.bars.tasks[bars.tasks["gpu"]]
+    assert gpu.fields["note"] == "loss 1.7500 1,234 tok/s" and gpu.stop_time is None
+    bars.job("t-1-gpu", {"event": "done", "status": "succeeded"})
+    assert gpu.stop_time is not None and gpu.fields["note"] == "succeeded"
+    bars.close()
