@@ -7,6 +7,7 @@ catalogue the trial validator uses, so the queues can run every type a trial may
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
@@ -234,7 +235,55 @@ class StageConfig(_Model):
             if self.availability_zones is None or zone not in self.availability_zones:
                 raise ValueError(f"{name}.availability_zone {zone!r} must be one of the stage's availability_zones "
                                  f"({self.availability_zones or 'not set'})")
+        self._overrides_agree_with_capacity()
         return self
+
+    def _overrides_agree_with_capacity(self) -> None:
+        """A price override that states a capacity other than the one the track runs on would bill queue time
+        wrongly: refuse it, naming both."""
+        rows = ((self.price_overrides or {}).get("instances") or {})
+        region_rows = rows.get(self.price_region) if isinstance(rows, dict) else None
+        if not isinstance(region_rows, dict):
+            return
+        for track in self.tracks():
+            for instance_type in self.family(track).instance_types:
+                row = region_rows.get(instance_type)
+                stated = row.get("capacity") if isinstance(row, dict) else None
+                if stated is not None and stated != self.capacity(track):
+                    raise ValueError(
+                        f"price_overrides.instances.{self.price_region}.{instance_type}.capacity is {stated!r}, but "
+                        f"the {track} track runs {instance_type} on {self.capacity(track)}: remove the row's "
+                        "capacity (the stage sets it from the track)")
+
+    def capacity(self, track: Track) -> str:
+        """What the track's hosts run on, as the price table names it (``lambdas.domain.prices.Capacity``): a
+        Capacity Block and a reservation are paid while held, so a job's queue time is billed there."""
+        family = self.family(track)
+        if family.capacity_block:
+            return "capacity_block"
+        if family.capacity_reservation_id is not None:
+            return "reserved"
+        return "spot" if family.spot else "on_demand"
+
+    def priced_overrides(self) -> JsonObject | None:
+        """``price_overrides`` with each instance type's ``capacity`` row set from the track it runs on, so the
+        functions bill queue time where the stage pays for it without the operator stating it twice."""
+        overrides: JsonObject = json.loads(json.dumps(self.price_overrides or {}))
+        for track in self.tracks():
+            capacity = self.capacity(track)
+            if capacity == "on_demand":
+                continue
+            instances = overrides.setdefault("instances", {})
+            assert isinstance(instances, dict)
+            rows = instances.setdefault(self.price_region, {})
+            assert isinstance(rows, dict)
+            for instance_type in self.family(track).instance_types:
+                row = rows.get(instance_type)
+                priced: JsonObject = ({"hourly_usd": row} if isinstance(row, str | int | float) else
+                                      dict(row) if isinstance(row, dict) else {})
+                priced["capacity"] = capacity
+                rows[instance_type] = priced
+        return overrides or None
 
     def tracks(self) -> list[Track]:
         """The tracks this stage offers, in a fixed order."""

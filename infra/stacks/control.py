@@ -85,8 +85,9 @@ class ControlStack(cdk.Stack):
             "GOVERNANCE": config.governance.model_dump_json(exclude_defaults=True),
             "IMAGE_VERSIONS": json.dumps(image_versions or {}, sort_keys=True),
         }
-        if config.price_overrides:
-            environment["PRICE_OVERRIDES"] = json.dumps(config.price_overrides, sort_keys=True)
+        overrides = config.priced_overrides()  # with each held or Spot type's capacity, so queue time is billed
+        if overrides:
+            environment["PRICE_OVERRIDES"] = json.dumps(overrides, sort_keys=True)
         self.functions = FunctionFactory(self, "Functions", environment=environment, log_retention=retention,
                                          log_key=self.log_key)
         make = self.functions.function

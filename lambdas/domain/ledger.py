@@ -192,7 +192,7 @@ class LedgerEntry(_OfRun, BaseModel):
     run_key: str
     entry_key: str
     kind: EntryKind
-    body: dict[str, Any]
+    body: JsonObject
     _fact: Fact = PrivateAttr()
 
     def model_post_init(self, context: Any, /) -> None:

@@ -296,12 +296,23 @@ def test_capacity_reservations_go_through_the_launch_template() -> None:
                  "availability_zone": "us-east-2b", "capacity_reservation_id": "cr-0123456789abcdef0",
                  "capacity_block": True},
     })
-    compute = Template.from_stack(build_stacks(App(), config)["compute"]).to_json()
+    stacks = build_stacks(App(), config)
+    compute = Template.from_stack(stacks["compute"]).to_json()
     (template,) = props(compute, "AWS::EC2::LaunchTemplate")
     data = template["LaunchTemplateData"]
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}}
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    # A block is paid up front for its whole duration (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    # capacity-blocks-pricing-billing.html): the functions are told, so they bill a job's queue time on it.
+    control = Template.from_stack(stacks["control"]).to_json()
+    overrides = {json.loads(v["PRICE_OVERRIDES"])["instances"]["us-east-1"]["trn2.48xlarge"]["capacity"]
+                 for f in props(control, "AWS::Lambda::Function")
+                 if "PRICE_OVERRIDES" in (v := f.get("Environment", {}).get("Variables", {}))}
+    assert overrides == {"capacity_block"}
+    with pytest.raises(ValueError, match=r"trn2.48xlarge.capacity is 'on_demand', but the trn2 track runs"):
+        StageConfig.model_validate({**config.model_dump(exclude_none=True), "price_overrides": {
+            "instances": {"us-east-1": {"trn2.48xlarge": {"capacity": "on_demand"}}}}})
     with pytest.raises(ValueError, match="spot cannot be combined"):
         StageConfig.model_validate({"name": "x", "region": "us-east-2", "availability_zones": ["us-east-2b"],
                                     "gpu": {"instance_types": ["p5.48xlarge"], "ami_id": "ami-0123456789abcdef0",

@@ -17,6 +17,7 @@ from trainer.summary import MAX_STEP_TIMES, WARMUP_STEPS, steady_step_times
 from lambdas.domain.ledger import summary_entry
 from lambdas.domain.report import _merged_loss
 from lambdas.domain.run_summary import RunSummary, parse_summary
+from tests.json_access import obj
 from tests.trainer.helpers import attempt
 
 
@@ -77,7 +78,7 @@ def test_a_real_summary_feeds_the_ledger_and_report(write_spec, tmp_path: Path) 
     plain = summary.model_dump(mode="json")
     assert _merged_loss([summary]) == [(p.step, p.loss) for p in summary.loss.per_step]
     entry = summary_entry("t", "gpu", 1, plain)
-    assert entry.body["phases"]["train_s"] == summary.phases.train_s and entry.body["global_step"] == 4
+    assert obj(entry.body["phases"])["train_s"] == summary.phases.train_s and entry.body["global_step"] == 4
     metrics = [json.loads(line) for line in (tmp_path / "gpu" / "attempt-1" / "metrics.jsonl").read_text()
                .splitlines()]
     assert [m["step"] for m in metrics if m["kind"] == "step"] == [1, 2, 3, 4]
