@@ -20,6 +20,7 @@ help:
 	@echo "make check-xla  the retired PyTorch/XLA Trainium2 path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
 	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
 	@echo "make synth      npx aws-cdk@2 synth (offline) into cdk.out/"
+	@echo "make lock       re-resolve requirements/lock.txt from pyproject.toml (pip-tools); UPGRADE=1 moves every pin"
 
 install: $(STAMP)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from lambdas.domain.json_types import JsonObject
 
 
 class _Body(BaseModel):
@@ -57,9 +57,9 @@ class TrialView(_Body):
     spec_uri: str | None = Field(default=None, description="the frozen spec in the artifacts bucket")
     execution_arn: str | None = None
     created_at: str | None = None
-    triage: dict[str, Any] | None = Field(default=None, description="route, scenario, scores, reasons and risks")
+    triage: JsonObject | None = Field(default=None, description="route, scenario, scores, reasons and risks")
     worst_case_usd: dict[str, str] | None = Field(default=None, description="worst case per track, USD")
-    follows: dict[str, Any] | None = Field(
+    follows: JsonObject | None = Field(
         default=None, description="the team's newest earlier trial of the same model and the change class between "
         "them (reuse its compiled graphs, or recompile): trial_id, same_key, change_classes, components, summary")
     status_url: str
@@ -90,15 +90,15 @@ class RunStatus(_Body):
     attempt: int | None = None
     progress_source: str | None = Field(default=None, description="summary, metrics or checkpoint")
     progress_error: str | None = None
-    attempts: list[dict[str, Any]] = Field(description="per attempt: instance, nodes, seconds by phase, outcome")
-    cost: dict[str, Any] = Field(description="USD by component (strings), with total_usd")
+    attempts: list[JsonObject] = Field(description="per attempt: instance, nodes, seconds by phase, outcome")
+    cost: JsonObject = Field(description="USD by component (strings), with total_usd")
     cost_final: bool = Field(description="true once the run's cost is closed over all its facts")
 
 
 class TrialStatus(TrialView):
     max_steps: int | None = None
     status_cause: str | None = None
-    stopped_by: dict[str, Any] | None = Field(
+    stopped_by: JsonObject | None = Field(
         default=None, description="the limit the plane stopped the trial at: limit, source, value, observed, run, at")
     runs: dict[str, RunStatus] = Field(description="per run: gpu, trn2, gpu-fallback")
     total_usd: str
@@ -139,9 +139,9 @@ class CacheEntry(_Body):
     retry_requested: bool
     last_used_at: str | None = None
     created_at: str | None = None
-    components: dict[str, Any] | None = Field(default=None, description="what the cache key was computed from")
+    components: JsonObject | None = Field(default=None, description="what the cache key was computed from")
 
 
 class CompileCacheView(_Body):
     entries: list[CacheEntry]
-    groups: list[dict[str, Any]] = Field(description="per model and compiler version: entries, hit rate, savings")
+    groups: list[JsonObject] = Field(description="per model and compiler version: entries, hit rate, savings")
