@@ -134,8 +134,12 @@ def _run_labels(report: TrialReport) -> dict[str, str]:
     return labels
 
 
-def _baseline_line(baseline: BaselineView | None) -> str:
-    """What the report says of the trial's GPU baseline, in one line."""
+def _baseline_line(baseline: BaselineView | None, pilot: bool = False) -> str:
+    """What the report says of the trial's GPU baseline, in one line (a Trainium2 pilot compares its trn2 run
+    with it, in the pilot section)."""
+    if pilot and baseline is not None and not isinstance(baseline, BaselineUnread):
+        return (f"{baseline.format} at {baseline.uri}; this pilot has no GPU track: its trn2 run is compared with the "
+                "baseline in the pilot section")
     if baseline is None:
         return "none declared (baseline_logs_uri): the GPU track is not checked against the team's own GPU logs"
     if isinstance(baseline, BaselineUnread):
@@ -209,7 +213,7 @@ def _summary_lines(report: TrialReport) -> list[str]:
     stacks = [f"{run}: {t.stack or t.backend}, PyTorch {t.torch or 'unknown'}, {t.execution}"
               for run, t in report.tracks.items()]
     out += ["Training stacks: " + "; ".join(stacks), ""]
-    out += [f"GPU baseline: {_baseline_line(report.baseline)}", ""]
+    out += [f"GPU baseline: {_baseline_line(report.baseline, report.pilot is not None)}", ""]
     unreadable = report.unreadable_summaries or []
     if unreadable:
         out += ["> Summaries the report could not read (their attempts are missing from the figures below):", ""]
@@ -919,7 +923,8 @@ def _context(report: TrialReport) -> HtmlContext:
         attempts=_attempt_rows(report), hit_rates=_hit_rates(report), versions=_versions(tracks),
         bookings=_bookings(report), stage=report.compile.stage, cache_entries=report.compile.entries,
         recovery=_recovery_rows(tracks), samples=samples, sample_runs=sample_runs,
-        baseline_line=_baseline_line(report.baseline), comparison=comparison_items(report.comparison),
+        baseline_line=_baseline_line(report.baseline, report.pilot is not None),
+        comparison=comparison_items(report.comparison),
         loss=loss_chart(tracks, labels), cost_chart=cost_chart(report.cost.by_run, labels),
         component_colours=[(COMPONENT_NAMES[name], COMPONENT_COLOURS[name]) for name in COMPONENTS],
         timeline=timeline_chart(report.timeline, labels),

@@ -149,6 +149,7 @@ def test_the_markdown_report_shows_the_pilot_beside_its_baseline() -> None:
 
     text = render_markdown(pilot_report(MATCHING, pilot_spec(gpu_declared=False)))
     assert "## Trainium2 pilot against the GPU baseline" in text
+    assert "this pilot has no GPU track: its trn2 run is compared with the baseline in the pilot section" in text
     assert "| figure | trn2 (measured) | GPU baseline (from_baseline) |" in text
     assert "| cost per effective step (USD) | " in text and f"- ({NO_INSTANCE}) |" in text
     assert "Cost per step, trn2 / baseline: not evidenced" in text
