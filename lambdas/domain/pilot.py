@@ -19,9 +19,9 @@ The rule, in order (the first that applies gives the verdict):
    ``inconclusive`` (the same reading as a two-track trial's steady-state ratio). One-time costs are not weighed:
    the baseline has none to weigh them against.
 
-The baseline's cost per step is its per-step time at the price of the GPU instance it ran on. The spec does not
-record that instance; the trial's declared GPU track is taken as it where there is one, and otherwise the baseline's
-cost per step is not evidenced rather than guessed.
+The baseline's cost per step is its per-step time at the price of the GPU instance it ran on: the trial's
+``baseline_instance_type`` (x ``baseline_nodes``), else its declared GPU track's; with neither, the baseline's cost
+per step is not evidenced rather than guessed.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ RULE = ("the trn2 run's steady-state cost-per-step interval over the baseline's 
         "check must pass first, losses within loss_tolerance of the baseline's at the shared steps among them")
 NO_STEP_TIME = ("the baseline carries no per-step time or throughput (step_time_s, tokens_per_s, "
                 "train_steps_per_second, train_samples_per_second or train_runtime)")
-NO_INSTANCE = "not evidenced (the baseline's instance type is unknown)"
+NO_INSTANCE = ("not evidenced (the baseline's instance type is unknown: declare baseline_instance_type, or a gpu "
+               "track)")
 
 
 def is_pilot(tracks: Mapping[str, TrackRecord], baseline: Baseline | str | None) -> bool:
@@ -84,20 +85,26 @@ def _baseline_step_time(spec: TrialSpec, baseline: Baseline) -> tuple[float | No
 
 def _baseline_cost(spec: TrialSpec, step_time: float | None, trn2_cost: RunCost | None,
                    prices: PriceTable) -> tuple[float | None, str]:
-    """USD per step of the baseline: its step time at the declared GPU track's price (all its nodes)."""
+    """USD per step of the baseline: its step time at the price of the instance it ran on (all its nodes): the
+    trial's ``baseline_instance_type`` and ``baseline_nodes``, else its declared GPU track's."""
     if step_time is None:
         return None, "not evidenced (the baseline's per-step time is unknown)"
     gpu = spec.tracks.gpu
-    if gpu is None:
+    if spec.baseline_instance_type is not None:
+        instance_type, nodes = spec.baseline_instance_type, spec.baseline_nodes or 1
+        source = "baseline_instance_type, as the trial declares it"
+    elif gpu is not None:
+        instance_type, nodes = gpu.instance_type, spec.baseline_nodes or gpu.nodes
+        source = "the trial's declared GPU track, taken as what the baseline ran on"
+    else:
         return None, NO_INSTANCE
     region = trn2_cost.price.region if trn2_cost is not None else None
     try:
-        price = prices.instance_price(gpu.instance_type, region)
+        price = prices.instance_price(instance_type, region)
     except PriceMissing as exc:
         return None, f"not evidenced ({exc})"
-    usd = step_time * float(price.hourly_usd) * gpu.nodes / 3600
-    return usd, (f"{step_time:.4g} s/step x {gpu.instance_type} at {price.hourly_usd} USD/h x {gpu.nodes} node(s): "
-                 "the trial's declared GPU track, taken as what the baseline ran on")
+    usd = step_time * float(price.hourly_usd) * nodes / 3600
+    return usd, f"{step_time:.4g} s/step x {instance_type} at {price.hourly_usd} USD/h x {nodes} node(s): {source}"
 
 
 def _measured(value: float | None, interval: IntervalView | None = None, note: str = "",

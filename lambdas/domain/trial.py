@@ -337,6 +337,11 @@ class TrialSpec(_Model):
         "The team's GPU baseline logs: a Hugging Face Trainer trainer_state.json, a dualtrack metrics.jsonl, or a "
         "CSV of step,loss[,eval_loss]. The report checks that the GPU track reproduces it (losses within "
         "evaluation.loss_tolerance, relative, at shared steps) before comparing Trainium2 with the GPU track."))
+    baseline_instance_type: str | None = Field(default=None, description=(
+        "The GPU instance type the baseline logs were trained on (e.g. p5.48xlarge): a Trainium2 pilot prices the "
+        "baseline's cost per step at it. Absent: the trial's gpu track's, if it declares one."))
+    baseline_nodes: Annotated[int, Field(ge=1, le=64)] | None = Field(default=None, description=(
+        "How many of baseline_instance_type the baseline ran on (default 1)."))
     triage_override: TriageOverride | None = None
 
     _version_not_bool = field_validator("schema_version", mode="before")(lambda cls, v: _no_bool(v))
@@ -345,6 +350,18 @@ class TrialSpec(_Model):
     @classmethod
     def _uri(cls, value: str | None, info: ValidationInfo) -> str | None:
         return None if value is None else _check_uri(value, info)
+
+    @field_validator("baseline_instance_type")
+    @classmethod
+    def _baseline_instance(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        catalogue = load_catalogue()
+        info = catalogue.instances.get(value)
+        if info is None or info.family != "gpu":
+            types = ", ".join(catalogue.types_for("gpu"))
+            raise ValueError(f"{value!r} is not a GPU instance type; use one of: {types}")
+        return value
 
     # ---- derived facts -------------------------------------------------------------------------------------
     def track_names(self) -> list[TrackName]:

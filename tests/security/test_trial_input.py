@@ -41,7 +41,9 @@ CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_i
                "model.config.hidden_size", "model.config.num_key_value_heads", "model.config.vocab_size",
                "lora.target_modules", "limits.max_hours",
                # a metric listed twice, or exact_match without the prompts it compares
-               "evaluation.metrics"}
+               "evaluation.metrics",
+               # an instance type the catalogue does not list as a GPU (as the tracks' instance types)
+               "baseline_instance_type"}
 # compiler_flags: one form per option, a rule over the whole list (a repeated option, a short -O<n>)
 CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel", "compiler_flags")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]

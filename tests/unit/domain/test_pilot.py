@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lambdas.domain.baseline import parse_baseline
 from lambdas.domain.pilot import NO_INSTANCE, NO_STEP_TIME, PILOT_CHECK
 from lambdas.domain.report import build_trial_report
@@ -121,6 +123,23 @@ def test_without_a_declared_gpu_instance_the_baselines_cost_is_not_evidenced() -
     assert cost.value is None and cost.note == NO_INSTANCE
     assert report.comparison.verdict == "inconclusive"
     assert NO_INSTANCE in report.comparison.reasons[0]
+
+
+def test_a_declared_baseline_instance_prices_the_baseline_without_a_gpu_track() -> None:
+    spec = pilot_spec(gpu_declared=False)
+    declared = spec.model_copy(update={"baseline_instance_type": "p5.48xlarge", "baseline_nodes": 2})
+    report = pilot_report(MATCHING, declared)
+    cost = {row.figure: row for row in pilot_of(report).figures}["cost per effective step"].baseline
+    assert cost.value is not None and "p5.48xlarge at 55.04 USD/h x 2 node(s): baseline_instance_type" in cost.note
+    assert report.comparison.verdict == "trn2_viable_cheaper"
+    # An optional field left out leaves the trial's id as it was (the hash skips absent fields).
+    assert parse_trial(spec.model_dump(mode="json", exclude_none=True)).trial_id == spec.trial_id
+
+
+def test_a_baseline_instance_must_be_a_gpu_type() -> None:
+    data = pilot_spec(gpu_declared=False).model_dump(mode="json", exclude_none=True)
+    with pytest.raises(ValueError, match=r"'trn2\.48xlarge' is not a GPU instance type; use one of: .*p5\.48xlarge"):
+        parse_trial({**data, "baseline_instance_type": "trn2.48xlarge"})
 
 
 def test_a_baseline_much_faster_than_trn2_is_not_cheaper() -> None:
