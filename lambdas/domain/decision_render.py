@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from lambdas.domain.decision import ANSWERS
+from lambdas.domain.figures import significant
 from lambdas.domain.report_model import BasisDecision, Decision, SideCosts
 
 MISSING = "\u2014"
@@ -26,7 +27,7 @@ def _per_step(value: str | None) -> str:
     if value is None:
         return MISSING
     amount = float(value)
-    return f"${amount:.4g}" if amount < 1 else f"${amount:,.2f}"
+    return f"${significant(amount)}" if amount < 1 else f"${amount:,.2f}"
 
 
 @dataclass(frozen=True)

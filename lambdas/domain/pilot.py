@@ -27,10 +27,10 @@ per step is not evidenced rather than guessed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 
 from lambdas.domain.baseline import Baseline, compare
 from lambdas.domain.cost import RunCost
+from lambdas.domain.figures import significant
 from lambdas.domain.prices import PriceMissing, PriceTable
 from lambdas.domain.report_model import (
     BaselineCompared,
@@ -199,19 +199,13 @@ def pilot_rows(pilot: PilotComparison | None) -> list[tuple[str, str, str]]:
                                      for row in pilot.figures]
 
 
-def _plain(value: float) -> str:
-    """Four significant figures written out (20,480; 0.00002233), never in exponent form."""
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return format(Decimal(f"{value:.4g}"), "f")
-
-
 def _shown(figure: PilotFigure) -> str:
     if figure.value is None:
         return f"- ({figure.note})"
     bounds = figure.interval
-    spread = f" ({bounds.confidence:.0%} interval {_plain(bounds.low)} to {_plain(bounds.high)})" if bounds else ""
-    return f"{_plain(figure.value)}{spread}"
+    spread = (f" ({bounds.confidence:.0%} interval {significant(bounds.low)} to {significant(bounds.high)})"
+              if bounds else "")
+    return f"{significant(figure.value)}{spread}"
 
 
 def pilot_markdown(pilot: PilotComparison | None) -> list[str]:

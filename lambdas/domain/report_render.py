@@ -19,6 +19,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from lambdas.domain.cost import COMPONENTS
 from lambdas.domain.decision_render import DecisionView, decision_markdown, decision_view
+from lambdas.domain.figures import fixed as _fixed
+from lambdas.domain.figures import places as _places
+from lambdas.domain.figures import significant as _number
 from lambdas.domain.pilot import pilot_markdown, pilot_rows
 from lambdas.domain.report_model import (
     BaselineCompared,
@@ -59,29 +62,6 @@ VERDICT_COLOURS = {"trn2_viable_cheaper": "#1a7f37", "trn2_viable_pays_back": "#
                    "trn2_viable_not_cheaper": "#9a6700", "stay_on_gpu": "#d62728"}
 # A rehearsal on stand-ins is not a verdict: its own colour, passed or failed, never the verdicts' green or red.
 REHEARSAL_COLOUR = "#3b6ea5"
-
-
-def _places(value: float, digits: int) -> int:
-    """Decimal places that write ``value`` to ``digits`` significant figures (negative: round to tens, ...)."""
-    if not value or not math.isfinite(value):
-        return 0
-    places = digits - 1 - math.floor(math.log10(abs(value)))
-    rounded = round(value, places)
-    # 9.99996 rounds up to 10.00: one place fewer keeps the figures at ``digits``.
-    return places - 1 if rounded and abs(rounded) >= 10 ** (digits - places) else places
-
-
-def _fixed(value: float, places: int) -> str:
-    return f"{round(value, places):,.{max(places, 0)}f}"
-
-
-def _number(value: float, digits: int = 4) -> str:
-    """``value`` to ``digits`` significant figures, written out and with thousands grouped, trailing zeros
-    dropped: 124,800, 2.1 and 0.00001443, never 1.248e+05 or 1.443e-05."""
-    if not math.isfinite(value):
-        return str(value)
-    text = _fixed(value, _places(value, digits))
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _spread(estimate: float, low: float, high: float, digits: int = 4) -> tuple[str, str, str]:

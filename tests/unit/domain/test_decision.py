@@ -169,6 +169,8 @@ def test_the_decision_sits_under_the_headline_in_markdown_and_html() -> None:
     assert markdown.index(report.comparison.headline) < markdown.index("## Decision: the whole trial")
     assert "| Trainium2 side | trn2 | $15.00 | $0.00 | $10.00 | $25.00 | $5.00 |" in markdown
     assert "**pays back**" in markdown
+    decision = markdown[markdown.index("## Decision"):markdown.index("## ", markdown.index("## Decision") + 3)]
+    assert "e-0" not in decision  # a cost per step of $0.00002 is written out, never in exponent form
     html = render_html(report)
     assert html.index("Decision: the whole trial") < html.index("Why: trn2_viable_pays_back")
     assert "<strong>$25.00</strong>" in html
