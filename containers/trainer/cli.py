@@ -16,9 +16,18 @@ import sys
 import threading
 
 from lambdas.domain.job_access import TOKEN_ENV
+from lambdas.domain.vocabulary import is_run
 from trainer import FAILURE_EXIT_CODE
 from trainer.backends import BACKENDS, default_backend
 from trainer.config import RUNS, UNSET, ConfigError, RunConfig
+
+
+def _run_name(value: str) -> str:
+    """``--run``: a fixed run or a scaling run (``gpu-n1``), whose names no choices list can hold."""
+    if not is_run(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a run: one of {', '.join(RUNS)} or a scaling run "
+                                         "(<track>-n<nodes>, e.g. gpu-n1)")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--backend", choices=BACKENDS, help="env DUALTRACK_BACKEND; default from the track")
         p.add_argument("--resume-from", help="another run dir to resume from (env DUALTRACK_RESUME_FROM); "
                        f"{UNSET!r} for none")
-        p.add_argument("--run", choices=RUNS, help="run name (env DUALTRACK_RUN); default from --run-dir")
+        p.add_argument("--run", type=_run_name, help="run name, a scaling run's (gpu-n1) included (env "
+                       "DUALTRACK_RUN); default from --run-dir")
         p.add_argument("--trial-id", help="the trial (env DUALTRACK_TRIAL_ID)")
         p.add_argument("--compile-cache-url", help=f"Neuron compile cache (env NEURON_COMPILE_CACHE_URL); {UNSET!r} "
                        "for none")
@@ -70,7 +80,7 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     from trainer.launch import LaunchError, launch_plan
 
     spec = parse_trial(storage.read_text(cfg.spec_uri), allow_local_paths=True)
-    layout = layout_of(spec, cfg.track)  # type: ignore[arg-type]
+    layout = layout_of(spec, cfg.track, run=cfg.run)  # type: ignore[arg-type]  # a scaling run's own node count
     backend = cfg.backend or default_backend(cfg.track)
     # The ranks get this process's resolved settings as environment variables, never as flags: torchrun's own
     # parser would take a rank flag such as --run for an abbreviation of one of its options (--run-path).

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from lambdas.domain.vocabulary import COMPILE_RUN, RUNS
+from lambdas.domain.vocabulary import COMPILE_RUN, RUNS, is_run, track_of
 from trainer.backends import BACKENDS
 
 # A flag's value meaning "not given": multi-node jobs receive their settings as Batch job parameters substituted into
@@ -63,10 +63,13 @@ class RunConfig:
             raise ConfigError("AWS_BATCH_JOB_ATTEMPT must be an integer") from None
         resume_from = _given(resume_from) or _given(env.get("DUALTRACK_RESUME_FROM"))
         run = run or env.get("DUALTRACK_RUN") or _run_name(str(run_dir), str(track), resume_from)
-        if run not in RUNS:
-            raise ConfigError(f"--run / DUALTRACK_RUN must be one of {', '.join(RUNS)}, got {run!r}")
+        if not is_run(run):
+            raise ConfigError(f"--run / DUALTRACK_RUN must be one of {', '.join(RUNS)} or a scaling run "
+                              f"(<track>-n<nodes>, e.g. gpu-n1), got {run!r}")
         if run == COMPILE_RUN and track != "trn2":
             raise ConfigError(f"--run {COMPILE_RUN} (the warm-up compile stage) runs on the trn2 track, not {track}")
+        if track_of(run) != track:
+            raise ConfigError(f"--run {run} trains on the {track_of(run)} track, not {track}")
         return cls(spec_uri=str(spec), track=str(track), run_dir=str(run_dir).rstrip("/"), backend=backend,
                    resume_from=resume_from.rstrip("/") if resume_from else None,
                    compile_cache_url=_given(compile_cache_url) or _given(env.get("NEURON_COMPILE_CACHE_URL")),
@@ -79,7 +82,9 @@ def _given(value: str | None) -> str | None:
 
 
 def _run_name(run_dir: str, track: str, resume_from: str | None) -> str:
+    """The run a run directory (``trials/<trial>/<run>``) is for: its last segment when that names a run (a scaling
+    run's ``gpu-n1`` included), else the track's own run (its fallback when resuming another run)."""
     name = PurePosixPath(run_dir.rstrip("/")).name
-    if name in RUNS:
+    if is_run(name):
         return name
     return "gpu-fallback" if track == "gpu" and resume_from else track

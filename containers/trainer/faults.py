@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from lambdas.domain.trial import TrialSpec
+from lambdas.domain.vocabulary import scaling_nodes
 from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE
 
 FORCE_FAIL_POINTS = ("compile", "step", "save")
@@ -33,9 +34,11 @@ class FaultPlan:
     fires_this_attempt: bool
 
     @classmethod
-    def for_run(cls, spec: TrialSpec, track: str, attempt: int) -> FaultPlan:
+    def for_run(cls, spec: TrialSpec, track: str, attempt: int, run: str | None = None) -> FaultPlan:
+        """The fault ``run`` (of ``track``) plans: ``fault_injection`` targets its track's runs, never a scaling run
+        (``gpu-n1``), which measures the track at another node count and has no fault of its own."""
         fault = spec.fault_injection
-        if fault is None or fault.track != track:
+        if fault is None or fault.track != track or (run is not None and scaling_nodes(run) is not None):
             return cls(None, None, False)
         # retryable: only the first attempt faults, so the retry can resume; permanent: every attempt does.
         return cls(fault.at_step, fault.mode, fault.mode == "permanent" or attempt == 1)

@@ -196,7 +196,9 @@ class Trainer:
     def _set_up(self) -> None:
         """Layout, model, data, compile cache, optimizer, scheduler and checkpointer."""
         spec, cfg, backend, record = self.spec, self.cfg, self.backend, self.record
-        layout = track_layout(spec, cfg.track)  # type: ignore[arg-type]
+        # The run's own layout: a scaling run (gpu-n1) trains at its node count, the gradient accumulation taking up
+        # the difference in data-parallel ranks so the effective batch is the main run's.
+        layout = track_layout(spec, cfg.track, run=cfg.run)  # type: ignore[arg-type]
         self.plan = BatchPlan(spec.micro_batch_size, layout.data_parallel, gradient_accumulation_steps(spec, layout))
         record.layout, record.plan, record.world_size_run = layout, self.plan, self.dist.world_size
         # One process per device forms whole tensor-parallel groups; a stand-in with fewer processes runs replicas.
@@ -219,7 +221,7 @@ class Trainer:
         try:
             ranks = self.plan.ranks(self.dist.replica, self.dist.replicas)
         except DataError as exc:
-            track = spec.track(cfg.track)  # type: ignore[arg-type]
+            track = spec.run_track(cfg.run or cfg.track)
             raise DataError(f"track {cfg.track} layout {track.instance_type} x {layout.nodes} node(s), "
                             f"tensor_parallel {layout.tensor_parallel}, pipeline_parallel "
                             f"{layout.pipeline_parallel} has data_parallel {layout.data_parallel}: {exc}") from None
@@ -310,7 +312,7 @@ class Trainer:
 
     def _train(self) -> None:
         spec, record = self.spec, self.record
-        record.fault_plan = FaultPlan.for_run(spec, self.cfg.track, self.cfg.attempt)
+        record.fault_plan = FaultPlan.for_run(spec, self.cfg.track, self.cfg.attempt, self.cfg.run)
         with self._reading_weights():
             loop_started = time.perf_counter()
             try:

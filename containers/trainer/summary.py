@@ -201,8 +201,9 @@ def steady_step_times(step_times: list[float]) -> list[float]:
     return [round(t, 6) for t in steady]
 
 
-def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
-    """The registry's key: the last segment of the cache URL it handed out, else computed from the spec."""
+def _cache_key(spec: TrialSpec, track: str, url: str | None, run: str | None = None) -> str | None:
+    """The registry's key: the last segment of the cache URL it handed out, else computed from the spec for the
+    run (a scaling run's key is its own node count's)."""
     if track != "trn2" or spec.tracks.trn2 is None:
         return None
     last = (url or "").rstrip("/").rsplit("/", 1)[-1]
@@ -210,7 +211,7 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None) -> str | None:
         return last
     from lambdas.domain.compile_cache import cache_key
 
-    return cache_key(spec).key
+    return cache_key(spec, run=run).key
 
 
 def _communication(inputs: AttemptRecord) -> CommunicationSummary:
@@ -248,7 +249,7 @@ def build_summary(inputs: AttemptRecord, *, status: str, exit_code: int) -> RunS
     rerun = sum(1 for s in inputs.losses if s in inputs.previous) if inputs.resumed_from_step is not None else 0
     fault = inputs.fault_plan
     trn2 = spec.tracks.trn2
-    cache_key = _cache_key(spec, cfg.track, cache.url if cache else None)
+    cache_key = _cache_key(spec, cfg.track, cache.url if cache else None, cfg.run)
     record = {
         "trial_id": inputs.trial_id, "track": cfg.track, "run": inputs.run, "attempt": cfg.attempt,
         "backend": backend.name, "stand_in": backend.name in STAND_IN_BACKENDS or backend.stand_in,

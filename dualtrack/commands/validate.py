@@ -17,6 +17,9 @@ instance types, parallel layouts (tensor x pipeline must divide the devices), ba
 (effective_batch_size = micro_batch_size x data_parallel x gradient accumulation on every track) and fault
 placement. Each problem is printed as `FILE: field.path: what is wrong and what would be valid`.
 
+A track declaring several node counts (`"nodes": [1, 2]`) trains its main run at the largest and one scaling run
+per other count (`gpu-n1`): each is listed with its layout and worst case, a whole run of the trial at that count.
+
 With --local the trial id shown is the one `dualtrack local run` gives the same file: a rehearsal stages local data
 files into the local stage's data bucket before submitting, and the id hashes the spec the API receives.
 
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     submitted, staged_to = as_submitted(spec, local=args.local)
     layouts = {name: track_layout(spec, name) for name in spec.track_names()}
+    scaling = {run: (track, track_layout(spec, track, run=run)) for run, (track, _) in spec.scaling_runs().items()}
     try:
         worst = worst_case_usd(spec, load_price_table(), attempts=DEFAULT_MAX_ATTEMPTS)
     except PriceMissing as exc:
@@ -73,17 +77,27 @@ def run(args: argparse.Namespace) -> int:
                               "data_parallel": lay.data_parallel,
                               "gradient_accumulation_steps": gradient_accumulation_steps(spec, lay)}
                        for name, lay in layouts.items()},
+            "scaling_runs": {run: {"track": track, "instance_type": spec.track(track).instance_type,
+                                   "nodes": lay.nodes, "devices_per_node": lay.devices_per_node,
+                                   "data_parallel": lay.data_parallel,
+                                   "gradient_accumulation_steps": gradient_accumulation_steps(spec, lay),
+                                   "worst_case_usd": str(worst[run]) if run in worst else None}
+                             for run, (track, lay) in scaling.items()},
             "worst_case_usd": {k: str(v) for k, v in worst.items()},
         }, indent=2))
         return 0
     print(f"{args.trial}: valid trial {submitted.trial_id}")
     if staged_to:
         print(f"  id as rehearsed: `dualtrack local run` stages the local data files to {staged_to} first")
-    for name, lay in layouts.items():
-        print(f"  {name:5} {spec.track(name).instance_type} x{lay.nodes}: {lay.world_size} devices, "
+    rows = [(name, name, lay, "") for name, lay in layouts.items()] + [
+        (run, track, lay, f"; scaling run of {track}" + (f", worst case {usd(worst[run])}" if run in worst else ""))
+        for run, (track, lay) in scaling.items()]
+    column = max(5, *(len(name) for name, *_ in rows))
+    for name, track, lay, note in rows:
+        print(f"  {name:{column}} {spec.track(track).instance_type} x{lay.nodes}: {lay.world_size} devices, "
               f"tp={lay.tensor_parallel} pp={lay.pipeline_parallel} dp={lay.data_parallel}, "
               f"grad accumulation {gradient_accumulation_steps(spec, lay)} "
-              f"(effective batch {spec.effective_batch_size})")
+              f"(effective batch {spec.effective_batch_size}){note}")
     if worst:
         parts = ", ".join(f"{k} {usd(v)}" for k, v in worst.items() if k != "total")
         print(f"  worst case at limits.max_hours: {usd(worst['total'])} ({parts}); information only, "

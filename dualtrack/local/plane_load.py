@@ -168,7 +168,7 @@ def _batch_event(*, trial_id: str, run: str, job_id: str, status: str, time: str
     json_object(detail["container"])["environment"] = [
         {"name": "DUALTRACK_TRIAL_ID", "value": trial_id},
         {"name": "DUALTRACK_RUN", "value": run},
-        {"name": "DUALTRACK_TRACK", "value": "trn2" if run == "trn2" else "gpu"},
+        {"name": "DUALTRACK_TRACK", "value": track_of(run)},
     ]
     return event
 

@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 from dualtrack.local.json_shapes import mapping, sequence, text
 from lambdas.domain.json_types import JsonIn, JsonMapping
-from lambdas.domain.vocabulary import COMPILE_RUN
+from lambdas.domain.vocabulary import COMPILE_RUN, SCALING_RUN
 from lambdas.domain.vocabulary import RUNS as RUN_NAMES
 
 if TYPE_CHECKING:
@@ -43,6 +43,10 @@ class Outcome(Protocol):
 
 
 def run_of(job_name: str) -> str:
+    """The run of a job named ``<trial_id>-<run>``: a scaling run (``-gpu-n1``, a row of its own) or a fixed run."""
+    head, *tail = job_name.rsplit("-", 2)
+    if head and len(tail) == 2 and SCALING_RUN.match("-".join(tail)):
+        return "-".join(tail)
     for run in RUNS:
         if job_name.endswith(f"-{run}"):
             return run

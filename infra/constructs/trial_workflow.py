@@ -8,11 +8,15 @@ PlanTracks → HasTrn2Track? ─yes→ ResolveCompileCache ─┐
                                         └no──→ CompileStageNotNeeded ──────────────────────┴→ SubmitTrn2Job (.sync)
                 the compile job's or the training job's failure → HasGpuFallback? → SubmitGpuFallbackJob (.sync,
                 resumes trn2's run dir) | Trn2RunFailed;  every path → Trn2Runs: [compile outcome, trn2 outcome]
-   (each Submit*Job behind a *Nodes choice: Submit*MultiNodeJob when the input's jobs.<target>.nodes is present)
+   Scaling branch: ScalingRuns (Inline Map over the input's scaling list, always a list) → SubmitScalingJob (.sync)
+                   → ScalingRunSucceeded | ScalingRunFailed → [outcome per scaling run]
+   (each Submit*Job behind a *Nodes choice: Submit*MultiNodeJob when the input's jobs.<target>.nodes is present, or
+   for a scaling run its item's job.nodes)
 → CloseTrialCosts → BuildTrialReport → SetTrialStatus (SUCCEEDED)     any settle failure → SetTrialStatus (FAILED)
 ```
 Each run's outcome is ``{"run", "status": SUCCEEDED|FAILED|SKIPPED, "job_id", "fallback"}``; the GPU branch outputs
-one, the Trainium2 branch a list of two (the warm-up compile stage's, then the training's or the fallback's). A
+one, the Trainium2 branch a list of two (the warm-up compile stage's, then the training's or the fallback's), the
+scaling branch a list with one per scaling run (empty when the trial declares none). A
 track the trial does not have is SKIPPED (the Choice reads the execution input's ``tracks``); a trial without a GPU
 track has no ``jobs.fallback`` and its Trainium2 failure ends the branch (a path the input lacks would be a
 ``States.Runtime`` error, which no ``States.ALL`` catcher catches).
@@ -81,6 +85,7 @@ class TrialWorkflow(Construct):
         run_tracks = sfn.Parallel(self, "RunTracks", result_path="$.runs")
         run_tracks.branch(self._gpu_branch())
         run_tracks.branch(self._trn2_branch())
+        run_tracks.branch(self._scaling_branch())
         # Both branches always exist so the output keeps its shape; a track the stage lacks is never planned (the API
         # refuses such trials), and its submit state is replaced by a skip.
 
@@ -168,9 +173,10 @@ class TrialWorkflow(Construct):
                                   payload=sfn.TaskInput.from_object(payload),
                                   payload_response_only=True, result_path=result_path)
 
-    def _submit(self, construct_id: str, *, run: str, track: Track, target: str, run_dir: str,
+    def _submit(self, construct_id: str, *, run: str, track: str, target: str, run_dir: str,
                 fallback: bool, extra_env: dict[str, str] | None = None, result_path: str | None = None,
-                timeout: str = "$.attempt_timeout_s") -> tuple[sfn.Choice, list[sfn.CustomState]]:
+                timeout: str = "$.attempt_timeout_s",
+                job: str | None = None) -> tuple[sfn.Choice, list[sfn.CustomState]]:
         """``batch:submitJob.sync`` to the queue and job definition the input names for ``target``.
 
         Written as the states' JSON because queue and definition come from the input (CDK's BatchSubmitJob takes
@@ -179,7 +185,13 @@ class TrialWorkflow(Construct):
         gives ``nodes``; its definition has that node count) gets them as job parameters, which Batch substitutes
         into its command: Step Functions' Batch integration passes neither node overrides nor anything that would
         reach every node otherwise. Returns the choice to enter and both submit states (for catchers).
+
+        ``run`` and ``track`` may be paths into the state's input (a scaling run's, inside the Map state), and
+        ``job`` the path of the placement (default ``$.jobs.<target>``); a dynamic run's outcome then leaves its
+        ``run`` to the state after (a ResultSelector sees only the job's description).
         """
+        job = job or f"$.jobs.{target}"
+        dynamic_run = _dynamic(run)
         environment = {
             "DUALTRACK_TRIAL_ID": "$.trial_id",
             "DUALTRACK_RUN": run,
@@ -198,11 +210,13 @@ class TrialWorkflow(Construct):
                           **({"compile_cache_url": extra_env["NEURON_COMPILE_CACHE_URL"]}
                              if extra_env and "NEURON_COMPILE_CACHE_URL" in extra_env else {})}
         common = {
-            "JobName.$": f"States.Format('{{}}-{run}', $.trial_id)",
-            "JobQueue.$": f"$.jobs.{target}.queue",
-            "JobDefinition.$": f"$.jobs.{target}.definition",
+            "JobName.$": (f"States.Format('{{}}-{{}}', $.trial_id, {run})" if dynamic_run
+                          else f"States.Format('{{}}-{run}', $.trial_id)"),
+            "JobQueue.$": f"{job}.queue",
+            "JobDefinition.$": f"{job}.definition",
             "Timeout": {"AttemptDurationSeconds.$": timeout},
-            "Tags": {"dualtrack:trial.$": "$.trial_id", "dualtrack:run": run},
+            "Tags": {"dualtrack:trial.$": "$.trial_id", **({"dualtrack:run.$": run} if dynamic_run
+                                                             else {"dualtrack:run": run})},
         }
         parameters = {
             "single": {**common, "ContainerOverrides": {"Environment": [
@@ -219,14 +233,15 @@ class TrialWorkflow(Construct):
                 "Type": "Task",
                 "Resource": f"arn:{cdk.Aws.PARTITION}:states:::batch:submitJob.sync",
                 "Parameters": parameters[kind],
-                "ResultSelector": {"run": run, "status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": fallback},
+                "ResultSelector": {**({} if dynamic_run else {"run": run}), "status": "SUCCEEDED",
+                                   "job_id.$": "$.JobId", "fallback": fallback},
                 **({"ResultPath": result_path} if result_path else {}),
             })
             state.add_retry(errors=BATCH_RETRY_ERRORS, interval=cdk.Duration.seconds(5), max_attempts=6,
                             backoff_rate=2, max_delay=cdk.Duration.minutes(2), jitter_strategy=sfn.JitterType.FULL)
             states[kind] = state
         choice = (sfn.Choice(self, construct_id.replace("Submit", "").replace("Job", "Nodes"))
-                  .when(sfn.Condition.is_present(f"$.jobs.{target}.nodes"), states["multi"])
+                  .when(sfn.Condition.is_present(f"{job}.nodes"), states["multi"])
                   .otherwise(states["single"]))
         return choice, [states["single"], states["multi"]]
 
@@ -305,6 +320,30 @@ class TrialWorkflow(Construct):
         return (sfn.Choice(self, "Trn2Track")
                 .when(sfn.Condition.boolean_equals("$.plan.trn2", True), stage)
                 .otherwise(skipped))
+
+    def _scaling_branch(self) -> sfn.IChainable:
+        """Each scaling run (the input's ``scaling``: a track at another node count, ``gpu-n1``) as one Batch job,
+        all at once beside the main runs; none without scaling runs (an empty list). No fallback and no compile
+        stage: a failed scaling run is reported failed, and a Trainium2 scaling run compiles its own graphs in its
+        job (its data-parallel degree is part of the compile-cache key, so the main run's entry is not its)."""
+        item = "$.scaling"
+        submit, states = self._submit("SubmitScalingJob", run=f"{item}.run", track=f"{item}.track",
+                                      target="scaling", run_dir=f"{item}.run_dir", fallback=False,
+                                      result_path="$.result", job=f"{item}.job")
+        done = sfn.Pass(self, "ScalingRunSucceeded", parameters={
+            "run.$": f"{item}.run", "status": "SUCCEEDED", "job_id.$": "$.result.job_id", "fallback": False})
+        failed = sfn.Pass(self, "ScalingRunFailed", parameters={
+            "run.$": f"{item}.run", "status": "FAILED", "job_id": "", "fallback": False})
+        for state in states:
+            state.add_catch(failed, errors=["States.ALL"], result_path="$.error")
+            state.next(done)
+        runs = sfn.Map(self, "ScalingRuns", items_path=JsonPath.string_at("$.scaling"), item_selector={
+            "trial_id": JsonPath.string_at("$.trial_id"), "spec_uri": JsonPath.string_at("$.spec_uri"),
+            "attempt_timeout_s": JsonPath.number_at("$.attempt_timeout_s"),
+            "scaling": JsonPath.string_at("$$.Map.Item.Value"),
+        })
+        runs.item_processor(submit)
+        return runs
 
 
 def _dynamic(value: str) -> bool:

@@ -16,10 +16,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from lambdas.domain.ledger import LedgerEntry, checkpoint_entry, summary_entry
 from lambdas.domain.run_summary import MAX_BYTES, MAX_SECONDS, RunSummary
-from lambdas.domain.vocabulary import RUNS
+from lambdas.domain.vocabulary import RUN_PATTERN
 
 MAX_STEP = 10**9
-_RUN = "|".join(re.escape(run) for run in sorted(RUNS, key=len, reverse=True))  # every run, by its exact name
+_RUN = RUN_PATTERN  # every run, by its exact name (a scaling run's ``<track>-n<nodes>`` included)
 CHECKPOINT_MANIFEST = re.compile(
     rf"^trials/(?P<trial>[^/]+)/(?P<run>{_RUN})/checkpoints/"
     r"step-(?P<step>\d+)/manifest\.json$"

@@ -2,22 +2,23 @@
 
 Each branch returns its run, how it ended (``SKIPPED`` when it never ran), the Batch job it submitted and whether it
 was the GPU fallback. A branch may return a list (the Trainium2 branch returns its warm-up compile stage and its
-training run).
+training run; the scaling branch one outcome per scaling run, ``gpu-n1``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.vocabulary import COMPILE_RUN, RunName
+from lambdas.domain.vocabulary import COMPILE_RUN, RUN_NAME
 
 
 class BranchOutput(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
-    run: RunName
+    run: Annotated[str, Field(pattern=RUN_NAME)]
     status: str = "SUCCEEDED"
     job_id: str | None = None
     fallback: bool = False

@@ -77,12 +77,14 @@ def slug(text: str) -> str:
 
 
 def key_components(spec: TrialSpec, environment: dict[str, str] | None = None,
-                   catalogue: InstanceCatalogue | None = None) -> JsonObject:
+                   catalogue: InstanceCatalogue | None = None, run: str | None = None) -> JsonObject:
+    """The key's components for the trn2 track's main run, or for ``run`` (a scaling run such as ``trn2-n1``
+    trains at its own node count, so its data-parallel degree, and its graphs, are its own)."""
     track = spec.tracks.trn2
     if not isinstance(track, Trn2Track):
         raise ValueError("compile-cache keys exist only for trials with a trn2 track")
     cat = catalogue or load_catalogue()
-    layout = track_layout(spec, "trn2", cat)
+    layout = track_layout(spec, "trn2", cat, run=run)
     env = environment or {}
     pinned = {name: env.get(name) or f"sdk-{track.neuron_sdk}" for name in ENVIRONMENT_FIELDS}
     target_modules: list[JsonValue] | None = [*sorted(spec.lora.target_modules)] if spec.lora else None
@@ -196,8 +198,8 @@ def compare_components(ka: JsonObject, kb: JsonObject, kernels_changed: bool = F
 
 
 def cache_key(spec: TrialSpec, environment: dict[str, str] | None = None,
-              catalogue: InstanceCatalogue | None = None) -> CacheKey:
-    components = key_components(spec, environment, catalogue)
+              catalogue: InstanceCatalogue | None = None, run: str | None = None) -> CacheKey:
+    components = key_components(spec, environment, catalogue, run=run)
     digest = hashlib.sha256(canonical_json(components).encode()).hexdigest()
     model_slug = slug(f"{spec.model.id}@{spec.model.revision}")
     compiler = slug(str(components["neuronx_cc"]))

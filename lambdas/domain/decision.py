@@ -42,6 +42,8 @@ from lambdas.domain.report_model import (
 )
 from lambdas.domain.vocabulary import COMPILE_RUN
 
+# Each side's runs by name, never by ``track_of``: a scaling run (``gpu-n1``, the track at another node count) is on
+# neither side, for it answers how the track scales, not what moving the workload costs (the cost table has it).
 SIDES: dict[str, tuple[str, ...]] = {"trn2": ("trn2", "gpu-fallback", COMPILE_RUN), "gpu": ("gpu",)}
 INSTANCE_PARTS = ("effective_training_usd", "compile_usd", "failed_reruns_usd", "queue_environment_usd")
 LABELS: dict[PriceBasis, str] = {

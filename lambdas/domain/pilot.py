@@ -33,6 +33,7 @@ from lambdas.domain.cost import RunCost
 from lambdas.domain.figures import significant
 from lambdas.domain.prices import PriceMissing, PriceTable
 from lambdas.domain.report_model import (
+    NEVER_RAN,
     BaselineCompared,
     Check,
     IntervalView,
@@ -48,7 +49,6 @@ PILOT_CHECK = "trn2 run reproduces the baseline"
 # Acceptance checks that compare the trn2 run with a GPU track of the same trial: a pilot has none to compare with.
 AGAINST_GPU_TRACK = frozenset({"final outputs consistent with GPU", "perplexity consistent with GPU",
                                "fixed prompts complete identically"})
-NEVER_RAN = ("no_capacity", "not_placed")  # cancelled while RUNNABLE: nothing trained
 RULE = ("the trn2 run's steady-state cost-per-step interval over the baseline's cost per step (a point estimate: "
         "no interval on the baseline's side, so only the trn2 side's interval counts): below 1 throughout is "
         "cheaper, above 1 throughout is not cheaper, one that includes parity is inconclusive; every acceptance "

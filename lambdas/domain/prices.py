@@ -220,7 +220,7 @@ def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None
     fallback can double trn2's GPU share, so the fallback run is priced too when the trial has a trn2 track and a
     gpu track and does not declare failure_recovery none (no fallback then runs). With ``compile_hours`` (a stage
     that runs the warm-up compile stage, its timeout), the compile job is priced too, on the trn2 track's instances,
-    for the shorter of that and max_hours."""
+    for the shorter of that and max_hours. Each scaling run (``gpu-n1``) is priced at its own node count."""
     max_hours = Decimal(str(spec.limits.max_hours)) if spec.limits and spec.limits.max_hours else None
     out: dict[str, Decimal] = {}
     if max_hours is None:
@@ -237,5 +237,7 @@ def worst_case_usd(spec: TrialSpec, table: PriceTable, region: str | None = None
     if "trn2" in out and spec.tracks.gpu is not None and spec.failure_recovery != "none":
         gpu = spec.tracks.gpu
         out["gpu-fallback"] = table.instance_hourly_usd(gpu.instance_type, region) * gpu.nodes * hours
+    for run, (name, nodes) in spec.scaling_runs().items():  # each scaling run is a whole run at its node count
+        out[run] = table.instance_hourly_usd(spec.track(name).instance_type, region) * nodes * hours
     out["total"] = sum(out.values(), Decimal(0))
     return out

@@ -35,6 +35,7 @@ from lambdas.domain.physics import run_problems
 from lambdas.domain.pilot import build_pilot, is_pilot, pilot_check
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.report_model import (
+    NEVER_RAN,
     BaselineCompared,
     BaselineUncompared,
     BaselineUnread,
@@ -79,8 +80,9 @@ from lambdas.domain.report_model import (
 )
 from lambdas.domain.run_limits import LimitCrossed
 from lambdas.domain.run_summary import CheckpointOverlap, LayoutRecord, RunSummary
+from lambdas.domain.scaling import build_scaling
 from lambdas.domain.trial import TrialSpec
-from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN, XLA_LABEL
+from lambdas.domain.vocabulary import BATCH_TERMINAL, COMPILE_RUN, XLA_LABEL, scaling_nodes, track_of
 
 REPORT_VERSION = 1
 VIABLE: tuple[Verdict, ...] = ("trn2_viable_cheaper", "trn2_viable_pays_back", "trn2_viable_not_cheaper")
@@ -161,7 +163,7 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
     stand_in = bool(last and last.stand_in)
     backend = last.backend if last else None
     status: str = last.status if last else "unknown"
-    if ended.outcome in OUTCOME_TEXT and status in ("", "unknown"):
+    if ended.outcome in NEVER_RAN and status in ("", "unknown"):
         status = ended.outcome
     return TrackRecord(
         run=run,
@@ -173,13 +175,13 @@ def _track(run: str, summaries: Sequence[RunSummary], cost: RunCost | None, spec
             if stand_in
             else f"measured on the track's own hardware, {RATE_NOTE}"
         ),
-        instance_type=spec.track("trn2" if run == "trn2" else "gpu").instance_type,
+        instance_type=spec.track(track_of(run)).instance_type,
         # Physically impossible figures make the run unusable evidence: shown, never a basis for a verdict.
         unusable=run_problems(summaries) + learning_problems(summaries, spec),
         # The training stack the run actually ran: its PyTorch, and on Trainium2 TorchNeuron or the retired XLA path.
         torch=last.environment.torch if last else None,
         stack=stack_label(backend, last.environment.torch_neuronx if last else None),
-        execution=(spec.tracks.trn2.execution if run == "trn2" and spec.tracks.trn2 else "eager"),
+        execution=(spec.tracks.trn2.execution if track_of(run) == "trn2" and spec.tracks.trn2 else "eager"),
         steps_completed=steps,
         attempts=len(summaries) or (cost.attempts if cost else 0),
         tokens=tokens,
@@ -309,7 +311,7 @@ def _uncertainty(summaries: Sequence[RunSummary], cost: RunCost | None, spec: Tr
         tokens_per_step = spec.effective_batch_size * spec.sequence_length
         tokens_per_s = _interval_view(step.inverted(tokens_per_step, "nominal tokens per step (effective batch x "
                                                                      "sequence length) over the step-time interval"), 3)
-        rate = _usd_per_s(cost, spec.track("trn2" if run == "trn2" else "gpu").nodes)
+        rate = _usd_per_s(cost, spec.run_track(run).nodes)  # a scaling run's own node count
         if rate is not None:
             cost_per_step = _interval_view(step.scaled(rate, "step-time interval x the run's price per second (all "
                                                              "its nodes)"), 8)
@@ -577,7 +579,7 @@ def _recovery(declared: str, tracks: Mapping[str, TrackRecord]) -> tuple[bool | 
     trn2 = tracks.get("trn2")
     trn2_outcome = trn2.outcome if trn2 else None
     trn2_succeeded = trn2 is not None and trn2.status == "succeeded"
-    if trn2_outcome in OUTCOME_TEXT:
+    if trn2_outcome in NEVER_RAN:
         return None, f"the trn2 run never trained ({trn2_outcome}): the GPU fallback is not a recovery"
     if not failed and fallback is None:
         return None, "no attempt failed, so recovery was not exercised"
@@ -733,7 +735,7 @@ def _gate(checks: Sequence[Check], tracks: Mapping[str, TrackRecord], steady: In
     """Every reason a trial gets no cost answer (the verdict it gets instead, and why), or ``(None, [])`` when
     every run succeeded, every check passed and the steady-state cost per step is bounded."""
     reasons = [f"{c.check}: {c.status} ({c.detail})" for c in checks if c.status != "pass"]
-    if stage is not None and stage.outcome in OUTCOME_TEXT and "trn2" not in tracks:
+    if stage is not None and stage.outcome in NEVER_RAN and "trn2" not in tracks:
         return "inconclusive", [f"the warm-up compile stage had {stage.detail}", *reasons]
     if stage is not None and stage.status != "succeeded" and "trn2" not in tracks:
         # The compile chain is the dividing line for Trainium2: the graphs did not compile, so nothing trained there.
@@ -749,7 +751,7 @@ def _gate(checks: Sequence[Check], tracks: Mapping[str, TrackRecord], steady: In
     if unusable:
         return "inconclusive", [f"unusable evidence: {'; '.join(unusable)}", *reasons]
     trn2 = tracks["trn2"]
-    if trn2.outcome in OUTCOME_TEXT:
+    if trn2.outcome in NEVER_RAN:
         # The Trainium2 job never ran: that says nothing about Trainium2 for this workload.
         return "inconclusive", [f"the trn2 run had {trn2.detail}", *reasons]
     if trn2.status != "succeeded":
@@ -868,12 +870,6 @@ def _facts(tracks: Mapping[str, TrackRecord], checks: Sequence[Check], steady: I
 # What Batch writes when a queue's job state time limit cancels a job that waited RUNNABLE
 # (https://docs.aws.amazon.com/batch/latest/userguide/job_stuck_in_runnable_time_limit_actions.html).
 _TIME_LIMIT = re.compile(r"JobStateTimeLimit action due to reason: (?P<reason>(?P<kind>CAPACITY|MISCONFIGURATION):\S+)")
-OUTCOME_TEXT = {
-    "no_capacity": "no capacity: Batch found no instance for the job while it waited RUNNABLE, and the queue "
-                   "cancelled it; nothing trained, this is not a training failure",
-    "not_placed": "not placed: the queue's capacity can never run the job (misconfiguration), and the queue "
-                  "cancelled it; nothing trained",
-}
 
 
 def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, RunOutcome]:
@@ -897,7 +893,7 @@ def run_outcomes(entries: Iterable[LedgerEntry]) -> dict[str, RunOutcome]:
             outcome = "no_capacity" if limit.group("kind") == "CAPACITY" else "not_placed"
         else:
             outcome = "failed"
-        outcomes[run] = RunOutcome(outcome=outcome, status_reason=reason or None, detail=OUTCOME_TEXT.get(outcome))
+        outcomes[run] = RunOutcome(outcome=outcome, status_reason=reason or None, detail=NEVER_RAN.get(outcome))
     return outcomes
 
 
@@ -973,7 +969,7 @@ def compile_stage(spec: TrialSpec, summaries: Sequence[RunSummary], cost: RunCos
     failed = next((c for c in reversed(compiles) if c.status == "failed"), None)
     status: str = last.status if last else "unknown"
     ended = outcome or _unknown_outcome()
-    if ended.outcome in OUTCOME_TEXT and status == "unknown":
+    if ended.outcome in NEVER_RAN and status == "unknown":
         status = ended.outcome
     error = (failed.error if failed else None) or (last.error if last and last.status == "failed" else None)
     trn2 = spec.tracks.trn2
@@ -1051,26 +1047,31 @@ def build_trial_report(
     cache = {key: CacheEntryRecord.model_validate(entry) for key, entry in (cache_entries or {}).items()}
     outcomes = run_outcomes(ledger)
     startup = image_pull_and_start(ledger)
-    runs = [r for r in ("gpu", "trn2", "gpu-fallback") if r in summaries or r in costs or r in outcomes]
+    runs = [r for r in ("gpu", "trn2", "gpu-fallback", *spec.scaling_runs())
+            if r in summaries or r in costs or r in outcomes]
     tracks = {
         run: _track(run, summaries.get(run, []), costs.get(run), spec, outcomes.get(run) or _unknown_outcome(),
                     startup.get(run), cache)
         for run in runs
     }
+    # The runs the verdict judges: a scaling run (``gpu-n1``) is a real run, costed, shown in the record table and
+    # required to train on a rehearsal, but it answers how the track scales, not which track is cheaper, so no
+    # acceptance check, no comparison and no decision reads it (its own health is stated in the scaling section).
+    compared = {run: t for run, t in tracks.items() if scaling_nodes(run) is None}
     stage = compile_stage(spec, summaries.get(COMPILE_RUN, []), costs.get(COMPILE_RUN), outcomes.get(COMPILE_RUN),
                           cache, startup.get(COMPILE_RUN))
-    checks, delta = _acceptance(spec, tracks)
-    checks += _declared(spec, tracks)
+    checks, delta = _acceptance(spec, compared)
+    checks += _declared(spec, compared)
     steady = _steady_cost_ratio(summaries, costs, spec) if "gpu" in tracks and "trn2" in tracks else None
     shipped = load_price_table()
 
     def decide_costs(ratio: Interval) -> Decision | None:
-        return decide(tracks, costs, ratio, prices or shipped, shipped)
+        return decide(compared, costs, ratio, prices or shipped, shipped)
 
-    verdict, reasons, decision = _verdict(checks, tracks, steady, stage, decide_costs)
+    verdict, reasons, decision = _verdict(checks, compared, steady, stage, decide_costs)
     pilot = (build_pilot(spec, tracks["trn2"], baseline, checks, costs.get("trn2"), prices or shipped)
-             if is_pilot(tracks, baseline) and isinstance(baseline, Baseline) else None)
-    baseline_view, baseline_check = _baseline(spec, tracks, baseline, pilot)
+             if is_pilot(compared, baseline) and isinstance(baseline, Baseline) else None)
+    baseline_view, baseline_check = _baseline(spec, compared, baseline, pilot)
     if pilot is not None and baseline_check is not None:
         # A Trainium2 pilot: the baseline is the GPU side of the comparison, and the pilot's rule gives the verdict.
         checks.append(baseline_check)
@@ -1088,8 +1089,9 @@ def build_trial_report(
     stopped = LimitCrossed.model_validate(stopped_by) if stopped_by else None
     if stopped is not None:
         reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
-    ratio = _cost_ratio(tracks, stage)
+    ratio = _cost_ratio(compared, stage)
     stand_in = any(t.stand_in for t in tracks.values())
+    # A rehearsal proves the pipeline: every run it started, scaling runs included, must have trained.
     rehearsal = rehearsal_outcome(checks, tracks, stage, reasons) if stand_in else None
     return TrialReport(
         report_version=REPORT_VERSION,
@@ -1104,7 +1106,7 @@ def build_trial_report(
         record_table=_record_table(tracks),
         acceptance=checks,
         compile=compile_section(tracks, stage, cache),
-        cost=_cost_section(tracks, stage),
+        cost=_cost_section(tracks, stage),  # every run's cost, scaling runs' included: they are paid for
         timeline=attempt_timeline(ledger),
         comparison=Comparison(
             final_loss_delta=None if delta is None else round(delta, 6),
@@ -1118,17 +1120,18 @@ def build_trial_report(
             verdict=None if rehearsal is not None else verdict,
             rehearsal=rehearsal[0] if rehearsal is not None else None,
             headline=(rehearsal_headline(rehearsal, tracks) if rehearsal is not None
-                      else headline(verdict, reasons, steady, tracks, decision)),
-            facts=_facts(tracks, checks, steady, ratio),
+                      else headline(verdict, reasons, steady, compared, decision)),
+            facts=_facts(compared, checks, steady, ratio),
             reasons=reasons,
-            caveats=_caveats(tracks, ledger),
+            caveats=_caveats(compared, ledger),
         ),
         decision=decision if rehearsal is None else None,
         stand_in=stand_in,
         stopped_by=stopped,
         baseline=baseline_view,
         pilot=pilot,
-        samples=_samples(tracks),
+        samples=_samples(compared),
+        scaling=build_scaling(spec, tracks, costs, stand_in=stand_in),
         declared=Declared(failure_recovery=spec.failure_recovery, metrics=list(spec.evaluation.metrics)),
         unreadable_summaries=None if unreadable is None else list(unreadable),
     )

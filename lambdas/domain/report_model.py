@@ -25,6 +25,13 @@ PriceBasis = Literal["on_demand", "override", "capacity_block", "savings_plan"]
 CheckStatus = Literal["pass", "fail", "not_evidenced"]
 # How a run's Batch job ended (``unknown``: the ledger holds no terminal transition for it).
 Outcome = Literal["succeeded", "failed", "no_capacity", "not_placed", "unknown"]
+# The outcomes of a job the queue cancelled while it waited RUNNABLE, in words: nothing trained.
+NEVER_RAN: dict[str, str] = {
+    "no_capacity": "no capacity: Batch found no instance for the job while it waited RUNNABLE, and the queue "
+                   "cancelled it; nothing trained, this is not a training failure",
+    "not_placed": "not placed: the queue's capacity can never run the job (misconfiguration), and the queue "
+                  "cancelled it; nothing trained",
+}
 # One figure of the record table.
 Figure: TypeAlias = str | int | float | bool | list[str] | None
 
@@ -510,6 +517,36 @@ class Decision(_Model):
     flip_note: str | None = None
 
 
+class ScalingPoint(_Model):
+    """One node count of a track's scaling comparison: the main run or a scaling run (``gpu-n1``)."""
+
+    run: str
+    nodes: int
+    world_size: int = Field(description="devices the run trained on (nodes x devices per node)")
+    outcome: Outcome
+    step_time_s: float | None = Field(description="median optimizer step time over the run's timed steps")
+    tokens_per_s: float | None = Field(description="tokens per second over the whole run's devices")
+    communication_share: float | None = Field(
+        description="the collectives' share of the step time (None where the run measured none)")
+    cost_per_step_usd: float | None = Field(
+        description="the run's effective training cost divided by its effective steps (instance time x price x nodes)")
+    speedup: float | None = Field(
+        description="the smallest count's step time over this count's (same effective batch per step)")
+    efficiency: float | None = Field(
+        description="speedup over the ratio of node counts: 1.0 is linear scaling")
+    cost_per_step_ratio: float | None = Field(description="cost per effective step over the smallest count's")
+
+
+class ScalingView(_Model):
+    """A track run at several node counts (``nodes: [1, 2]``): does adding nodes pay?"""
+
+    track: str
+    instance_type: str
+    base_nodes: int = Field(description="the smallest count, the one speed-up and efficiency are relative to")
+    points: list[ScalingPoint]
+    summary: str = Field(description="the comparison in one sentence (pipeline evidence only on stand-ins)")
+
+
 class TrialReport(_Model):
     """The per-trial report: both tracks side by side, the acceptance checks, the costs and the verdict."""
 
@@ -536,6 +573,8 @@ class TrialReport(_Model):
     # A Trainium2 pilot's comparison with its GPU baseline; absent from a trial with a GPU track.
     pilot: PilotComparison | None = Field(default=None, exclude_if=lambda found: found is None)
     samples: SamplesView | None = None
+    # One entry per track that declared several node counts; absent without scaling runs.
+    scaling: list[ScalingView] | None = Field(default=None, exclude_if=lambda found: found is None)
     declared: Declared
     # Written where the report is stored: the summaries it could not read (absent from a report built in memory).
     unreadable_summaries: list[UnreadableSummary] | None = Field(default=None,

@@ -40,7 +40,8 @@ from lambdas.domain.report_model import (
     TrackRecord,
     TrialReport,
 )
-from lambdas.domain.vocabulary import COMPILE_RUN
+from lambdas.domain.scaling import SCALING_COLUMNS, ScalingTable, scaling_markdown, scaling_tables
+from lambdas.domain.vocabulary import COMPILE_RUN, scaling_nodes, track_of
 
 # What a person calls each run; a label adds the instance type, as in "GPU (p5.48xlarge)".
 RUN_NAMES = {"gpu": "GPU", "trn2": "Trainium2", "gpu-fallback": "GPU fallback",
@@ -100,7 +101,9 @@ def _size(count: float) -> str:
 def run_label(run: str, instance_type: str | None, stand_in: str | None = None) -> str:
     """A run as a person reads it: "GPU (p5.48xlarge)", "Trainium2 (trn2.48xlarge, stand-in cpu)"."""
     where = ", ".join(part for part in (instance_type, stand_in and f"stand-in {stand_in}") if part)
-    name = RUN_NAMES.get(run, run)
+    nodes = scaling_nodes(run)
+    name = (RUN_NAMES.get(run, run) if nodes is None  # a scaling run: "GPU at 1 node"
+            else f"{RUN_NAMES[track_of(run)]} at {nodes} node{'' if nodes == 1 else 's'}")
     return f"{name} ({where})" if where else name
 
 
@@ -159,7 +162,7 @@ def _compile_lines(report: TrialReport) -> list[str]:
 
 def render_markdown(report: TrialReport) -> str:
     return "\n".join([*_summary_lines(report), *decision_markdown(report.decision), *pilot_markdown(report.pilot),
-                      *_record_lines(report),
+                      *_record_lines(report), *scaling_markdown(report.scaling),
                       *_cost_lines(report), *_compile_lines(report), *_resume_lines(report.tracks),
                       *_comparison_lines(report.comparison)])
 
@@ -408,7 +411,7 @@ def loss_chart(tracks: Mapping[str, TrackRecord], labels: Mapping[str, str] | No
 
     return LossChart(
         width=width, height=height, left=left, right=right, top=top, bottom=bottom,
-        series=[Series(run=run, label=labels.get(run, run), colour=COLOURS.get(run, "#555"),
+        series=[Series(run=run, label=labels.get(run, run), colour=_colour(run),
                        dash=DASHES.get(run, "3 3"), line=LINE_STYLES.get(DASHES.get(run, "3 3"), "dashed"),
                        points=" ".join(f"{sx(x)},{sy(y)}" for x, y in pts),
                        evals=[EvalMark(x=sx(x), y=sy(y), step=x, loss=round(y, 4)) for x, y in evals[run]])
@@ -417,6 +420,11 @@ def loss_chart(tracks: Mapping[str, TrackRecord], labels: Mapping[str, str] | No
         y_ticks=[Tick(at=sy(v), label=f"{v:.3g}") for v in _ticks(y0, y1) if y0 <= v <= y1],
         markers=_markers(tracks, sx, right),
     )
+
+
+def _colour(run: str) -> str:
+    """A run's colour in the charts: a scaling run takes its track's (its dash tells them apart)."""
+    return COLOURS.get(run) or (COLOURS[track_of(run)] if scaling_nodes(run) is not None else "#555")
 
 
 def _marker_steps(tracks: Mapping[str, TrackRecord]) -> list[tuple[str, str, int]]:
@@ -443,7 +451,7 @@ def _markers(tracks: Mapping[str, TrackRecord], sx: Callable[[float], float], ri
                  else f"{name}: {what} from step {step}")
         at = sx(step)
         short = f"{name} {what}"
-        markers.append(Marker(at=at, colour="#d62728" if what == "fault" else COLOURS.get(run, "#555"),
+        markers.append(Marker(at=at, colour="#d62728" if what == "fault" else _colour(run),
                               label=label, short=short, row=row,
                               anchor="end" if at + _text_width(short) > right else "start"))
     return markers
@@ -713,6 +721,8 @@ class HtmlContext(TypedDict):
     verdict_colour: str
     decision: DecisionView | None
     pilot_rows: list[tuple[str, str, str]]
+    scaling: list[ScalingTable]
+    scaling_columns: tuple[tuple[str, bool], ...]
 
 
 COST_COLUMNS = [*(COMPONENT_NAMES[name] for name in COMPONENTS), "total", "per effective step", "per 1M tokens"]
@@ -896,6 +906,7 @@ def _context(report: TrialReport) -> HtmlContext:
     sample_runs, samples = _sample_rows(tracks)
     return HtmlContext(
         r=report, c=report.comparison, decision=decision_view(report.decision), pilot_rows=pilot_rows(report.pilot),
+        scaling=scaling_tables(report.scaling, MISSING), scaling_columns=SCALING_COLUMNS,
         runs=list(tracks), labels=labels,
         cost_columns=COST_COLUMNS,
         cost_rows=_cost_rows(report, labels), prices=prices, estimates=estimates,

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.vocabulary import RunName
+from lambdas.domain.vocabulary import RUN_NAME
 
 SUMMARY_SCHEMA_VERSION: Literal[1] = 1
 Backend = Literal["cpu", "compiled", "cuda", "neuron", "xla"]
@@ -258,7 +258,7 @@ class RunSummary(_Model):
     schema_version: Literal[1] = SUMMARY_SCHEMA_VERSION
     trial_id: str
     track: Literal["gpu", "trn2"]
-    run: RunName
+    run: Annotated[str, Field(pattern=RUN_NAME)]
     attempt: Annotated[int, Field(ge=1)]
     backend: Backend
     stand_in: bool

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -24,12 +24,15 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from lambdas.domain.canonical import canonical_json
 from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.vocabulary import scaling_nodes, scaling_run, track_of
 
 SCHEMA_VERSION = 1
 TrackName = Literal["gpu", "trn2"]
@@ -217,12 +220,87 @@ class FaultInjection(_Model):
     )
 
 
+# Node counts a track may compare beside its main run's (``nodes: [1, 2]``): each is a full run of the trial.
+MAX_SCALING_COUNTS = 3
+MAX_NODES = 64
+_NODES_DESCRIPTION = (
+    "nodes of instance_type the track's run uses; a list (e.g. [1, 2]) runs the track at each count to compare "
+    "them: the largest is the main run the verdict uses, the others are scaling runs (<track>-n<count>)")
+_NODE_COUNT: JsonObject = {"type": "integer", "minimum": 1, "maximum": MAX_NODES}
+# What a client may send (the model keeps the main run's count in ``nodes`` and the others in ``scaling_nodes``).
+_NODES_SCHEMA: JsonObject = {
+    "anyOf": [dict(_NODE_COUNT), {"type": "array", "items": dict(_NODE_COUNT), "minItems": 1,
+                                  "maxItems": MAX_SCALING_COUNTS + 1, "uniqueItems": True}],
+    "default": 1, "title": "Nodes", "description": _NODES_DESCRIPTION}
+
+
+def _nodes_list_problem(counts: list[Any]) -> str | None:
+    """Why a ``nodes`` list is not a set of node counts a track can run (None: it is)."""
+    if not counts or not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+        return f"nodes {counts!r}: give a node count or a list of node counts such as [1, 2]"
+    if len(set(counts)) != len(counts):
+        return f"nodes {counts} lists a count twice; list each once"
+    outside = [n for n in counts if not 1 <= n <= MAX_NODES]
+    if outside:
+        return f"nodes {counts}: each count must be 1 to {MAX_NODES}, not {outside}"
+    if len(counts) > MAX_SCALING_COUNTS + 1:
+        return (f"nodes {counts} lists {len(counts)} counts; list at most {MAX_SCALING_COUNTS + 1} (the main run "
+                f"and {MAX_SCALING_COUNTS} scaling runs, each a full run of the trial)")
+    return None
+
+
 class _TrackBase(_Model):
     instance_type: Annotated[str, Field(min_length=1, max_length=32)]
-    nodes: Annotated[int, Field(ge=1, le=64)] = 1
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES, description=_NODES_DESCRIPTION),
+                     WithJsonSchema(_NODES_SCHEMA, mode="validation")] = 1
+    scaling_nodes: Annotated[list[Annotated[int, Field(ge=1, le=MAX_NODES)]], Field(
+        min_length=1, max_length=MAX_SCALING_COUNTS, json_schema_extra={"uniqueItems": True})] | None = Field(
+            default=None, description=(
+                "the other node counts the track also runs at, each below nodes, for the report's scaling section "
+                "(written for you from a nodes list); each is a full run of the trial at that count, with the same "
+                "effective batch"))
     tensor_parallel: PositiveInt = 1
     pipeline_parallel: PositiveInt = 1
     spot: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nodes_list(cls, value: Any) -> Any:
+        """``nodes: [1, 2]`` is ``nodes: 2`` (the main run) with ``scaling_nodes: [1]``. A list that is not a set
+        of counts stays for ``nodes``' own check, which refuses it at its path."""
+        if not isinstance(value, dict) or not isinstance(value.get("nodes"), list):
+            return value
+        counts = value["nodes"]
+        if _nodes_list_problem(counts) is not None or "scaling_nodes" in value:
+            return value
+        others = sorted(n for n in counts if n != max(counts))
+        return {**value, "nodes": max(counts), **({"scaling_nodes": others} if others else {})}
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _no_bad_list(cls, value: Any) -> Any:
+        """A list left here is not a set of counts, or came with scaling_nodes (a good one was split above)."""
+        if isinstance(value, list):
+            raise ValueError(_nodes_list_problem(value) or "give the node counts once: either a nodes list or "
+                             "nodes with scaling_nodes")
+        return value
+
+    @field_validator("scaling_nodes")
+    @classmethod
+    def _counts_below_main(cls, counts: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if counts is None:
+            return None
+        if len(set(counts)) != len(counts):
+            raise ValueError(f"{counts} lists a count twice; list each once")
+        nodes = info.data.get("nodes")  # absent when nodes itself was refused
+        if isinstance(nodes, int) and max(counts) >= nodes:
+            raise ValueError(f"{counts} must be below nodes ({nodes}): the main run is the largest count; write "
+                             f"the counts as a nodes list, e.g. nodes: {sorted({*counts, nodes})}")
+        return sorted(counts)
+
+    def at_nodes(self, nodes: int) -> Self:
+        """This track's configuration for a run at ``nodes`` nodes (a scaling run): no scaling runs of its own."""
+        return self.model_copy(update={"nodes": nodes, "scaling_nodes": None})
 
 
 class GpuTrack(_TrackBase):
@@ -373,6 +451,17 @@ class TrialSpec(_Model):
             raise KeyError(f"trial {self.name!r} has no {name} track")
         return track  # type: ignore[no-any-return]
 
+    def scaling_runs(self) -> dict[str, tuple[TrackName, int]]:
+        """Each scaling run's name with its track and node count, in track order then by count."""
+        return {scaling_run(name, n): (name, n) for name in self.track_names()
+                for n in (self.track(name).scaling_nodes or [])}
+
+    def run_track(self, run: str) -> GpuTrack | Trn2Track:
+        """The track configuration ``run`` trains with: its track's, at the scaling run's node count."""
+        track = self.track(track_of(run))
+        nodes = scaling_nodes(run)
+        return track if nodes is None else track.at_nodes(nodes)
+
     def canonical_json(self) -> str:
         return canonical_json(self.model_dump(mode="json", exclude_none=True))
 
@@ -467,8 +556,10 @@ def devices_per_node(track: GpuTrack | Trn2Track, catalogue: InstanceCatalogue) 
     return info.accelerators
 
 
-def track_layout(spec: TrialSpec, name: TrackName, catalogue: InstanceCatalogue | None = None) -> Layout:
-    track = spec.track(name)
+def track_layout(spec: TrialSpec, name: TrackName, catalogue: InstanceCatalogue | None = None,
+                 run: str | None = None) -> Layout:
+    """The track's layout, for ``run`` when given (a scaling run has its own node count)."""
+    track = spec.run_track(run) if run is not None else spec.track(name)
     cat = catalogue or load_catalogue()
     return Layout(devices_per_node(track, cat), track.nodes, track.tensor_parallel, track.pipeline_parallel)
 
@@ -635,7 +726,13 @@ def _track_problems(spec: TrialSpec, name: TrackName, cat: InstanceCatalogue) ->
     wrong_instance = _instance_problem(name, track, cat)
     if wrong_instance is not None:
         return [wrong_instance]
-    return _layout_problems(spec, name, track, devices_per_node(track, cat))
+    devices = devices_per_node(track, cat)
+    problems = _layout_problems(spec, name, track, devices)
+    for nodes in track.scaling_nodes or []:
+        if not problems:  # one layout's problems at a time: the main run's first
+            problems = [Problem(p.path, f"at {nodes} node(s) (a scaling run): {p.message}")
+                        for p in _layout_problems(spec, name, track.at_nodes(nodes), devices)]
+    return problems
 
 
 def _instance_problem(name: TrackName, track: GpuTrack | Trn2Track, cat: InstanceCatalogue) -> Problem | None:

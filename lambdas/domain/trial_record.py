@@ -27,7 +27,15 @@ from lambdas.domain.run_limits import (
     RunLimits,
     TrialUse,
 )
-from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET, FALLBACK_RUN, TrialStatus, track_of
+from lambdas.domain.vocabulary import (
+    COMPILE_RUN,
+    COMPILE_TARGET,
+    FALLBACK_RUN,
+    RUNS,
+    TrialStatus,
+    scaling_nodes,
+    track_of,
+)
 
 RECORD_VERSION = 2
 SPEND_PREFIX = SPEND_ATTRIBUTE.split("{")[0]  # "spend_usd#"
@@ -59,6 +67,19 @@ class RunTarget(_Stored):
     instance_type: str | None = Field(default=None, description="None only for items whose tracks named none")
 
 
+class ScalingRun(_Stored):
+    """One scaling run the workflow's Map state submits: the track trained at another node count."""
+
+    run: str
+    track: str
+    run_dir: str
+    job: JobPlacement
+
+    def payload(self) -> JsonObject:
+        return self.model_dump(mode="json", exclude={"job"}) | {"job": self.job.model_dump(mode="json",
+                                                                                            exclude_none=True)}
+
+
 class ExecutionInput(_Stored):
     """The workflow's input, kept on the trial so a start cut short (or an approval) starts what was checked."""
 
@@ -67,13 +88,16 @@ class ExecutionInput(_Stored):
     tracks: list[str]
     run_dirs: dict[str, str]
     jobs: dict[str, JobPlacement] = Field(default_factory=dict)
+    scaling: list[ScalingRun] = Field(default_factory=list)
     attempt_timeout_s: int
     compile_timeout_s: int
 
     def payload(self) -> JsonObject:
-        """The input as StartExecution takes it (a multi-node target carries ``nodes``, a single-node one not)."""
-        return self.model_dump(mode="json", exclude={"jobs"}) | {
-            "jobs": {target: job.model_dump(mode="json", exclude_none=True) for target, job in self.jobs.items()}}
+        """The input as StartExecution takes it (a multi-node target carries ``nodes``, a single-node one not;
+        ``scaling`` is always a list, empty without scaling runs, for the workflow's Map state)."""
+        return self.model_dump(mode="json", exclude={"jobs", "scaling"}) | {
+            "jobs": {target: job.model_dump(mode="json", exclude_none=True) for target, job in self.jobs.items()},
+            "scaling": [item.payload() for item in self.scaling]}
 
 
 class TriageRecord(_Stored):
@@ -167,6 +191,10 @@ class TrialRecord(_Stored):
         declared = self.tracks.get(track_of(run)) or {}
         value = declared.get("instance_type")
         return value if isinstance(value, str) else None
+
+    def run_names(self) -> list[str]:
+        """Every run this trial may have: the fixed ones (``RUNS``), then the scaling runs it was placed with."""
+        return [*RUNS, *sorted(run for run in self.runs if scaling_nodes(run) is not None)]
 
     def nodes(self, run: str) -> int:
         target = self.runs.get(run)

@@ -7,6 +7,7 @@ trainer's contract with the job definitions' retry strategies (``infra.construct
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Literal, get_args
 
@@ -42,18 +43,47 @@ COMPILE_TARGET = "compile"
 COMPILE_QUEUE_SUFFIX = "-compile"
 FALLBACK_RUN: RunName = "gpu-fallback"
 
+# A scaling run: the track's training at another node count than its main run's, for a trial whose track declares
+# several (``nodes: [1, 2]``). Named ``<track>-n<nodes>`` (``gpu-n1``), which is valid as a Batch job name, an S3
+# prefix segment and a ledger key. It trains exactly as the main run does (same spec, same effective batch: the
+# gradient accumulation takes up the difference in data-parallel ranks), with no fault injection and no fallback.
+SCALING_RUN = re.compile(r"^(?P<track>gpu|trn2)-n(?P<nodes>[1-9][0-9]?)$")
+# Any run's name as a regular expression (for S3 keys): the fixed names, longest first, then the scaling form.
+RUN_PATTERN = "|".join([*sorted(RUNS, key=len, reverse=True), r"(?:gpu|trn2)-n[1-9][0-9]?"])
+RUN_NAME = f"^(?:{RUN_PATTERN})$"  # a whole run name (for model fields: pydantic's pattern)
+
+
+def scaling_run(track: str, nodes: int) -> str:
+    """The name of ``track``'s scaling run at ``nodes`` nodes."""
+    return f"{track}-n{nodes}"
+
+
+def scaling_nodes(run: str) -> int | None:
+    """The node count a scaling run's name carries (None: not a scaling run)."""
+    match = SCALING_RUN.match(run)
+    return int(match["nodes"]) if match else None
+
+
+def is_run(name: str) -> bool:
+    """Whether ``name`` names a run: one of the fixed runs or a scaling run."""
+    return name in RUNS or SCALING_RUN.match(name) is not None
+
 
 def track_of(run: str) -> Literal["gpu", "trn2"]:
     """The track (hardware family) a run's job runs on."""
+    match = SCALING_RUN.match(run)
+    if match:
+        return "trn2" if match["track"] == "trn2" else "gpu"
     return "trn2" if run in ("trn2", COMPILE_RUN) else "gpu"
 
 
-def runs_of(tracks: Iterable[str]) -> set[str]:
+def runs_of(tracks: Iterable[str], scaling: Iterable[str] = ()) -> set[str]:
     """The runs a trial with these tracks may start: each track's own, the warm-up compile stage with a Trainium2
-    track, and the GPU fallback with both."""
+    track, the GPU fallback with both, and the ``scaling`` runs it declared (``<track>-n<nodes>``) of its tracks."""
     names = set(tracks)
     return (names | ({COMPILE_RUN} if "trn2" in names else set())
-            | ({FALLBACK_RUN} if {"gpu", "trn2"} <= names else set()))
+            | ({FALLBACK_RUN} if {"gpu", "trn2"} <= names else set())
+            | {run for run in scaling if SCALING_RUN.match(run) and track_of(run) in names})
 
 
 # Batch attempts per run a stage allows unless it sets max_attempts (infra.config.StageConfig): attempt 2 resumes

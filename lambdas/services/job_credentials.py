@@ -27,7 +27,7 @@ from lambdas.domain.job_access import (
 )
 from lambdas.domain.trial import BATCH_SAFE_NAME
 from lambdas.domain.trial_record import TrialRecord
-from lambdas.domain.vocabulary import RUNS, TRIAL_TERMINAL
+from lambdas.domain.vocabulary import TRIAL_TERMINAL, is_run
 from lambdas.services.ports import JobDescriptions, Trials, WriterRole
 
 ACTIVE_JOB = ("STARTING", "RUNNING")
@@ -101,7 +101,7 @@ def identify(request: CredentialsRequest, jobs: JobDescriptions, trials: Trials)
     if not settings["token"] or not hmac.compare_digest(settings["token"].encode(), request.token.encode()):
         raise CredentialsRefused(f"job {parent}: the token is not the one the workflow gave this job")
     trial_id, run = settings["trial_id"], settings["run"]
-    if not _SAFE.match(trial_id) or run not in RUNS:
+    if not _SAFE.match(trial_id) or not is_run(run):
         raise CredentialsRefused(f"job {parent}: its settings name no trial and run of this plane "
                                  f"(trial_id {trial_id!r}, run {run!r})")
     tags = job.get("tags") or {}
@@ -112,6 +112,9 @@ def identify(request: CredentialsRequest, jobs: JobDescriptions, trials: Trials)
         raise CredentialsRefused(f"job {parent}: trial {trial_id} is not one this plane holds")
     if record.status in TRIAL_TERMINAL:
         raise CredentialsRefused(f"job {parent}: trial {trial_id} is {record.status}; its jobs write nothing more")
+    if run not in record.run_names():  # a scaling run (gpu-n1) only if the trial was placed with it
+        raise CredentialsRefused(f"job {parent}: trial {trial_id} has no run {run} (its runs: "
+                                 f"{', '.join(record.run_names())})")
     return JobIdentity(parent, trial_id, run, *cache_entry(record, run))
 
 

@@ -16,7 +16,7 @@ from lambdas.domain import ledger as L
 from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
-from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, runs_of
+from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, SCALING_RUN, is_run, runs_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 from lambdas.services.run_folds import RunFolds
 
@@ -40,17 +40,27 @@ class JobIdentity:
 
 
 def identify_job(environment: dict[str, str], tags: dict[str, str], job_name: str) -> JobIdentity | None:
-    """Which trial and run a Batch job belongs to: container environment first, then tags, then its name."""
+    """Which trial and run a Batch job belongs to: container environment first, then tags, then its name
+    (``<trial_id>-<run>``, a scaling run's ``<trial_id>-gpu-n1`` included)."""
     trial = environment.get("DUALTRACK_TRIAL_ID") or tags.get("dualtrack:trial")
     run = environment.get("DUALTRACK_RUN") or tags.get("dualtrack:run")
     if not (trial and run):
-        for candidate in RUNS:
-            if job_name.endswith(f"-{candidate}") and not (candidate == "gpu" and job_name.endswith("fallback")):
-                trial, run = job_name[: -len(candidate) - 1], candidate
-                break
-    if not (trial and run) or run not in RUNS:
+        trial, run = _job_name_parts(job_name) or (trial, run)
+    if not (trial and run) or not is_run(run):
         return None
     return JobIdentity(trial, run)
+
+
+def _job_name_parts(job_name: str) -> tuple[str, str] | None:
+    """(trial, run) of a job named ``<trial_id>-<run>``: a scaling run's suffix first, then the fixed runs'."""
+    trial, _, tail = job_name.rpartition("-")
+    head, _, track = trial.rpartition("-")
+    if head and SCALING_RUN.match(f"{track}-{tail}"):
+        return head, f"{track}-{tail}"
+    for candidate in RUNS:
+        if job_name.endswith(f"-{candidate}") and not (candidate == "gpu" and job_name.endswith("fallback")):
+            return job_name[: -len(candidate) - 1], candidate
+    return None
 
 
 def job_facts(identity: JobIdentity, detail: BatchJobStateChangeDetail, at: datetime,
@@ -107,7 +117,7 @@ class RunSettlement(RunFolds):
         record = self._trials.get(trial_id) or self.trials.get(trial_id)
         if record is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
-        runs = runs_of(record.tracks)
+        runs = runs_of(record.tracks, record.runs)  # the scaling runs it was placed with (gpu-n1) included
         if run not in runs:
             raise ForeignEvent(f"trial {trial_id} has no run {run!r} (its runs: {', '.join(sorted(runs))})")
         status = record.status

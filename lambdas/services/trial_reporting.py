@@ -40,9 +40,15 @@ class Evidence:
     unreadable: list[dict[str, str]] = field(default_factory=list)
 
 
-def gather(trial_id: str, artifacts: Objects, ledger: Ledger) -> Evidence:
+def run_names(spec: TrialSpec) -> list[str]:
+    """Every run the trial may have: the fixed ones, then each scaling run its tracks declare (``gpu-n1``)."""
+    return [*RUNS, *spec.scaling_runs()]
+
+
+def gather(trial_id: str, artifacts: Objects, ledger: Ledger, runs: Sequence[str]) -> Evidence:
+    """The evidence of each of ``runs`` (``run_names`` of the trial's spec, or ``TrialRecord.run_names``)."""
     evidence = Evidence()
-    for run in RUNS:
+    for run in runs:
         keys = [k for k in artifacts.list_keys(f"trials/{trial_id}/{run}/attempt-") if _SUMMARY.search(k)]
         for key in sorted(keys, key=lambda k: int(_SUMMARY.search(k).group(1))):  # type: ignore[union-attr]
             try:
@@ -105,7 +111,7 @@ def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Led
     ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
     GPU baseline; ``prices`` is the deployment's price table (overrides applied), whose bases the decision prices the
     trial at."""
-    evidence = gather(trial_id, artifacts, ledger)
+    evidence = gather(trial_id, artifacts, ledger, run_names(spec))
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
                                 stopped_by=stopped_by, baseline=read_baseline(spec, sources),
                                 cache_entries=cache_entries_of(evidence.summaries, registry),
@@ -129,7 +135,7 @@ def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger
     if not record.stopped_after_start or record.spec_uri is None:
         return None
     trial_id = record.trial_id
-    started = [run for run in RUNS if ledger.entries(run_key(trial_id, run))]
+    started = [run for run in record.run_names() if ledger.entries(run_key(trial_id, run))]
     if not started:
         return None  # stopped before any job ran: there is nothing to report
     for run in started:

@@ -17,7 +17,7 @@ from decimal import Decimal
 from lambdas.domain import ledger as L
 from lambdas.domain.json_types import JsonValue
 from lambdas.domain.trial_record import TrialRecord
-from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, TRIAL_ACTIVE, TRIAL_STOPPABLE, TRIAL_TERMINAL
+from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_ACTIVE, TRIAL_STOPPABLE, TRIAL_TERMINAL
 from lambdas.services.ports import JobTerminator, Ledger, Trials, Workflow
 
 
@@ -107,12 +107,12 @@ def request_stop(record: TrialRecord, stopper: Stopper, *, cause: str, now: str,
                      execution_status=done.execution_status, pending=done.pending)
 
 
-def live_jobs(ledger: Ledger, trial_id: str) -> dict[str, str]:
-    """Each job of the trial whose last recorded status is not terminal, with its run."""
+def live_jobs(ledger: Ledger, record: TrialRecord) -> dict[str, str]:
+    """Each job of the trial whose last recorded status is not terminal, with its run (its scaling runs' too)."""
     live: dict[str, str] = {}
-    for run in RUNS:
+    for run in record.run_names():
         latest: dict[str, str] = {}
-        for fact in L.facts_of(ledger.entries(L.run_key(trial_id, run)), L.TransitionFact):
+        for fact in L.facts_of(ledger.entries(L.run_key(record.trial_id, run)), L.TransitionFact):
             if latest.get(fact.job_id) not in BATCH_TERMINAL:
                 latest[fact.job_id] = fact.status
         live.update({job: run for job, status in latest.items() if status not in BATCH_TERMINAL})
@@ -132,7 +132,7 @@ def finish_stop(record: TrialRecord, stopper: Stopper, *, now: str) -> StopState
         execution = stopper.workflow.status(arn)
         if execution == "RUNNING":
             pending.append(f"execution {arn} is still RUNNING")
-    for job_id, run in sorted(live_jobs(stopper.ledger, trial_id).items()):
+    for job_id, run in sorted(live_jobs(stopper.ledger, record).items()):
         if stopper.jobs is not None:
             described = stopper.jobs.describe(job_id)
             if described is None or described.status in BATCH_TERMINAL:

@@ -47,6 +47,7 @@ from lambdas.domain.trial_record import (
     Follows,
     JobPlacement,
     RunTarget,
+    ScalingRun,
     TriageRecord,
     TrialRecord,
 )
@@ -57,6 +58,8 @@ from lambdas.domain.vocabulary import (
     RUNS,
     TRIAL_ACTIVE,
     TRIAL_TERMINAL,
+    scaling_nodes,
+    scaling_run,
     track_of,
 )
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Started, Trials, Workflow
@@ -87,8 +90,9 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
     (``{track: {instance_type: {queue, single_node, multi_node}}}``, the JOB_TARGETS setting).
 
     Refuses a trial the stage cannot place: a track it does not offer, an instance type it has no queue for (a job
-    sent there would wait RUNNABLE until cancelled), or a node count the stage has no multi-node job definition for.
-    A multi-node run carries ``nodes``; the workflow then passes the run's settings as job parameters.
+    sent there would wait RUNNABLE until cancelled), or a node count the stage has no multi-node job definition for
+    (a scaling run's count included). A multi-node run carries ``nodes``; the workflow then passes the run's
+    settings as job parameters. A scaling run's target is its run name (``gpu-n1``).
     """
     problems: list[JsonValue] = []
     jobs: dict[str, JobPlacement] = {}
@@ -105,22 +109,14 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
                 f"this stage runs {track} jobs on {', '.join(sorted(offered))}, not {config.instance_type}; use one "
                 f"of those or add it to dualtrack:stages.<stage>.{track}.instance_types")})
             continue
-        if config.nodes > 1:
-            multi = target.multi_node
-            if config.nodes not in multi:
-                counts = (f"it runs {', '.join(str(n) for n in sorted(multi))} nodes of {config.instance_type}"
-                           if multi else
-                           f"it has no multi-node capacity for {config.instance_type} (that needs "
-                           f"dualtrack:stages.<stage>.{track}.availability_zone, on-demand capacity and an EFA type)")
-                problems.append({"path": f"tracks.{track}.nodes", "message": (
-                    f"{config.nodes} nodes: this stage cannot run that, {counts}; use one of those counts (or 1), "
-                    f"or add it to dualtrack:stages.<stage>.{track}.multi_node_counts")})
-                continue
-            # One multi-node job definition per node count: Step Functions cannot override a job's node count.
-            jobs[track] = JobPlacement(queue=target.queue, definition=multi[config.nodes], nodes=config.nodes)
-        else:
-            jobs[track] = JobPlacement(queue=target.queue, definition=target.single_node)
-        if track == "trn2" and target.compile_queue:
+        counts = {track: config.nodes} | {scaling_run(track, n): n for n in config.scaling_nodes or []}
+        for name, nodes in counts.items():
+            placed = _placement(name, track, config.instance_type, nodes, target)
+            if isinstance(placed, str):
+                problems.append({"path": f"tracks.{track}.nodes", "message": placed})
+            else:
+                jobs[name] = placed
+        if track == "trn2" and target.compile_queue and track in jobs:
             # The warm-up compile stage: the training job's definition and node count, on the compile queue.
             jobs[COMPILE_TARGET] = jobs[track].model_copy(update={"queue": target.compile_queue})
     if problems:
@@ -130,6 +126,22 @@ def job_targets(spec: TrialSpec, targets: Mapping[str, Mapping[str, JobTarget]])
         # HasGpuFallback choice ends a failed Trainium2 run there: failure_recovery none runs no fallback.
         jobs["fallback"] = jobs["gpu"]
     return jobs
+
+
+def _placement(run: str, track: str, instance_type: str, nodes: int, target: JobTarget) -> JobPlacement | str:
+    """Where ``run``, of ``nodes`` nodes, goes on ``target``, or why the stage cannot run it."""
+    if nodes == 1:
+        return JobPlacement(queue=target.queue, definition=target.single_node)
+    multi = target.multi_node
+    if nodes not in multi:
+        counts = (f"it runs {', '.join(str(n) for n in sorted(multi))} nodes of {instance_type}" if multi else
+                  f"it has no multi-node capacity for {instance_type} (that needs "
+                  f"dualtrack:stages.<stage>.{track}.availability_zone, on-demand capacity and an EFA type)")
+        which = "" if run == track else f" (the scaling run {run})"
+        return (f"{nodes} nodes{which}: this stage cannot run that, {counts}; use one of those counts (or 1), or "
+                f"add it to dualtrack:stages.<stage>.{track}.multi_node_counts")
+    # One multi-node job definition per node count: Step Functions cannot override a job's node count.
+    return JobPlacement(queue=target.queue, definition=multi[nodes], nodes=nodes)
 
 
 def falls_back(spec: TrialSpec) -> bool:
@@ -156,7 +168,8 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
     stage's timeout is the stage's ``compile_timeout_s`` within that. Retries are the job definitions' own (their
     retry strategy), so the input carries no attempt count. ``run_dirs`` has a ``trn2-compile`` entry when the
     trial has a trn2 track, and a ``gpu-fallback`` entry only when it runs both a gpu and a trn2 track and falls
-    back (``falls_back``)."""
+    back (``falls_back``). Scaling runs (``gpu-n1``) are not in ``jobs``: ``scaling`` lists each with its run
+    directory and placement, which the workflow's Map state submits."""
     base = f"trials/{spec.trial_id}"
     tracks = planned_tracks(spec, effective_route(spec, triage(spec)))
     run_dirs: dict[str, str] = {t: artifacts.uri(f"{base}/{t}") for t in tracks}
@@ -164,6 +177,11 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
         run_dirs[COMPILE_RUN] = artifacts.uri(f"{base}/{COMPILE_RUN}")
     if "trn2" in tracks and "gpu" in tracks and falls_back(spec):
         run_dirs[FALLBACK_RUN] = artifacts.uri(f"{base}/{FALLBACK_RUN}")
+    scaling: list[ScalingRun] = []
+    for run, (track, _nodes) in spec.scaling_runs().items():
+        if track in tracks and jobs and run in jobs:
+            run_dirs[run] = artifacts.uri(f"{base}/{run}")
+            scaling.append(ScalingRun(run=run, track=track, run_dir=run_dirs[run], job=jobs[run]))
     timeout = int(attempt_timeout_s)
     if spec.limits and spec.limits.max_hours:
         timeout = min(timeout, int(spec.limits.max_hours * 3600))
@@ -173,7 +191,8 @@ def execution_input(spec: TrialSpec, artifacts: Objects, *, attempt_timeout_s: i
         spec_uri=artifacts.uri(f"{base}/spec.json"),
         tracks=list(tracks),
         run_dirs=run_dirs,
-        jobs=dict(jobs or {}),
+        jobs={target: job for target, job in (jobs or {}).items() if scaling_nodes(target) is None},
+        scaling=scaling,
         attempt_timeout_s=timeout,
         compile_timeout_s=max(MIN_ATTEMPT_TIMEOUT_S, min(int(compile_timeout_s or timeout), timeout)),
     )
@@ -252,15 +271,22 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str,
                         {
                             "path": "limits.max_usd",
                             "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours x {attempts} "
-                            f"attempt(s) per run, fallback"
-                            f"{' and warm-up compile stage' if COMPILE_RUN in worst else ''} included) exceeds "
-                            f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes",
+                            f"attempt(s) per run, {_priced_runs(spec, worst)} included) exceeds "
+                            f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes"
+                            f"{' or fewer scaling runs' if spec.scaling_runs() else ''}",
                         }
                     ],
                     "worst_case_usd": {k: str(v) for k, v in worst.items()},
                 },
             )
     return result, {k: str(v.quantize(Decimal("0.01"))) for k, v in worst.items()}
+
+
+def _priced_runs(spec: TrialSpec, worst: Mapping[str, Decimal]) -> str:
+    """The runs beside the main runs that the worst case counts, for its message."""
+    extra = ["fallback", *(["warm-up compile stage"] if COMPILE_RUN in worst else []),
+             *([f"scaling runs {', '.join(spec.scaling_runs())}"] if spec.scaling_runs() else [])]
+    return ", ".join(extra[:-1]) + (" and " if len(extra) > 1 else "") + extra[-1]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ The local stage pins its tracks to one zone, so it has a multi-node job definiti
 submits the 2-node definition with the run's settings as job parameters, the local Batch starts both nodes, and
 the ranks form one process group over gloo on loopback, training the layout's 16 data-parallel ranks. The example's
 planned fault stops both nodes after step 6; Batch retries the 2-node job, which resumes from the step-4 checkpoint.
+
+The example's GPU track declares ``"nodes": [1, 2]``: beside the 2-node main run, the workflow's scaling branch (a Map
+state) submits one scaling run, ``gpu-n1``, on the single-node job definition. It trains the same trial on one node,
+with no fault, is costed like any run, and the report's scaling section compares the two counts.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_and_is_billed_for_both(tmp_path: Path) -> None:
+def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_is_billed_for_both_and_scales_against_one_node(
+        tmp_path: Path) -> None:
     doc = json.loads((ROOT / "examples" / "trial-rehearsal-2node.json").read_text())
     doc.update(max_steps=8)
     doc["tracks"].pop("trn2")
@@ -56,3 +62,32 @@ def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_and_is_billed_for_both(
     nodes = {json.loads(e["body"])["nodes"] if isinstance(e["body"], str) else e["body"]["nodes"]
              for e in ledger if e["run_key"].endswith("#gpu") and e["kind"] == "transition"}
     assert nodes == {2}  # the ledger prices both nodes the job held
+    _assert_the_one_node_scaling_run(result.trial_id, result.out, result.report or {}, ledger, printed)
+
+
+def _assert_the_one_node_scaling_run(trial_id: str, out: Path, report: dict[str, Any], ledger: list[dict[str, Any]],
+                                     printed: str) -> None:
+    """``gpu-n1``: one single-node job (one log per attempt, no node suffix), one attempt (the fault is the main
+    run's), trained to the end, priced at one node, and set against the 2-node run in the report's scaling section."""
+    assert "-> SubmitScalingJob" in printed, printed[-3000:]
+    logs = sorted(p.name for p in (out / "logs").glob("*-gpu-n1.*log"))
+    assert logs == [f"{trial_id}-gpu-n1.attempt-1.log"], logs
+    entries = [e for e in ledger if e["run_key"] == f"{trial_id}#gpu-n1"]
+    facts = [(e["kind"], json.loads(e["body"]) if isinstance(e["body"], str) else e["body"])
+             for e in entries if e.get("body") is not None]
+    assert {body["nodes"] for kind, body in facts if kind == "transition"} == {1}
+    summaries = [body for kind, body in facts if kind == "summary"]
+    assert [(s["attempt"], s["global_step"]) for s in summaries] == [(1, 8)], summaries
+    assert any(e["entry_key"] == "cost" for e in entries), [e["entry_key"] for e in entries]
+    assert "gpu-n1" in report["cost"]["by_run"], sorted(report["cost"]["by_run"])
+    # The report's scaling section (lambdas.domain.report_model.ScalingView): one gpu view, points at 1 and 2 nodes.
+    (view,) = report.get("scaling") or [None]
+    assert view is not None, sorted(report)
+    assert (view["track"], view["instance_type"], view["base_nodes"]) == ("gpu", "p5.48xlarge", 1)
+    points = {p["nodes"]: p for p in view["points"]}
+    assert sorted(points) == [1, 2] and (points[1]["run"], points[2]["run"]) == ("gpu-n1", "gpu")
+    assert points[1]["world_size"] < points[2]["world_size"]
+    two = points[2]
+    assert two["speedup"] is not None and two["efficiency"] == pytest.approx(two["speedup"] / 2, rel=1e-3)
+    assert two["cost_per_step_ratio"] is not None and points[1]["cost_per_step_usd"] is not None
+    assert "pipeline evidence" in view["summary"].lower(), view["summary"]

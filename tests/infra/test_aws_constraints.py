@@ -271,7 +271,8 @@ def test_each_track_is_optional_per_stage() -> None:
     assert [p["JobQueueName"] for p in props(compute, "AWS::Batch::JobQueue")] == ["dualtrack-gpuonly-gpu-g6e-48xlarge"]
     assert not [k for k in compute["Resources"] if k.startswith("Trn2")]
     definition = _workflow(Template.from_stack(stacks["control"]).to_json())
-    _, trn2_branch = definition["States"]["RunTracks"]["Branches"]
+    # The branches: gpu, trn2, then the scaling runs' Map.
+    _, trn2_branch, _ = definition["States"]["RunTracks"]["Branches"]
     assert list(trn2_branch["States"]) == ["Trn2Skipped"]
     # The pinned AMI is the template's literal: no SSM parameter for CloudFormation to re-read on a deploy.
     (environment,) = props(compute, "AWS::Batch::ComputeEnvironment")

@@ -63,8 +63,14 @@ def _environment(state: dict[str, Any]) -> dict[str, str]:
 
 
 def _branches(control: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    gpu, trn2 = _definition(control)["States"]["RunTracks"]["Branches"]
+    gpu, trn2, _scaling = _definition(control)["States"]["RunTracks"]["Branches"]
     return gpu["States"], trn2["States"]
+
+
+def _scaling_map(control: dict[str, Any]) -> dict[str, Any]:
+    *_, scaling = _definition(control)["States"]["RunTracks"]["Branches"]
+    assert scaling["StartAt"] == "ScalingRuns" and list(scaling["States"]) == ["ScalingRuns"]
+    return scaling["States"]["ScalingRuns"]  # type: ignore[no-any-return]
 
 
 def test_gpu_branch(control: dict[str, Any]) -> None:
@@ -140,3 +146,97 @@ def test_multi_node_runs_pass_their_settings_as_job_parameters(control: dict[str
                                        "run_token.$": "States.UUID()", **extra}
         assert {k: v for k, v in multi.items() if k != "Parameters"} == {
             k: v for k, v in single.items() if k != "ContainerOverrides"}
+
+
+# ---- the scaling branch: a Map state over the input's scaling runs --------------------------------------------
+def test_the_scaling_branch_maps_over_the_inputs_scaling_list(control: dict[str, Any]) -> None:
+    """An Inline Map state (Step Functions developer guide, "Using Map state in Inline mode",
+    https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html): ``ItemProcessor`` with
+    ``ProcessorConfig.Mode`` INLINE, ``StartAt`` and ``States``; no ``MaxConcurrency``, which is 0 (no limit; an
+    Inline Map runs up to 40 iterations at once, and a trial has at most 6 scaling runs). ``ItemsPath`` is a
+    reference path that must evaluate to a JSON array ("ItemsPath (Map, JSONPath only)",
+    https://docs.aws.amazon.com/step-functions/latest/dg/input-output-itemspath.html); the API always sends one
+    (``ExecutionInput.payload``). ``ItemSelector`` (not the deprecated ``Parameters`` or ``Iterator``) builds each
+    iteration's input from the Map's input and the Context object's ``$$.Map.Item.Value``, each such key ending in
+    ``.$`` ("ItemSelector (Map)", https://docs.aws.amazon.com/step-functions/latest/dg/input-output-itemselector.html).
+    The branch's output is the Map's: the list of each iteration's outcome, empty for no scaling runs."""
+    runs = _scaling_map(control)
+    assert runs["Type"] == "Map" and runs["End"] is True
+    assert runs["ItemsPath"] == "$.scaling"
+    assert runs["ItemSelector"] == {"trial_id.$": "$.trial_id", "spec_uri.$": "$.spec_uri",
+                                    "attempt_timeout_s.$": "$.attempt_timeout_s",
+                                    "scaling.$": "$$.Map.Item.Value"}
+    assert not {"Parameters", "Iterator", "MaxConcurrency", "MaxConcurrencyPath", "ResultPath", "OutputPath",
+                "ResultSelector", "InputPath"} & set(runs)
+    processor = runs["ItemProcessor"]
+    assert processor["ProcessorConfig"] == {"Mode": "INLINE"} and processor["StartAt"] == "ScalingNodes"
+    assert set(processor["States"]) == {"ScalingNodes", "SubmitScalingJob", "SubmitScalingMultiNodeJob",
+                                        "ScalingRunSucceeded", "ScalingRunFailed"}
+
+
+def _scaling_states(control: dict[str, Any]) -> dict[str, Any]:
+    return _scaling_map(control)["ItemProcessor"]["States"]  # type: ignore[no-any-return]
+
+
+def test_each_scaling_run_is_submitted_under_its_own_run_name(control: dict[str, Any]) -> None:
+    """Each iteration sees only what the ItemSelector gave it (the Inline Map page above), so every path reads the
+    item's ``scaling`` or the trial's fields copied beside it. The job is named ``<trial>-<run>`` with ``States.Format``
+    and two path arguments (Step Functions' intrinsic functions page,
+    https://docs.aws.amazon.com/step-functions/latest/dg/intrinsic-functions.html), tagged with the run through a
+    ``.$`` key inside ``Tags`` (a nested object's keys may select paths: "Manipulate parameters in Step Functions
+    workflows", https://docs.aws.amazon.com/step-functions/latest/dg/input-output-inputpath-params.html), and
+    submitted with no ``RetryStrategy``: SubmitJob's would replace the job definition's exit-code rules
+    (https://docs.aws.amazon.com/batch/latest/APIReference/API_SubmitJob.html)."""
+    states = _scaling_states(control)
+    single, multi = states["SubmitScalingJob"], states["SubmitScalingMultiNodeJob"]
+    for state in (single, multi):
+        assert state["Type"] == "Task" and state["Resource"].endswith(":states:::batch:submitJob.sync")
+        params = state["Parameters"]
+        assert params["JobName.$"] == "States.Format('{}-{}', $.trial_id, $.scaling.run)"
+        assert params["JobQueue.$"] == "$.scaling.job.queue"
+        assert params["JobDefinition.$"] == "$.scaling.job.definition"
+        assert params["Timeout"] == {"AttemptDurationSeconds.$": "$.attempt_timeout_s"}
+        assert params["Tags"] == {"dualtrack:trial.$": "$.trial_id", "dualtrack:run.$": "$.scaling.run"}
+        assert not {"RetryStrategy", "NodeOverrides", "ArrayProperties", "DependsOn"} & set(params)
+        assert state["Retry"] == [BATCH_RETRY]
+        assert state["ResultPath"] == "$.result" and state["Next"] == "ScalingRunSucceeded"
+    assert _environment(single) == {
+        "DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "$.scaling.run", "DUALTRACK_TRACK": "$.scaling.track",
+        "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.scaling.run_dir",
+        "DUALTRACK_RUN_TOKEN": "States.UUID()"}
+    # Every value is evaluated: a static "Value" here would give each scaling run the same literal.
+    assert all("Value.$" in e for e in single["Parameters"]["ContainerOverrides"]["Environment"])
+    assert multi["Parameters"]["Parameters"] == {"spec_uri.$": "$.spec_uri", "run_dir.$": "$.scaling.run_dir",
+                                                 "run.$": "$.scaling.run", "trial_id.$": "$.trial_id",
+                                                 "run_token.$": "States.UUID()"}
+    assert "ContainerOverrides" not in multi["Parameters"] and "Parameters" not in single["Parameters"]
+
+
+def test_a_scaling_runs_node_count_picks_the_single_or_multi_node_submission(control: dict[str, Any]) -> None:
+    """The item's placement carries ``nodes`` only for a multi-node job definition (``JobPlacement``, dumped
+    without None): an ``IsPresent`` Choice rule (https://docs.aws.amazon.com/step-functions/latest/dg/state-choice.html)
+    picks the submission, and never reads a path the item lacks (a ``States.Runtime`` error otherwise)."""
+    choice = _scaling_states(control)["ScalingNodes"]
+    assert choice == {"Type": "Choice", "Choices": [{"Variable": "$.scaling.job.nodes", "IsPresent": True,
+                                                     "Next": "SubmitScalingMultiNodeJob"}],
+                      "Default": "SubmitScalingJob"}
+
+
+def test_a_scaling_runs_outcome_names_its_run_and_a_failure_is_reported_not_fatal(control: dict[str, Any]) -> None:
+    """A ResultSelector selects only from the task's result, here Batch's job description, never from the
+    state's input ("Manipulate parameters in Step Functions workflows",
+    https://docs.aws.amazon.com/step-functions/latest/dg/input-output-inputpath-params.html#input-output-resultselector):
+    the run name comes from the item, so the outcome is built by a Pass after the task (``ResultPath: $.result``
+    keeps the input beside the result). Every error of either submission (``States.ALL``) goes to a Pass that
+    records the run FAILED, with the error beside the input, so one failed scaling run fails neither the Map nor the
+    trial (an iteration's failure would fail the Map state, the Inline Map page)."""
+    states = _scaling_states(control)
+    for name in ("SubmitScalingJob", "SubmitScalingMultiNodeJob"):
+        assert states[name]["ResultSelector"] == {"status": "SUCCEEDED", "job_id.$": "$.JobId", "fallback": False}
+        assert states[name]["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
+                                          "Next": "ScalingRunFailed"}]
+    assert states["ScalingRunSucceeded"] == {"Type": "Pass", "End": True, "Parameters": {
+        "run.$": "$.scaling.run", "status": "SUCCEEDED", "job_id.$": "$.result.job_id", "fallback": False}}
+    assert states["ScalingRunFailed"] == {"Type": "Pass", "End": True, "Parameters": {
+        "run.$": "$.scaling.run", "status": "FAILED", "job_id": "", "fallback": False}}
+

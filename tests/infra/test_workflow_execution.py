@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -18,6 +18,7 @@ from infra.config import batch_name
 from infra.synth import Assembly
 from lambdas.domain.job_targets import JobTarget
 from lambdas.domain.trial import TrialSpec
+from lambdas.domain.vocabulary import track_of
 from lambdas.services.trial_submission import execution_input, job_targets
 from tests import fakes
 from tests.json_access import obj
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions.type_defs import DescribeExecutionOutputTypeDef
 
 pytestmark = pytest.mark.slow
-# moto's task-token listener thread of a .sync state raises when its execution is stopped; the stop itself works.
+# moto's task-token listener thread of a .sync state raises when its execution is stopped (or fails while the job
+# runs); the stop itself works.
 STOPPED_THREAD_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 TRIAL = "llama-lora-0123456789"
 RUN_DIRS = {run: f"s3://artifacts/trials/{TRIAL}/{run}" for run in ("gpu", "trn2", "gpu-fallback", "trn2-compile")}
@@ -42,7 +44,11 @@ JOBS = {"gpu": {"queue": batch_name("dev", "gpu", "g6e.48xlarge"),
 COMPILE_QUEUE = batch_name("dev", "trn2", "trn2.48xlarge", "compile")
 
 
-def workflow_input(tracks: list[str] | None = None, *, compile_stage: bool = False) -> dict[str, Any]:
+def workflow_input(tracks: list[str] | None = None, *, compile_stage: bool = False,
+                   scaling: Sequence[str] = ()) -> dict[str, Any]:
+    """The input the API sends; ``scaling`` names scaling runs (``gpu-n1``), placed on their track's single-node
+    definition (the dev stage has no multi-node one). ``scaling`` is always a list, as ``ExecutionInput.payload``
+    sends it: the Map state's ItemsPath must find an array."""
     tracks = tracks or ["gpu", "trn2"]
     jobs = {track: JOBS[track] for track in tracks}
     run_dirs = {run: RUN_DIRS[run] for run in tracks}
@@ -53,12 +59,17 @@ def workflow_input(tracks: list[str] | None = None, *, compile_stage: bool = Fal
     if "gpu" in tracks and "trn2" in tracks:
         jobs["fallback"] = JOBS["gpu"]
         run_dirs["gpu-fallback"] = RUN_DIRS["gpu-fallback"]
+    items = [{"run": run, "track": track_of(run), "run_dir": f"s3://artifacts/trials/{TRIAL}/{run}",
+              "job": JOBS[track_of(run)]} for run in scaling]
+    run_dirs.update({str(item["run"]): str(item["run_dir"]) for item in items})
     return {"trial_id": TRIAL, "spec_uri": f"s3://artifacts/trials/{TRIAL}/spec.json", "tracks": tracks,
-            "run_dirs": run_dirs, "jobs": jobs, "attempt_timeout_s": 3600, "compile_timeout_s": 900}
+            "run_dirs": run_dirs, "jobs": jobs, "scaling": items, "attempt_timeout_s": 3600,
+            "compile_timeout_s": 900}
 
 
 def flat(runs: list[Any]) -> list[dict[str, Any]]:
-    """The branches' outcomes in order: the Trainium2 branch gives a list (compile stage, then training)."""
+    """The branches' outcomes in order: the Trainium2 branch gives a list (compile stage, then training), the
+    scaling branch a list with one outcome per scaling run (empty without any)."""
     return [run for item in runs for run in (item if isinstance(item, list) else [item])]
 
 
@@ -195,7 +206,8 @@ def test_trn2_only_trial_fails_without_a_fallback(harness: Harness) -> None:
     runs = json.loads(done["output"])["runs"]
     assert runs == [{"run": "gpu", "status": "SKIPPED", "job_id": "", "fallback": False},
                     [{"run": "trn2-compile", "status": "SKIPPED", "job_id": "", "fallback": False},
-                     {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}]]
+                     {"run": "trn2", "status": "FAILED", "job_id": "", "fallback": False}],
+                    []]
     assert harness.jobs.runs() == ["trn2"]
     assert harness.calls("close_trial_costs")[0]["runs"] == runs
 
@@ -349,3 +361,116 @@ def test_multi_node_compile_stage_uses_the_training_definition(prod_assembly: As
         assert first.parameters["run_dir"] == RUN_DIRS["trn2-compile"]
         assert first.job_definition.name == second.job_definition.name
         assert first.job_queue.arn.endswith("-compile")
+
+
+# ---- scaling runs: the Map state over the input's ``scaling`` list ---------------------------------------------
+
+
+def test_a_scaling_run_is_submitted_beside_the_main_runs_and_settled_with_them(harness: Harness) -> None:
+    """An Inline Map over ``$.scaling`` (https://docs.aws.amazon.com/step-functions/latest/dg/state-map-inline.html)
+    submits each scaling run as its own Batch job: named ``<trial>-<run>``, tagged with its run, on its placement's
+    queue and definition, with its own run name, track and run directory in the job's environment. Its outcome is
+    the scaling branch's list, which CloseTrialCosts receives among ``runs`` like the main runs' outcomes."""
+    payload = workflow_input(scaling=["gpu-n1"])
+    done = harness.wait(harness.start(payload))
+    assert done["status"] == "SUCCEEDED", done
+    output = json.loads(done["output"])
+    job = harness.wait_for_job("gpu-n1")
+    assert output["runs"][2] == [{"run": "gpu-n1", "status": "SUCCEEDED", "job_id": job.job_id, "fallback": False}]
+    assert sorted(harness.jobs.runs()) == ["gpu", "gpu-n1", "trn2"]
+    env = job_environment(job)
+    assert env["DUALTRACK_RUN"] == "gpu-n1" and env["DUALTRACK_TRACK"] == "gpu"
+    assert env["DUALTRACK_RUN_DIR"] == f"s3://artifacts/trials/{TRIAL}/gpu-n1"
+    assert env["DUALTRACK_TRIAL_ID"] == TRIAL and env["DUALTRACK_SPEC_URI"] == payload["spec_uri"]
+    main = next(j for j in harness.jobs.submitted if job_environment(j)["DUALTRACK_RUN"] == "gpu")
+    # Each submission has its own credentials token (States.UUID() is evaluated per iteration).
+    assert env["DUALTRACK_RUN_TOKEN"] != job_environment(main)["DUALTRACK_RUN_TOKEN"]
+    assert job.job_name == f"{TRIAL}-gpu-n1" and job.timeout == {"attemptDurationSeconds": 3600}
+    assert job.job_queue.arn.endswith("/" + JOBS["gpu"]["queue"])
+    assert job.job_definition.name == JOBS["gpu"]["definition"]
+    tags = boto3.client("batch", region_name="us-east-1").list_tags_for_resource(resourceArn=job.arn)["tags"]
+    assert tags == {"dualtrack:trial": TRIAL, "dualtrack:run": "gpu-n1"}
+    (closed,) = harness.calls("close_trial_costs")
+    assert closed["runs"] == output["runs"]
+    assert [r["run"] for r in flat(closed["runs"])] == ["gpu", "trn2-compile", "trn2", "gpu-n1"]
+
+
+def test_a_trial_without_scaling_runs_maps_over_nothing(harness: Harness) -> None:
+    """An empty ``scaling`` list runs no iteration and the branch's output is an empty list; no extra job."""
+    done = harness.wait(harness.start(workflow_input(["gpu"])))
+    assert done["status"] == "SUCCEEDED", done
+    assert json.loads(done["output"])["runs"][2] == []
+    assert harness.jobs.runs() == ["gpu"]
+
+
+@STOPPED_THREAD_NOISE
+def test_an_input_without_a_scaling_list_fails_the_execution(harness: Harness) -> None:
+    """Why the API always sends ``scaling`` (``ExecutionInput.payload``), even empty: a Map state's ItemsPath must
+    evaluate to a JSON array ("ItemsPath (Map, JSONPath only)",
+    https://docs.aws.amazon.com/step-functions/latest/dg/input-output-itemspath.html); a path the input lacks is a
+    ``States.Runtime`` error, which fails the execution (no ``States.ALL`` catcher catches it:
+    https://docs.aws.amazon.com/step-functions/latest/dg/concepts-error-handling.html)."""
+    payload = workflow_input(["gpu"])
+    del payload["scaling"]
+    done = harness.wait(harness.start(payload))
+    assert done["status"] == "FAILED", done
+    assert done.get("error") == "States.Runtime"
+
+
+@pytest.mark.parametrize("harness", [{"gpu-n1": 1}], indirect=True)
+def test_a_failed_scaling_run_is_reported_failed_and_the_trial_still_settles(harness: Harness) -> None:
+    """The scaling job's failure (Batch reports the job FAILED; ``.sync`` raises ``States.TaskFailed``) is caught
+    in the iteration and recorded as the run's outcome; the main runs and the settle steps go on."""
+    done = harness.wait(harness.start(workflow_input(["gpu"], scaling=["gpu-n1"])))
+    assert done["status"] == "SUCCEEDED", done
+    runs = json.loads(done["output"])["runs"]
+    assert runs[0] == {"run": "gpu", "status": "SUCCEEDED", "job_id": runs[0]["job_id"], "fallback": False}
+    assert runs[2] == [{"run": "gpu-n1", "status": "FAILED", "job_id": "", "fallback": False}]
+    assert sorted(harness.jobs.runs()) == ["gpu", "gpu-n1"]
+    assert harness.calls("close_trial_costs")[0]["runs"] == runs
+    assert harness.calls("set_trial_status")[0]["status"] == "SUCCEEDED"
+
+
+def test_scaling_runs_placed_by_the_api_run_on_the_definition_for_their_node_count(
+        prod_assembly: Assembly, example_trial: dict[str, Any]) -> None:
+    """The whole path from the trial to the jobs: a Trainium2 track with ``nodes: [1, 2, 4]`` is placed by
+    ``job_targets`` (main run on the 4-node definition, ``trn2-n2`` on the 2-node one, ``trn2-n1`` single-node)
+    and given to the workflow by ``execution_input``; each scaling item's Choice submits a multi-node job (its
+    settings as job parameters, which Batch substitutes into the command:
+    https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters) when its
+    placement carries ``nodes``, else a single-node one (environment overrides)."""
+    doc = example_trial
+    del doc["tracks"]["gpu"]
+    doc["failure_recovery"] = "none"
+    doc["tracks"]["trn2"]["nodes"] = [1, 2, 4]
+    doc["triage_override"] = {"route": "trn2_trial", "reason": "scaling runs of a Trainium2 pilot"}
+    spec = TrialSpec.model_validate(doc)
+    targets = {"trn2": {"trn2.48xlarge": JobTarget(
+        queue=batch_name("prod", "trn2", "trn2.48xlarge"),
+        single_node=batch_name("prod", "trn2", "trn2.48xlarge", "single"),
+        multi_node={n: batch_name("prod", "trn2", "trn2.48xlarge", f"multi-{n}") for n in (2, 4)})}}
+    payload = execution_input(spec, fakes.InMemoryObjects(), attempt_timeout_s=3600,
+                              jobs=job_targets(spec, targets)).payload()
+    jobs = ScriptedJobs({})
+    lambdas = fake_handlers(warm=True)
+    with mock_aws(config=MOTO_CONFIG), moto_shims(lambdas=lambdas, batch=jobs):
+        harness = Harness(deploy_locally(prod_assembly, region="us-east-2"), lambdas, jobs)
+        done = harness.wait(harness.start(payload, name=spec.trial_id))
+        assert done["status"] == "SUCCEEDED", done
+        runs = json.loads(done["output"])["runs"]
+        assert [(r["run"], r["status"]) for r in runs[2]] == [("trn2-n1", "SUCCEEDED"), ("trn2-n2", "SUCCEEDED")]
+        by_run = {job.parameters.get("run") or job_environment(job)["DUALTRACK_RUN"]: job for job in jobs.submitted}
+        assert sorted(by_run) == ["trn2", "trn2-n1", "trn2-n2"]
+        assert by_run["trn2"].job_definition.name.endswith("-multi-4")
+        n2, n1 = by_run["trn2-n2"], by_run["trn2-n1"]
+        assert n2.job_definition.type == "multinode" and n2.job_definition.name.endswith("-multi-2")
+        assert (n2.job_definition.node_properties or {}).get("numNodes") == 2
+        assert n2.job_name == f"{spec.trial_id}-trn2-n2"
+        assert {k: n2.parameters[k] for k in ("spec_uri", "run", "trial_id", "run_dir")} == {
+            "spec_uri": payload["spec_uri"], "run": "trn2-n2", "trial_id": spec.trial_id,
+            "run_dir": f"s3://artifacts/trials/{spec.trial_id}/trn2-n2"}
+        assert re.fullmatch(r"[0-9a-f-]{36}", n2.parameters["run_token"])
+        assert n1.job_definition.type == "container" and n1.job_definition.name.endswith("-single")
+        env = job_environment(n1)
+        assert (env["DUALTRACK_RUN"], env["DUALTRACK_TRACK"]) == ("trn2-n1", "trn2")
+        assert env["DUALTRACK_RUN_DIR"] == f"s3://artifacts/trials/{spec.trial_id}/trn2-n1"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.json_types import JsonObject
+from lambdas.domain.json_types import JsonObject, JsonValue
 from tests.integration.conftest import Context, api_event, s3_event
 from tests.integration.test_run_events import deliver, scenario
 from tests.json_access import obj
@@ -212,3 +212,32 @@ def test_the_reconciler_finishes_a_pending_stop_and_books_the_place_back(aws: di
     assert item["status"]["S"] == "CANCELLED"
     usage = aws["ddb"].get_item(TableName="usage", Key={"usage_key": {"S": f"team#{item['team']['S']}"}})["Item"]
     assert usage["active"]["N"] == "0"
+
+
+def test_a_scaling_run_is_started_with_the_trial_and_settled_by_close_trial_costs(aws: dict[str, Any],
+                                                                                   example: dict[str, Any]) -> None:
+    """Through the API: a Trainium2 track with ``nodes: [1, 2]`` starts its execution with the scaling run
+    ``trn2-n1`` in the input's ``scaling`` list (single-node: no ``nodes``) and not among ``jobs``. The workflow's
+    RunTracks Parallel then hands CloseTrialCosts its three branches' outputs, the scaling branch's a list of
+    outcomes, and the scaling run is settled like the main runs."""
+    from lambdas.handlers.close_trial_costs import handler as close
+
+    example["tracks"]["trn2"]["nodes"] = [1, 2]
+    example["limits"]["max_usd"] = 10000  # the scaling run is priced on top of the main runs
+    trial_id = submit(example)
+    item = aws["ddb"].get_item(TableName="trials", Key={"trial_id": {"S": trial_id}})["Item"]
+    execution = aws["sfn"].describe_execution(executionArn=item["execution_arn"]["S"])
+    started = json.loads(execution["input"])
+    assert started["jobs"]["trn2"]["nodes"] == 2 and "trn2-n1" not in started["jobs"]
+    (scaling,) = started["scaling"]
+    assert scaling["run"] == "trn2-n1" and scaling["track"] == "trn2" and "nodes" not in scaling["job"]
+    assert scaling["run_dir"] == started["run_dirs"]["trn2-n1"] == f"s3://artifacts/trials/{trial_id}/trn2-n1"
+
+    runs: list[JsonValue] = [
+        {"run": "gpu", "status": "SUCCEEDED", "job_id": "", "fallback": False},
+        [{"run": "trn2-compile", "status": "SKIPPED", "job_id": "", "fallback": False},
+         {"run": "trn2", "status": "SUCCEEDED", "job_id": "", "fallback": False}],
+        [{"run": "trn2-n1", "status": "FAILED", "job_id": "", "fallback": False}],
+    ]
+    closed = obj(close({"trial_id": trial_id, "runs": runs}, Context()))
+    assert sorted(obj(closed["runs"])) == ["gpu", "trn2", "trn2-n1"]

@@ -44,8 +44,10 @@ CROSS_FIELD = {"lora", "tracks", "method", "effective_batch_size", "checkpoint_i
                "evaluation.metrics",
                # an instance type the catalogue does not list as a GPU (as the tracks' instance types)
                "baseline_instance_type"}
-# compiler_flags: one form per option, a rule over the whole list (a repeated option, a short -O<n>)
-CROSS_FIELD_PER_TRACK = ("instance_type", "tensor_parallel", "pipeline_parallel", "compiler_flags")
+# compiler_flags: one form per option, a rule over the whole list (a repeated option, a short -O<n>); nodes and
+# scaling_nodes: distinct counts, the scaling counts below the main run's, given once
+CROSS_FIELD_PER_TRACK = ("instance_type", "nodes", "scaling_nodes", "tensor_parallel", "pipeline_parallel",
+                         "compiler_flags")
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
 

@@ -127,3 +127,19 @@ def test_explain_classifies_each_change_by_the_documents_classes(example_trial: 
     assert "re-verify compile artefacts and memory bounds" in flow.meaning[0]
     kernels = parse_trial({**example_trial, "workload": {**example_trial["workload"], "custom_cuda_ops": True}})
     assert "low-level extensions" in explain(base, kernels).change_classes
+
+
+def test_a_trn2_scaling_run_has_its_own_key(example_trial: dict[str, Any]) -> None:
+    """A scaling run (``trn2-n1``) trains at its own node count: its data-parallel degree, and so its graphs and its
+    key, differ from the main run's; the main run's key is the same asked for by name or not."""
+    raw = copy.deepcopy(example_trial)
+    raw["tracks"]["trn2"]["nodes"] = [1, 2]
+    raw["tracks"]["trn2"]["tensor_parallel"] = 8
+    raw["effective_batch_size"] = raw["micro_batch_size"] * 16
+    spec = parse_trial(raw)
+    main, scaled = cache_key(spec), cache_key(spec, run="trn2-n1")
+    assert cache_key(spec, run="trn2") == main
+    assert scaled.key != main.key
+    main_dp = main.components["data_parallel"]
+    assert isinstance(main_dp, int)
+    assert scaled.components["data_parallel"] == main_dp // 2

@@ -11,6 +11,7 @@ import pytest
 from lambdas.domain.trial import (
     TrialInvalid,
     gradient_accumulation_steps,
+    json_schema,
     parse_trial,
     track_layout,
 )
@@ -343,3 +344,97 @@ def test_effective_batch_size_has_an_upper_bound_named_in_the_schema_and_the_mes
     assert obj(json_schema()["properties"])["effective_batch_size"]["maximum"] == MAX_EFFECTIVE_BATCH_SIZE == 65_536
     example_trial["effective_batch_size"] = MAX_EFFECTIVE_BATCH_SIZE  # the bound itself is accepted
     assert parse_trial(example_trial).effective_batch_size == MAX_EFFECTIVE_BATCH_SIZE
+
+
+# ---- scaling runs: a track at several node counts (``nodes: [1, 2]``) -----------------------------------------
+EXAMPLE_TRIAL_ID = "llama31-8b-lora-pilot-f4c8f62ae7"  # the example's id before scaling runs existed
+
+
+def test_a_trial_without_scaling_runs_keeps_its_id(example_trial: dict[str, Any]) -> None:
+    """``scaling_nodes`` is None without scaling runs and the canonical form leaves None out, so a trial written
+    before scaling runs existed hashes as it did (its id is its execution name and its S3 prefix)."""
+    assert parse_trial(example_trial).trial_id == EXAMPLE_TRIAL_ID
+    example_trial["tracks"]["gpu"]["nodes"] = [1]  # one count is no scaling run
+    spec = parse_trial(example_trial)
+    assert spec.trial_id == EXAMPLE_TRIAL_ID and spec.scaling_runs() == {}
+    assert "scaling_nodes" not in spec.canonical_json()
+
+
+def test_a_nodes_list_is_the_largest_count_with_the_others_as_scaling_runs(example_trial: dict[str, Any]) -> None:
+    example_trial["tracks"]["gpu"]["nodes"] = [2, 1]
+    example_trial["tracks"]["trn2"]["nodes"] = [4, 1, 2]
+    spec = parse_trial(example_trial)
+    assert (spec.track("gpu").nodes, spec.track("gpu").scaling_nodes) == (2, [1])
+    assert (spec.track("trn2").nodes, spec.track("trn2").scaling_nodes) == (4, [1, 2])
+    assert spec.scaling_runs() == {"gpu-n1": ("gpu", 1), "trn2-n1": ("trn2", 1), "trn2-n2": ("trn2", 2)}
+    assert spec.trial_id != EXAMPLE_TRIAL_ID
+    # Each run trains with its own node count; the same effective batch takes up the difference in data parallel.
+    assert spec.run_track("gpu-n1").nodes == 1 and spec.run_track("gpu").nodes == 2
+    assert spec.run_track("trn2-n2").scaling_nodes is None
+    main, scaling = track_layout(spec, "trn2"), track_layout(spec, "trn2", run="trn2-n1")
+    assert (main.nodes, main.data_parallel, scaling.nodes, scaling.data_parallel) == (4, 32, 1, 8)
+    assert gradient_accumulation_steps(spec, main) * 4 == gradient_accumulation_steps(spec, scaling)
+    # The stored spec (spec.json) has the explicit form, which reads back as the same trial.
+    stored = json.loads(spec.canonical_json())
+    assert stored["tracks"]["trn2"]["nodes"] == 4 and stored["tracks"]["trn2"]["scaling_nodes"] == [1, 2]
+    assert parse_trial(stored).trial_id == spec.trial_id
+
+
+def test_up_to_three_scaling_runs_per_track_are_accepted(example_trial: dict[str, Any]) -> None:
+    example_trial["tracks"]["gpu"]["nodes"] = [1, 2, 4, 8]
+    assert list(parse_trial(example_trial).scaling_runs()) == ["gpu-n1", "gpu-n2", "gpu-n4"]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "path", "fragment"),
+    [
+        ({"nodes": [1, 1]}, "tracks.gpu.nodes", "lists a count twice"),
+        ({"nodes": []}, "tracks.gpu.nodes", "give a node count or a list of node counts such as [1, 2]"),
+        ({"nodes": [True, 2]}, "tracks.gpu.nodes", "give a node count or a list"),
+        ({"nodes": ["1", 2]}, "tracks.gpu.nodes", "give a node count or a list"),
+        ({"nodes": [1.0, 2]}, "tracks.gpu.nodes", "give a node count or a list"),
+        ({"nodes": [0, 2]}, "tracks.gpu.nodes", "each count must be 1 to 64, not [0]"),
+        ({"nodes": [1, 65]}, "tracks.gpu.nodes", "each count must be 1 to 64, not [65]"),
+        ({"nodes": [1, 2, 3, 4, 8]}, "tracks.gpu.nodes", "lists 5 counts; list at most 4 (the main run and 3 scaling"),
+        ({"nodes": [1, 2], "scaling_nodes": [1]}, "tracks.gpu.nodes", "give the node counts once"),
+        ({"nodes": 2, "scaling_nodes": [4]}, "tracks.gpu.scaling_nodes", "must be below nodes (2)"),
+        ({"nodes": 2, "scaling_nodes": [2]}, "tracks.gpu.scaling_nodes", "must be below nodes (2)"),
+        ({"nodes": 4, "scaling_nodes": [1, 1]}, "tracks.gpu.scaling_nodes", "lists a count twice"),
+        ({"nodes": 8, "scaling_nodes": [1, 2, 3, 4]}, "tracks.gpu.scaling_nodes", "at most 3 items"),
+    ],
+)
+def test_node_counts_that_are_no_set_of_runs_are_refused_at_the_field(example_trial: dict[str, Any],
+                                                                        gpu: dict[str, Any], path: str,
+                                                                        fragment: str) -> None:
+    example_trial["tracks"]["gpu"].update(gpu)
+    found = problems(example_trial)
+    assert path in found, found
+    assert fragment in found[path]
+
+
+def test_the_explicit_form_is_the_nodes_list(example_trial: dict[str, Any]) -> None:
+    explicit = copy.deepcopy(example_trial)
+    explicit["tracks"]["gpu"].update(nodes=2, scaling_nodes=[1])
+    example_trial["tracks"]["gpu"]["nodes"] = [1, 2]
+    assert parse_trial(explicit).trial_id == parse_trial(example_trial).trial_id
+
+
+def test_a_layout_that_fails_only_at_a_scaling_count_is_refused_naming_that_count(
+        example_trial: dict[str, Any]) -> None:
+    """At 4 nodes of 8 GPUs the batch of 64 divides over 32 ranks; at 3 nodes (24 ranks) it does not: every run
+    must be trainable, so the scaling run's layout is checked too, and the problem says which count."""
+    example_trial["tracks"]["gpu"]["nodes"] = 4
+    assert parse_trial(example_trial).track("gpu").nodes == 4  # the main run alone is fine
+    example_trial["tracks"]["gpu"]["nodes"] = [3, 4]
+    found = problems(example_trial)
+    assert found["effective_batch_size"].startswith("at 3 node(s) (a scaling run): 64 is not a multiple of "
+                                                    "micro_batch_size x data_parallel = 1 x 24 = 24 on the gpu track")
+
+
+def test_the_published_schema_takes_a_node_count_or_a_list(example_trial: dict[str, Any]) -> None:
+    """What a client may send for ``nodes`` (the API's OpenAPI document is generated from the same model)."""
+    gpu = obj(obj(obj(json_schema()["$defs"])["GpuTrack"])["properties"])
+    integer, array = gpu["nodes"]["anyOf"]
+    assert integer == {"type": "integer", "minimum": 1, "maximum": 64}
+    assert array == {"type": "array", "items": integer, "minItems": 1, "maxItems": 4, "uniqueItems": True}
+    assert gpu["scaling_nodes"]["anyOf"][0]["uniqueItems"] is True

@@ -70,9 +70,37 @@ def test_the_stored_layout_round_trips_and_keeps_the_counters_flat() -> None:
 
 def test_the_workflow_input_is_what_step_functions_was_given() -> None:
     """A multi-node target carries its node count (the workflow passes it as a job parameter); a single-node one
-    has no ``nodes`` key, as the state machine's single-node branch expects."""
-    execution_input = ExecutionInput.model_validate(VERSION_1["execution_input"])
-    assert execution_input.payload() == VERSION_1["execution_input"]
+    has no ``nodes`` key, as the state machine's single-node branch expects.
+
+    An input stored before scaling runs existed is replayed (a start cut short, an approval) with ``scaling: []``
+    added: the workflow's ``ScalingRuns`` Map reads its items from ``$.scaling``, and Step Functions fails the
+    execution with ``States.Runtime`` when a Map's ItemsPath matches nothing or no array (Step Functions developer
+    guide, "Map state": "ItemsPath ... must identify an array"; "Error names": States.Runtime), which no catcher
+    catches. Everything else comes back as it was stored."""
+    stored = VERSION_1["execution_input"]
+    assert isinstance(stored, dict) and "scaling" not in stored
+    execution_input = ExecutionInput.model_validate(stored)
+    assert execution_input.payload() == {**stored, "scaling": []}
+
+
+def test_a_scaling_run_is_given_to_the_workflow_with_its_placement_and_not_among_the_jobs() -> None:
+    """Each scaling run reaches the Map state as one item: its run name, track, run directory and placement; a
+    single-node placement has no ``nodes`` key (the item's Choice submits a multi-node job only when
+    ``job.nodes`` is present), a multi-node one carries its count."""
+    stored = VERSION_1["execution_input"]
+    assert isinstance(stored, dict)
+    scaling: list[JsonValue] = [
+        {"run": "gpu-n1", "track": "gpu", "run_dir": "s3://artifacts/trials/pilot-0123456789/gpu-n1",
+         "job": {"queue": "q-gpu", "definition": "d-gpu"}},
+        {"run": "trn2-n1", "track": "trn2", "run_dir": "s3://artifacts/trials/pilot-0123456789/trn2-n1",
+         "job": {"queue": "q-trn2", "definition": "d-trn2"}},
+        {"run": "gpu-n2", "track": "gpu", "run_dir": "s3://artifacts/trials/pilot-0123456789/gpu-n2",
+         "job": {"queue": "q-gpu", "definition": "d-gpu-2", "nodes": 2}},
+    ]
+    execution_input = ExecutionInput.model_validate({**stored, "scaling": scaling})
+    payload = execution_input.payload()
+    assert payload["scaling"] == scaling and payload["jobs"] == stored["jobs"]
+    assert ExecutionInput.model_validate(payload) == execution_input
 
 
 def test_an_item_with_an_unknown_status_is_refused_with_the_field() -> None:

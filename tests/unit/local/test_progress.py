@@ -70,3 +70,21 @@ def test_the_bars_show_tokens_per_second_and_the_compile_row_stops_at_the_stages
     bars.job("t-1-gpu", {"event": "done", "status": "succeeded"})
     assert gpu.stop_time is not None and gpu.fields["note"] == "succeeded"
     bars.close()
+
+
+def test_a_scaling_run_is_known_by_its_job_name_and_gets_a_row_of_its_own() -> None:
+    """A job is named ``<trial_id>-<run>``; a scaling run's (``-gpu-n1``) is not the gpu run's."""
+    from rich.console import Console
+
+    from dualtrack.local.progress import TerminalProgress, run_of
+
+    assert run_of("t-1-gpu-n1") == "gpu-n1" and run_of("my-trial-trn2-n4") == "trn2-n4"
+    assert [run_of(f"t-1-{run}") for run in ("gpu", "trn2", "gpu-fallback", "trn2-compile")] == [
+        "gpu", "trn2", "gpu-fallback", "trn2-compile"]
+    screen = io.StringIO()
+    bars = TerminalProgress(screen, max_steps=12, console=Console(file=screen, force_terminal=True, width=120))
+    bars.job("t-1-gpu", {"event": "step", "step": 4, "loss": 1.5})
+    bars.job("t-1-gpu-n1", {"event": "step", "step": 2, "loss": 1.75})
+    bars.close()
+    assert list(bars.tasks) == ["gpu", "gpu-n1"]
+    assert bars.bars.tasks[bars.tasks["gpu-n1"]].completed == 2 and bars.bars.tasks[bars.tasks["gpu"]].completed == 4

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from lambdas.domain.trial import parse_trial
-from lambdas.services.trial_reporting import gather, write_report
+from lambdas.services.trial_reporting import gather, run_names, write_report
 from tests import fakes
 from tests.builders import run_cost, run_summary, stored_cost
 
@@ -24,7 +24,7 @@ def test_summaries_and_costs_come_back_typed_and_an_unreadable_summary_is_named(
     objects.put_json(f"trials/{spec.trial_id}/trn2/attempt-1/summary.json", {"run": "trn2", "status": "halfway"})
     ledger.put_cost(f"{spec.trial_id}#gpu", stored_cost(run_cost("12.50", trial_id=spec.trial_id)), facts=3)
 
-    evidence = gather(spec.trial_id, objects, ledger)
+    evidence = gather(spec.trial_id, objects, ledger, run_names(spec))
     assert [s.attempt for s in evidence.summaries["gpu"]] == [1, 2, 10]
     assert str(evidence.costs["gpu"].total_usd) == "12.50"
     assert [u["key"] for u in evidence.unreadable] == [f"trials/{spec.trial_id}/trn2/attempt-1/summary.json"]
