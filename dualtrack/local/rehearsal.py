@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -403,18 +404,34 @@ class Rehearsal:
                 self.progress.phase(f"restored {len(items)} compile-cache registry entries from {registry}")
 
 
+class _StepFunctionsProbes:
+    """A ``logging`` filter dropping moto's ERROR for a JSONPath that is absent where the state machine only asks
+    whether it is there: a Choice rule's ``IsPresent`` evaluates the path, and moto logs the miss before the rule
+    turns it into ``false``. Step Functions records nothing for it (an absent path is ``IsPresent: false``,
+    https://docs.aws.amazon.com/step-functions/latest/dg/state-choice.html). A path missing where a state needs it
+    still fails the execution: moto turns the same miss into ``States.Runtime`` and logs that as a
+    ``FailureEventException``, which this filter keeps, as the execution history keeps the failure."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("moto.stepfunctions.parser")
+                    and record.getMessage().startswith("Exception=NoSuchJsonPathError"))
+
+
 @contextlib.contextmanager
 def _library_output_to(path: Path) -> Iterator[None]:
     """Send everything but the rehearsal's own progress (which holds the console stream it was given) to ``path``:
-    the process's stdout and stderr, Python warnings and every log record."""
-    import logging
+    the process's stdout and stderr, Python warnings and every log record, less what AWS itself would not log (an
+    ``IsPresent`` probe, Powertools' empty-metrics warning, which the functions filter)."""
     import warnings
+
+    from lambdas.runtime.observability import quiet_empty_metrics
 
     root = logging.getLogger()
     with path.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), \
             warnings.catch_warnings():
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(_StepFunctionsProbes())
         consoles = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
                     and not isinstance(h, logging.FileHandler) and getattr(h, "stream", None) in (sys.__stdout__,
                                                                                                   sys.__stderr__)]
@@ -423,6 +440,7 @@ def _library_output_to(path: Path) -> Iterator[None]:
         root.addHandler(handler)
         logging.captureWarnings(True)
         warnings.simplefilter("default")
+        quiet_empty_metrics()  # after "default", which would otherwise show it again
         try:
             yield
         finally:

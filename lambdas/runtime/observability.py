@@ -3,6 +3,7 @@ helpers that publish the custom metrics named in ``lambdas.domain.telemetry``.""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,20 @@ if TYPE_CHECKING:  # every function imports this module; only the event function
 logger = Logger()
 metrics = Metrics(namespace=telemetry.NAMESPACE)
 tracer = Tracer()
+
+# Powertools warns on every request that publishes no application metric. Most requests of some functions count
+# nothing (a duplicate Batch event, a status read, a credentials call), so the warning would be every such request's
+# only log line; Powertools documents filtering it by its message
+# (https://docs.powertools.aws.dev/lambda/python/latest/core/metrics/#raising-schemavalidationerror-on-empty-metrics).
+EMPTY_METRICS_WARNING = "No application metrics to publish"
+
+
+def quiet_empty_metrics() -> None:
+    """Ignore Powertools' empty-metrics warning, and only it (every other warning still shows)."""
+    warnings.filterwarnings("ignore", message=EMPTY_METRICS_WARNING, category=UserWarning)
+
+
+quiet_empty_metrics()
 
 
 def count_run_outcomes(new_statuses: Iterable[str]) -> None:

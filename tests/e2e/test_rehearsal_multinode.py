@@ -63,6 +63,9 @@ def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_is_billed_for_both_and_
              for e in ledger if e["run_key"].endswith("#gpu") and e["kind"] == "transition"}
     assert nodes == {2}  # the ledger prices both nodes the job held
     _assert_the_one_node_scaling_run(result.trial_id, result.out, result.report or {}, ledger, printed)
+    # The scaling Map's and the multi-node job's IsPresent probes leave nothing in the plane's own log.
+    plane_log = (result.out / "plane.log").read_text()
+    assert not [line for line in plane_log.splitlines() if " ERROR " in line or " WARNING " in line], plane_log
 
 
 def _assert_the_one_node_scaling_run(trial_id: str, out: Path, report: dict[str, Any], ledger: list[dict[str, Any]],
