@@ -602,12 +602,25 @@ def _usd(value: str | None, digits: int | None = None) -> str:
     return f"${_number(float(amount), digits)}"
 
 
-def _interval(view: IntervalView | None, money: bool = False) -> str:
+def _unbroken(text: str) -> str:
+    """A column title whose hyphen the browser must not wrap at ("speed-up"): a non-breaking hyphen (U+2011)."""
+    return text.replace("-", "\u2011")
+
+
+@dataclass(frozen=True)
+class IntervalCell:
+    """A figure and, on a line of its own under it, its interval (so a column of them stays narrow)."""
+
+    value: str
+    interval: str | None = None
+
+
+def _interval(view: IntervalView | None, money: bool = False) -> IntervalCell:
     if not view:
-        return MISSING
+        return IntervalCell(MISSING)
     unit = "$" if money else ""
     estimate, low, high = _spread(view.estimate, view.low, view.high)
-    return f"{unit}{estimate} ({view.confidence:.0%}: {unit}{low} to {unit}{high})"
+    return IntervalCell(f"{unit}{estimate}", f"{view.confidence:.0%}: {unit}{low} to {unit}{high}")
 
 
 @dataclass(frozen=True)
@@ -632,9 +645,9 @@ class PriceRow:
 class UncertaintyRow:
     run: str
     steps: int | str
-    step_time: str
-    tokens: str
-    cost: str
+    step_time: IntervalCell
+    tokens: IntervalCell
+    cost: IntervalCell
     on: str
 
 
@@ -906,7 +919,8 @@ def _context(report: TrialReport) -> HtmlContext:
     sample_runs, samples = _sample_rows(tracks)
     return HtmlContext(
         r=report, c=report.comparison, decision=decision_view(report.decision), pilot_rows=pilot_rows(report.pilot),
-        scaling=scaling_tables(report.scaling, MISSING), scaling_columns=SCALING_COLUMNS,
+        scaling=scaling_tables(report.scaling, MISSING),
+        scaling_columns=tuple((_unbroken(name), number) for name, number in SCALING_COLUMNS),
         runs=list(tracks), labels=labels,
         cost_columns=COST_COLUMNS,
         cost_rows=_cost_rows(report, labels), prices=prices, estimates=estimates,

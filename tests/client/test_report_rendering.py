@@ -200,7 +200,9 @@ for (const cell of document.querySelectorAll("td, th")) {
   const room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
   const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
   for (let node; (node = texts.nextNode());) {
-    for (const word of node.data.matchAll(/\S+/g)) {
+    // A word, or a hyphenated compound's part up to its hyphen: prose may wrap after a hyphen ("Welch-"), a
+    // squeezed column breaks inside a part.
+    for (const word of node.data.matchAll(/[^\s-]+-?|-/g)) {
       const range = document.createRange();
       range.setStart(node, word.index);
       range.setEnd(node, word.index + word[0].length);
@@ -263,6 +265,24 @@ def test_the_page_fits_a_1400_px_screen_without_squeezed_columns_or_overlapping_
     narrow = measure_layout(html, 760, tmp_path)
     assert narrow["page"] <= 760 and narrow["scrolling"] and narrow["narrow"] == []
     assert narrow["overlaps"] == [] and narrow["outside"] == []
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_a_report_with_a_scaling_section_fits_1400_px_too(tmp_path: Path) -> None:
+    """The scaling table's eleven columns and the scaling run's own column in the record table fit as the rest."""
+    from lambdas.domain.report_render import render_html
+    from tests.unit.domain.test_scaling import scaled_report
+
+    report = scaled_report()
+    assert report.scaling is not None and list(report.tracks) == ["gpu", "trn2", "gpu-n1"]
+    html = render_html(report)
+    assert "<h2>Scaling</h2>" in html
+    wide = measure_layout(html, 1400, tmp_path)
+    assert wide["page"] <= 1400 and wide["scrolling"] == [] and wide["narrow"] == []
+    assert wide["overlaps"] == [] and wide["outside"] == []
+    narrow = measure_layout(html, 760, tmp_path)
+    assert narrow["page"] <= 760 and narrow["narrow"] == []
 
 
 def test_the_markdown_report_reads_in_a_terminal(report: dict[str, Any]) -> None:

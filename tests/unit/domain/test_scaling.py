@@ -60,7 +60,7 @@ def _summary(run: str, step: float, stand_in: bool = False, **over: Any) -> RunS
     })
 
 
-def _report(spec: TrialSpec | None = None, *, n1: RunSummary | None = None, stand_in: bool = False,
+def scaled_report(spec: TrialSpec | None = None, *, n1: RunSummary | None = None, stand_in: bool = False,
             costs: dict[str, RunCost] | None = None, scaled: bool = True) -> TrialReport:
     """gpu at 2 nodes (0.1 s a step, $11.50 of effective training over 1,000 steps), gpu-n1 at 1 node (0.174 s,
     $10.00) and trn2 (0.08 s, $6.00); ``n1`` replaces gpu-n1's summary, ``scaled`` False leaves gpu-n1 out."""
@@ -85,7 +85,7 @@ def _points(report: TrialReport) -> dict[str, ScalingPoint]:
 def test_two_nodes_against_one_speed_up_efficiency_and_cost_ratio_by_hand() -> None:
     """1-node step 0.174 s, 2-node step 0.1 s: speed-up 0.174 / 0.1 = 1.74, efficiency 1.74 / (2 / 1) = 0.87; cost
     per effective step $10.00 / 1,000 = $0.01 at 1 node, $11.50 / 1,000 = $0.0115 at 2 nodes: 1.15x."""
-    report = _report()
+    report = scaled_report()
     view = _view(report)
     assert (view.track, view.instance_type, view.base_nodes) == ("gpu", "p5.48xlarge", 1)
     one, two = view.points
@@ -104,9 +104,9 @@ def test_two_nodes_against_one_speed_up_efficiency_and_cost_ratio_by_hand() -> N
 
 
 def test_a_trial_without_scaling_runs_has_no_section_and_the_scaling_run_does_not_move_the_verdict() -> None:
-    plain = _report(_spec((2,)), scaled=False)
+    plain = scaled_report(_spec((2,)), scaled=False)
     assert plain.scaling is None and "scaling" not in plain.model_dump(mode="json")
-    scaled = _report()
+    scaled = scaled_report()
     assert scaled.comparison.verdict == plain.comparison.verdict == "trn2_viable_cheaper"
     assert [c.check for c in scaled.acceptance] == [c.check for c in plain.acceptance]
     assert not [c for c in scaled.acceptance if "gpu-n1" in c.check + c.detail]
@@ -121,7 +121,7 @@ def test_a_trial_without_scaling_runs_has_no_section_and_the_scaling_run_does_no
 
 
 def test_the_decision_leaves_the_scaling_run_out_while_the_trial_total_counts_it() -> None:
-    report = _report()
+    report = scaled_report()
     decision = report.decision
     assert decision is not None, report.comparison.reasons
     assert decision.gpu.runs == ["gpu"] and decision.gpu.total_usd == "11.500000"
@@ -134,7 +134,7 @@ def test_the_decision_leaves_the_scaling_run_out_while_the_trial_total_counts_it
 
 def test_a_failed_scaling_run_has_no_figures_and_the_sentence_says_so() -> None:
     failed = _summary("gpu-n1", 0.174, status="failed", global_step=300, error="NCCL timeout")
-    report = _report(n1=failed)
+    report = scaled_report(n1=failed)
     one, two = _view(report).points
     assert one.outcome == "failed"
     assert (one.step_time_s, one.tokens_per_s, one.communication_share, one.cost_per_step_usd, one.speedup,
@@ -162,17 +162,17 @@ def test_impossible_figures_are_never_shown() -> None:
     impossible = _summary("gpu-n1", 0.174)
     impossible = impossible.model_copy(update={"throughput": impossible.throughput.model_copy(
         update={"step_time_s": 0.0})})
-    report = _report(n1=impossible)
+    report = scaled_report(n1=impossible)
     assert _points(report)["gpu-n1"].step_time_s is None and _points(report)["gpu"].speedup is None
     assert "gpu-n1 (1 node) is unusable evidence (attempt 1: throughput.step_time_s is 0.0" in _view(report).summary
-    free = _report(costs={"gpu-n1": run_cost("0", "gpu-n1")})
+    free = scaled_report(costs={"gpu-n1": run_cost("0", "gpu-n1")})
     assert _points(free)["gpu-n1"].cost_per_step_usd is None
     assert _points(free)["gpu"].cost_per_step_ratio is None and _points(free)["gpu"].speedup == pytest.approx(1.74)
     assert "(cost per effective step not evidenced)" in _view(free).summary
 
 
 def test_on_stand_ins_the_figures_stay_but_are_labelled_pipeline_evidence() -> None:
-    report = _report(stand_in=True)
+    report = scaled_report(stand_in=True)
     assert report.stand_in and report.comparison.verdict is None and report.comparison.rehearsal == "passed"
     assert "every run (gpu, gpu-n1, trn2) trained" in report.comparison.headline
     view = _view(report)
@@ -181,12 +181,12 @@ def test_on_stand_ins_the_figures_stay_but_are_labelled_pipeline_evidence() -> N
                                    "2 nodes train 1.74x faster than 1 node")
     assert view.summary.endswith("these figures say nothing about how p5.48xlarge scales.")
     # A rehearsal proves the pipeline: a scaling run that failed fails it.
-    failed = _report(stand_in=True, n1=_summary("gpu-n1", 0.174, True, status="failed", global_step=300))
+    failed = scaled_report(stand_in=True, n1=_summary("gpu-n1", 0.174, True, status="failed", global_step=300))
     assert failed.comparison.rehearsal == "failed" and "gpu-n1" in failed.comparison.headline
 
 
 def test_html_and_markdown_render_a_table_per_track_under_its_sentence() -> None:
-    report = _report()
+    report = scaled_report()
     markdown = render_markdown(report)
     section = markdown.split("## Scaling", 1)[1].split("\n## ", 1)[0]
     assert "### gpu (p5.48xlarge)" in section and _view(report).summary in section
@@ -203,7 +203,7 @@ def test_html_and_markdown_render_a_table_per_track_under_its_sentence() -> None
     assert rows[1] == ["1", "8", "gpu-n1", "succeeded", "0.174", "1,507,000", "1\u00d7", "100%", "\u2014", "$0.01",
                        "1\u00d7"]
     assert rows[2][6:] == ["1.74\u00d7", "87%", "12%", "$0.0115", "1.15\u00d7"]
-    plain = _report(_spec((2,)), scaled=False)
+    plain = scaled_report(_spec((2,)), scaled=False)
     assert "Scaling" not in render_markdown(plain) and "<h2>Scaling</h2>" not in render_html(plain)
 
 
