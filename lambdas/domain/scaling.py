@@ -4,6 +4,8 @@ throughput, communication share and cost per effective step beside the smallest 
 Every count trains the same trial with the same effective batch per optimizer step (gradient accumulation takes up
 the difference in data-parallel ranks), so step times at different counts compare directly (strong scaling):
 
+* step time = the run's steady-state step time (compile and warm-up steps left out), throughput = the tokens of
+  one optimizer step (effective batch x sequence length) over it;
 * speed-up = the smallest count's step time / this count's;
 * scaling efficiency = speed-up / (this count / the smallest count): 1.0 is linear scaling;
 * cost ratio = this count's cost per effective step / the smallest count's, where a run's cost per effective step
@@ -95,18 +97,28 @@ def cost_per_effective_step(cost: RunCost | None) -> float | None:
     return _positive(cost.effective_training_usd / cost.effective_steps)
 
 
+def steady_step_time(record: TrackRecord) -> float | None:
+    """The run's steady-state step time: the median of its steady steps over every attempt (compile and warm-up
+    left out), which its uncertainty interval is centred on; the median of the last attempt's steps where too few
+    steps were steady to bound."""
+    steady = record.uncertainty.step_time_s if record.uncertainty else None
+    return _positive(steady.estimate if steady else record.throughput.step_time_s)
+
+
 def _point(spec: TrialSpec, track: TrackName, run: str, nodes: int, record: TrackRecord | None,
            cost: RunCost | None) -> tuple[ScalingPoint, str | None]:
-    """One count's own figures (the comparisons with the smallest count come after) and why it has none."""
+    """One count's own figures (the comparisons with the smallest count come after) and why it has none. Step time
+    and throughput are one measurement: every count trains the same tokens per optimizer step, so the throughput is
+    those tokens over the steady-state step time, and the speed-up reads the same from either."""
     world = track_layout(spec, track, run=run).world_size
     outcome = _outcome(record)
     gap = _gap(run, nodes, record, outcome)
     measured = record if gap is None else None
     parallel = measured.parallel if measured else None
+    step = steady_step_time(measured) if measured else None
     return ScalingPoint(
-        run=run, nodes=nodes, world_size=world, outcome=outcome,
-        step_time_s=_positive(measured.throughput.step_time_s) if measured else None,
-        tokens_per_s=_positive(measured.throughput.tokens_per_s) if measured else None,
+        run=run, nodes=nodes, world_size=world, outcome=outcome, step_time_s=step,
+        tokens_per_s=_ratio(float(spec.effective_batch_size * spec.sequence_length), step),
         communication_share=(_share(parallel.communication_share)
                              if parallel and parallel.communication_measured else None),
         cost_per_step_usd=cost_per_effective_step(cost) if measured else None,

@@ -39,7 +39,8 @@ def _spec(gpu_nodes: Any = (1, 2)) -> TrialSpec:
     return parse_trial(data)
 
 
-def _times(mean: float, n: int = 40) -> list[float]:
+def _times(mean: float, n: int = 44) -> list[float]:
+    """Steady step times within 1% of ``mean``, whose median is ``mean`` (each offset equally often)."""
     return [round(mean * (1 + 0.01 * ((i * 7919) % 11 - 5) / 5), 6) for i in range(n)]
 
 
@@ -169,6 +170,20 @@ def test_impossible_figures_are_never_shown() -> None:
     assert _points(free)["gpu-n1"].cost_per_step_usd is None
     assert _points(free)["gpu"].cost_per_step_ratio is None and _points(free)["gpu"].speedup == pytest.approx(1.74)
     assert "(cost per effective step not evidenced)" in _view(free).summary
+
+
+def test_step_time_and_throughput_are_the_steady_state_and_agree() -> None:
+    """The speed-up reads the same from step time and throughput: both are the steady-state steps' (a slow first
+    attempt's warm-up, which the last attempt's median and tokens over train_s would carry, is left out)."""
+    slow = _summary("gpu-n1", 0.174)
+    slow = slow.model_copy(update={"throughput": slow.throughput.model_copy(
+        update={"step_time_s": 0.9, "tokens_per_s": 1_000.0})})
+    report = scaled_report(n1=slow)
+    one, two = _view(report).points
+    assert one.step_time_s == 0.174 and two.step_time_s == 0.1
+    for point in (one, two):
+        assert point.tokens_per_s == pytest.approx(64 * 4096 / point.step_time_s)  # effective batch x sequence
+    assert two.tokens_per_s / one.tokens_per_s == pytest.approx(two.speedup, rel=1e-4)
 
 
 def test_on_stand_ins_the_figures_stay_but_are_labelled_pipeline_evidence() -> None:
