@@ -182,7 +182,9 @@ def test_step_time_and_throughput_are_the_steady_state_and_agree() -> None:
     one, two = _view(report).points
     assert one.step_time_s == 0.174 and two.step_time_s == 0.1
     for point in (one, two):
-        assert point.tokens_per_s == pytest.approx(64 * 4096 / point.step_time_s)  # effective batch x sequence
+        assert point.tokens_per_s is not None and point.step_time_s is not None
+        assert point.tokens_per_s * point.step_time_s == pytest.approx(64 * 4096)  # effective batch x sequence
+    assert two.tokens_per_s is not None and one.tokens_per_s is not None
     assert two.tokens_per_s / one.tokens_per_s == pytest.approx(two.speedup, rel=1e-4)
 
 
