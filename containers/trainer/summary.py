@@ -6,7 +6,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Required, TypedDict
+from typing import TypedDict
 
 from lambdas.domain.run_summary import STAND_IN_BACKENDS, RunSummary
 from lambdas.domain.trial import Layout, TrialSpec
@@ -66,23 +66,17 @@ class ContinuityRecord(TypedDict, total=False):
     compared_steps: list[int]
 
 
-class CommunicationSummary(TypedDict, total=False):
-    """The ``communication`` block: ``CommunicationRecord`` with the collectives' share of the step time, or only
-    the world size for a single process (the schema's zeros apply)."""
+class MeasuredCommunication(CommunicationRecord):
+    """The ``communication`` block of a multi-process attempt: the collective statistics with their share of the
+    step time (None where the collectives were not timed)."""
 
-    world_size: Required[int]
-    process_group: str | None
-    measured: bool
-    steps_timed: int
-    communication_s: float
     communication_share: float | None
-    communication_per_step_s: float | None
-    sync_wait_median_s: float | None
-    sync_wait_max_s: float | None
-    sync_wait_mean_s: float | None
-    sync_samples: int
-    sync_sample_every: int
-    untimed: list[str]
+
+
+class SingleProcessCommunication(TypedDict):
+    """The ``communication`` block of a single process: only the world size (the schema's zeros apply)."""
+
+    world_size: int
 
 
 class OverlapRecord(TypedDict):
@@ -214,15 +208,14 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None, run: str | None = N
     return cache_key(spec, run=run).key
 
 
-def _communication(inputs: AttemptRecord) -> CommunicationSummary:
+def _communication(inputs: AttemptRecord) -> MeasuredCommunication | SingleProcessCommunication:
     """Collective timings with their share of the step time; zeros / None for a single process."""
-    if inputs.communication is None:
+    collectives = inputs.communication
+    if collectives is None:
         return {"world_size": inputs.world_size_run}
-    record: CommunicationSummary = {**inputs.communication}
     step_total = sum(inputs.step_times) + (inputs.first_step_s or 0.0)
-    record["communication_share"] = (record["communication_s"] / step_total
-                                     if step_total > 0 and record.get("measured", True) else None)
-    return record
+    share = collectives["communication_s"] / step_total if step_total > 0 and collectives["measured"] else None
+    return {**collectives, "communication_share": share}
 
 
 def checkpoint_overlap(step_times: list[float], overlaps: list[bool], asynchronous: bool) -> OverlapRecord:

@@ -61,7 +61,7 @@ def test_collective_stats_summarise_time_and_skew() -> None:
         world_size_run, communication, step_times, first_step_s = 2, record, [1.0, 1.0, 1.0], 1.0
 
     out = _communication(Inputs())  # type: ignore[arg-type]
-    assert out["communication_share"] == pytest.approx(0.125)
+    assert dict(out)["communication_share"] == pytest.approx(0.125)
     CommunicationRecord.model_validate(out)
 
 
