@@ -156,7 +156,7 @@ def _bases(costs: Mapping[str, RunCost], table: PriceTable) -> list[PriceBasis]:
     """The bases to decide at: on-demand always, the override table where a run was priced at an override,
     Capacity Block always (named as missing when the table has no rate), a Savings Plan where the table has one."""
     bases: list[PriceBasis] = ["on_demand"]
-    if _primary(costs) == "override" or any(c.price.confidence == "override" for c in costs.values()):
+    if any(c.price.confidence == "override" for c in costs.values()):
         bases.append("override")
     bases.append("capacity_block")
     rows = []
