@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.vocabulary import COMPILE_RUN
+from lambdas.domain.vocabulary import COMPILE_RUN, scaling_nodes
 
 # An entry is published with this marker after all its artefacts, listing each with its size and sha256 (complete
 # or absent: no marker, or artefacts that disagree with it, not served: check_entry); a failed compile leaves only a
@@ -69,7 +69,9 @@ def claim_refusal(resolved: str | None, writer: str | None, run: str, claimed: s
     the entry the plane resolved for its trial (``resolved``); any Trainium2 run of the trial may report a hit, but
     only the run sent to compile the entry (``writer``) marks it ready or failed."""
     if run not in ("trn2", COMPILE_RUN):
-        return f"run {run} runs on GPUs and uses no compile-cache entry, but reported {outcome} for {claimed}"
+        why = ("is a scaling run, sent with no compile-cache entry" if scaling_nodes(run) is not None
+               else "runs on GPUs and uses no compile-cache entry")
+        return f"run {run} {why}, but reported {outcome} for {claimed}"
     if not resolved:
         return f"no compile-cache entry was resolved for this trial, but run {run} reported {outcome} for {claimed}"
     if claimed != resolved:

@@ -47,10 +47,10 @@ FALLBACK_RUN: RunName = "gpu-fallback"
 # several (``nodes: [1, 2]``). Named ``<track>-n<nodes>`` (``gpu-n1``), which is valid as a Batch job name, an S3
 # prefix segment and a ledger key. It trains exactly as the main run does (same spec, same effective batch: the
 # gradient accumulation takes up the difference in data-parallel ranks), with no fault injection and no fallback.
-SCALING_RUN = re.compile(r"^(?P<track>gpu|trn2)-n(?P<nodes>[1-9][0-9]?)$")
+SCALING_RUN = re.compile(r"(?P<track>gpu|trn2)-n(?P<nodes>[1-9][0-9]?)")  # use fullmatch: the whole name
 # Any run's name as a regular expression (for S3 keys): the fixed names, longest first, then the scaling form.
 RUN_PATTERN = "|".join([*sorted(RUNS, key=len, reverse=True), r"(?:gpu|trn2)-n[1-9][0-9]?"])
-RUN_NAME = f"^(?:{RUN_PATTERN})$"  # a whole run name (for model fields: pydantic's pattern)
+RUN_NAME = f"^(?:{RUN_PATTERN})$"  # a whole run name (for model fields: pydantic's pattern, where $ is the end)
 
 
 def scaling_run(track: str, nodes: int) -> str:
@@ -60,18 +60,18 @@ def scaling_run(track: str, nodes: int) -> str:
 
 def scaling_nodes(run: str) -> int | None:
     """The node count a scaling run's name carries (None: not a scaling run)."""
-    match = SCALING_RUN.match(run)
+    match = SCALING_RUN.fullmatch(run)
     return int(match["nodes"]) if match else None
 
 
 def is_run(name: str) -> bool:
     """Whether ``name`` names a run: one of the fixed runs or a scaling run."""
-    return name in RUNS or SCALING_RUN.match(name) is not None
+    return name in RUNS or SCALING_RUN.fullmatch(name) is not None
 
 
 def track_of(run: str) -> Literal["gpu", "trn2"]:
     """The track (hardware family) a run's job runs on."""
-    match = SCALING_RUN.match(run)
+    match = SCALING_RUN.fullmatch(run)
     if match:
         return "trn2" if match["track"] == "trn2" else "gpu"
     return "trn2" if run in ("trn2", COMPILE_RUN) else "gpu"
@@ -83,7 +83,7 @@ def runs_of(tracks: Iterable[str], scaling: Iterable[str] = ()) -> set[str]:
     names = set(tracks)
     return (names | ({COMPILE_RUN} if "trn2" in names else set())
             | ({FALLBACK_RUN} if {"gpu", "trn2"} <= names else set())
-            | {run for run in scaling if SCALING_RUN.match(run) and track_of(run) in names})
+            | {run for run in scaling if SCALING_RUN.fullmatch(run) and track_of(run) in names})
 
 
 # Batch attempts per run a stage allows unless it sets max_attempts (infra.config.StageConfig): attempt 2 resumes

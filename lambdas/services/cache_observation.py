@@ -4,7 +4,8 @@ A summary is the job's own word, so it speaks only for the entry the plane resol
 ``cache_key``, recorded by the resolve step), and only the run sent to compile that entry (``cache_writer``) marks
 it ready or failed: another team's job cannot mark an entry ready (skipping the warm-up stage), fail it with a
 message of its choosing, or join its ``hit_trials`` (moving the compile spend to shared). Any other claim is refused,
-counted once on the claiming trial, and returned for the caller to log and count.
+counted once on the claiming trial, and returned for the caller to log and count. A scaling run (``trn2-n1``) is
+sent with no entry: its outcome for its own node count's key is left alone, and a claim on the trial's entry refused.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from lambdas.domain.cache_entries import claim_refusal
 from lambdas.domain.ledger import LedgerEntry, SummaryFact, facts_of, run_key
 from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.vocabulary import scaling_nodes
 from lambdas.services.ports import CacheRegistry, Ledger, Outcome, Trials
 
 REFUSED_CLAIMS = "cache_claims_refused"  # the trial item's count of its runs' refused claims
@@ -52,8 +54,12 @@ def observe_run(ledger: Ledger, registry: CacheRegistry, trials: Trials, trial_i
         if item is None or not (item.cache_key or read):
             # A copy read before the resolve step wrote the entry would refuse every claim: read it (once) again.
             item, read = trials.get(trial_id), True
-        refusal = claim_refusal(item.cache_key if item else None, item.cache_writer if item else None, run, key,
-                                outcome)
+        resolved = item.cache_key if item else None
+        if scaling_nodes(run) is not None and key != resolved:
+            # A scaling run is sent with no entry (its node count's graphs are its own): what it reports of its own
+            # key moves no registry entry, and is no claim on one. Claiming the trial's resolved entry is refused.
+            continue
+        refusal = claim_refusal(resolved, item.cache_writer if item else None, run, key, outcome)
         if refusal is not None:
             # Counted once per attempt, however often the summary is seen (its own event, the run's end).
             if trials.tally_once(trial_id, f"compile-cache-claim#{observation}", {REFUSED_CLAIMS: 1},

@@ -55,7 +55,7 @@ def _job_name_parts(job_name: str) -> tuple[str, str] | None:
     """(trial, run) of a job named ``<trial_id>-<run>``: a scaling run's suffix first, then the fixed runs'."""
     trial, _, tail = job_name.rpartition("-")
     head, _, track = trial.rpartition("-")
-    if head and SCALING_RUN.match(f"{track}-{tail}"):
+    if head and SCALING_RUN.fullmatch(f"{track}-{tail}"):
         return head, f"{track}-{tail}"
     for candidate in RUNS:
         if job_name.endswith(f"-{candidate}") and not (candidate == "gpu" and job_name.endswith("fallback")):

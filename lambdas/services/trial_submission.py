@@ -55,7 +55,6 @@ from lambdas.domain.vocabulary import (
     COMPILE_RUN,
     COMPILE_TARGET,
     FALLBACK_RUN,
-    RUNS,
     TRIAL_ACTIVE,
     TRIAL_TERMINAL,
     scaling_nodes,
@@ -673,7 +672,7 @@ def trial_status(
 
     runs: dict[str, Any] = {}
     total = Decimal(0)
-    for run in RUNS:
+    for run in record.run_names():  # the scaling runs too: each is its own run, with its own cost
         entries = ledger.entries(L.run_key(trial_id, run))
         if not entries:
             continue

@@ -380,6 +380,15 @@ def test_a_nodes_list_is_the_largest_count_with_the_others_as_scaling_runs(examp
     assert parse_trial(stored).trial_id == spec.trial_id
 
 
+def test_a_run_name_is_the_whole_name() -> None:
+    """A name that only starts as a run's, or adds a newline (which ``$`` lets through), names no run."""
+    from lambdas.domain.vocabulary import is_run, scaling_nodes, track_of
+
+    assert is_run("gpu-n1") and scaling_nodes("trn2-n12") == 12 and track_of("trn2-n2") == "trn2"
+    for name in ("gpu-n1\n", "gpu-n1/", "xgpu-n1", "gpu-n0", "gpu-n100", "cpu-n1", "gpu-n01"):
+        assert not is_run(name) and scaling_nodes(name) is None, name
+
+
 def test_up_to_three_scaling_runs_per_track_are_accepted(example_trial: dict[str, Any]) -> None:
     example_trial["tracks"]["gpu"]["nodes"] = [1, 2, 4, 8]
     assert list(parse_trial(example_trial).scaling_runs()) == ["gpu-n1", "gpu-n2", "gpu-n4"]

@@ -137,3 +137,19 @@ def test_a_warm_entry_is_written_by_no_run(plane: dict[str, Any]) -> None:
     forged = _observe(plane, trial_id, "trn2", _summary(trial_id, "trn2", 1, key, "failed", error="forged"))
     assert not forged.counted and len(forged.refused) == 1
     assert plane["registry"].get(key).status == "ready"
+
+
+def test_a_scaling_run_reports_its_own_key_freely_but_cannot_speak_for_the_trials_entry(
+        plane: dict[str, Any]) -> None:
+    """A Trainium2 scaling run (``trn2-n1``) is sent with no entry and compiles its own node count's graphs: a failed
+    compile of its own key is no claim (no false alarm, no registry entry moved); claiming the trial's entry is."""
+    key = _resolved(plane)
+    trial_id = plane["spec"].trial_id
+    own = "e" * 64  # its node count's key (the data-parallel degree is part of it)
+    failed = _observe(plane, trial_id, "trn2-n1", _summary(trial_id, "trn2-n1", 1, own, "failed", error="OOM"))
+    assert not failed.counted and failed.refused == [] and plane["registry"].get(own) is None
+    assert plane["trials"].items[trial_id].get("cache_claims_refused", 0) == 0
+    forged = _observe(plane, trial_id, "trn2-n1", _summary(trial_id, "trn2-n1", 2, key, "miss"))
+    assert not forged.counted and [r.reason for r in forged.refused] == [
+        f"run trn2-n1 is a scaling run, sent with no compile-cache entry, but reported miss for {key}"]
+    assert plane["registry"].get(key).status == "new"

@@ -19,8 +19,10 @@ from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequ
 from lambdas.services.run_settlement import ForeignEvent, JobIdentity, RunSettlement, identify_job
 from lambdas.services.trial_reporting import gather, report_stopped_trial, run_names, write_report
 from lambdas.services.trial_status import Stopper, finish_stop, live_jobs
+from lambdas.services.trial_submission import trial_status
 from tests import fakes
 from tests.builders import run_cost, run_summary, stored_cost
+from tests.stage import ACCOUNT, GOVERNANCE, principal
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
 TOKEN = "6f1c2a7e-0b7d-4e59-9a51-3c2f5d8e9b10"
@@ -121,6 +123,23 @@ def test_a_stop_terminates_a_scaling_runs_live_job_too() -> None:
     state = finish_stop(record, Stopper(trials, fakes.InMemoryWorkflow(), ledger, batch), now="2026-12-04T10:05:00Z")
     assert sorted(batch.terminated) == ["job-main", "job-n1"]
     assert "job job-n1 (gpu-n1) has not ended yet" in state.pending
+
+
+def test_status_shows_a_scaling_run_and_counts_its_cost_in_the_total() -> None:
+    """GET /trials/{id} lists every run the trial was placed with, so its total is what the limit guard counts."""
+    from lambdas.domain.governance import Governance
+
+    trials, ledger = fakes.InMemoryTrials(), fakes.InMemoryLedger()
+    trials.create(placed_record("t-1", team="team-nlp", max_steps=1000))
+    for run, usd in (("gpu", "3.00"), ("gpu-n1", "1.25")):
+        ledger.append(transition("t-1", run, f"job-{run}", "SUCCEEDED"))
+        ledger.put_cost(f"t-1#{run}", stored_cost(run_cost(usd, run, trial_id="t-1")), facts=1)
+    admin = Governance.model_validate(GOVERNANCE).identify(principal("platform-admin"), ACCOUNT)
+    settlement = RunSettlement(ledger, trials, fakes.InMemoryObjects(), load_price_table(), "us-east-1")
+    status = trial_status("t-1", caller=admin, trials=trials, ledger=ledger, settlement=settlement, now=T0)
+    runs = status["runs"]
+    assert isinstance(runs, dict) and set(runs) == {"gpu", "gpu-n1"}
+    assert status["total_usd"] == "4.25"
 
 
 def scaling_spec() -> Any:
