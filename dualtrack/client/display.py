@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from lambdas.domain.vocabulary import scaling_nodes
+
 RUN_ORDER = ("gpu", "trn2-compile", "trn2", "gpu-fallback")
 BAR_WIDTH = 24
 
@@ -89,6 +91,11 @@ def status_lines(trial: Mapping[str, Any]) -> list[str]:
                      "cache had no entry for this trial's key)")
     if "gpu-fallback" in runs:
         lines.append("  fallback: the trn2 run failed, so the GPU fallback resumes from its newest checkpoint")
+    scaling = [(name, nodes) for name in runs if (nodes := scaling_nodes(name)) is not None]
+    if scaling:
+        counts = ", ".join(f"{name} at {nodes} node{'' if nodes == 1 else 's'}" for name, nodes in scaling)
+        lines.append(f"  scaling runs ({counts}): the track trained again at another node count, for the report's "
+                     "scaling section")
     total = f"cost so far {money(trial.get('total_usd', 0))}"
     if worst.get("total"):
         total += f" of worst case {money(worst['total'])}"

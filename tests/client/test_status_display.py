@@ -42,3 +42,12 @@ def test_progress_bar() -> None:
     assert progress_bar(250, 1000, 8) == "[##......] 250/1000 (25%)"
     assert progress_bar(12, None) == "step 12"
     assert progress_bar(2000, 1000, 4) == "[####] 2000/1000 (100%)"
+
+
+def test_a_scaling_run_is_listed_after_the_tracks_and_explained() -> None:
+    trial = {**TRIAL, "runs": {**TRIAL["runs"], "gpu-n1": {  # type: ignore[dict-item]
+        "status": "RUNNING", "attempts": [attempt(1, 0, 400)], "cost": {"total_usd": "2"}, "cost_final": False}}}
+    lines = status_lines(trial)
+    assert lines[6].split()[:2] == ["gpu-n1", "RUNNING"] and "400/1000 (40%)" in lines[6]
+    assert lines[8] == ("  scaling runs (gpu-n1 at 1 node): the track trained again at another node count, for the "
+                        "report's scaling section")

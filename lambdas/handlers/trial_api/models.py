@@ -100,7 +100,8 @@ class TrialStatus(TrialView):
     status_cause: str | None = None
     stopped_by: JsonObject | None = Field(
         default=None, description="the limit the plane stopped the trial at: limit, source, value, observed, run, at")
-    runs: dict[str, RunStatus] = Field(description="per run: gpu, trn2, gpu-fallback")
+    runs: dict[str, RunStatus] = Field(description="per run: gpu, trn2, trn2-compile, gpu-fallback, and each scaling "
+                                                   "run (gpu-n1: a track at another node count)")
     total_usd: str
 
 
