@@ -44,6 +44,29 @@ def run_summary(run: str = "gpu", **fields: Any) -> RunSummary:
     return RunSummary.model_validate(merged)
 
 
+def steady_times(mean: float, n: int = 40) -> list[float]:
+    """``n`` steady-state step times within 1% of ``mean`` (a repeatable spread; with ``n`` a multiple of 11 each
+    offset occurs equally often, so their median is ``mean``)."""
+    return [round(mean * (1 + 0.01 * ((i * 7919) % 11 - 5) / 5), 6) for i in range(n)]
+
+
+def trained_summary(run: str, step: float, times: list[float], **fields: Any) -> RunSummary:
+    """A run that trained, evaluated, checkpointed at step 500 and resumed from step 2 with continuity, at median
+    step time ``step`` over steady steps ``times``, with ``fields`` over it: what a comparable run reports."""
+    return run_summary(run, **{
+        "tokens_this_attempt": 2_000_000,
+        "phases": {"environment_s": 10.0, "compile_s": 5.0, "train_s": 100.0},
+        "loss": {"initial": 2.5, "final": 1.2, "per_step": [[1, 2.5], [2, 2.0], [3, 1.2]],
+                 "eval": [{"step": 100, "loss": 2.2}, {"step": 1000, "loss": 1.25}]},
+        "validation_loss": 1.25,
+        "compile": {"seconds": 5.0, "cache": "miss"},
+        "throughput": {"tokens_per_s": 1000.0, "step_time_s": step, "samples_per_s": 10.0, "step_times_s": times},
+        "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0, "uri": "s3://a/ckpt/500"}],
+        "resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True},
+        **fields,
+    })
+
+
 def run_cost(total: str | Decimal, run: str = "gpu", **fields: Any) -> RunCost:
     """A RunCost whose whole total is effective training on an instance at 1 USD/h, with ``fields`` over it."""
     base: dict[str, Any] = {

@@ -15,14 +15,9 @@ from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_model import BasisDecision, Decision, TrialReport
 from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.trial import parse_trial
-from tests.builders import run_cost, run_summary
+from tests.builders import run_cost, run_summary, steady_times, trained_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
-RESUMED = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
-
-
-def _times(mean: float, n: int = 40) -> list[float]:
-    return [round(mean * (1 + 0.01 * ((i * 7919) % 11 - 5) / 5), 6) for i in range(n)]
 
 
 def _report(gpu_cost: RunCost, trn2_cost: RunCost, *, gpu_step: float = 0.1, trn2_step: float = 0.08,
@@ -33,19 +28,7 @@ def _report(gpu_cost: RunCost, trn2_cost: RunCost, *, gpu_step: float = 0.1, trn
     spec = parse_trial(data)
 
     def summary(run: str, step: float) -> Any:
-        base = run_summary(run, **{
-            "tokens_this_attempt": 2_000_000,
-            "phases": {"environment_s": 10.0, "compile_s": 5.0, "train_s": 100.0},
-            "loss": {"initial": 2.5, "final": 1.2, "per_step": [[1, 2.5], [2, 2.0], [3, 1.2]],
-                     "eval": [{"step": 100, "loss": 2.2}, {"step": 1000, "loss": 1.25}]},
-            "validation_loss": 1.25,
-            "compile": {"seconds": 5.0, "cache": "miss"},
-            "throughput": {"tokens_per_s": 1000.0, "step_time_s": step, "samples_per_s": 10.0,
-                           "step_times_s": _times(step)},
-            "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0, "uri": "s3://a/ckpt/500"}],
-            **RESUMED,
-        })
-        return base
+        return trained_summary(run, step, steady_times(step))
 
     return build_trial_report(spec, {"gpu": [summary("gpu", gpu_step)], "trn2": [summary("trn2", trn2_step)]},
                               {"gpu": gpu_cost, "trn2": trn2_cost, **(extra_costs or {})},

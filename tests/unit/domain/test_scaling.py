@@ -21,10 +21,9 @@ from lambdas.domain.report_model import ScalingPoint, ScalingView, TrialReport
 from lambdas.domain.report_render import render_html, render_markdown, run_label
 from lambdas.domain.run_summary import RunSummary
 from lambdas.domain.trial import TrialSpec, parse_trial
-from tests.builders import run_cost, run_summary
+from tests.builders import run_cost, steady_times, trained_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
-RESUMED = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
 # The GPU main run at 2 nodes of p5.48xlarge (16 GPUs), its collectives 12% of a step.
 LAYOUT = {"devices_per_node": 8, "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1, "data_parallel": 16,
           "gradient_accumulation_steps": 4, "micro_batch_size": 1, "effective_batch_size": 64, "world_size_run": 16}
@@ -39,26 +38,13 @@ def _spec(gpu_nodes: Any = (1, 2)) -> TrialSpec:
     return parse_trial(data)
 
 
-def _times(mean: float, n: int = 44) -> list[float]:
-    """Steady step times within 1% of ``mean``, whose median is ``mean`` (each offset equally often)."""
-    return [round(mean * (1 + 0.01 * ((i * 7919) % 11 - 5) / 5), 6) for i in range(n)]
-
-
 def _summary(run: str, step: float, stand_in: bool = False, **over: Any) -> RunSummary:
-    """A run that trained, resumed with continuity and passed every check, at median step time ``step``."""
-    return run_summary(run, **{
-        "tokens_this_attempt": 2_000_000,
-        "phases": {"environment_s": 10.0, "compile_s": 5.0, "train_s": 100.0},
-        "loss": {"initial": 2.5, "final": 1.2, "per_step": [[1, 2.5], [2, 2.0], [3, 1.2]],
-                 "eval": [{"step": 100, "loss": 2.2}, {"step": 1000, "loss": 1.25}]},
-        "validation_loss": 1.25,
-        "compile": {"seconds": 5.0, "cache": "miss"},
-        "throughput": {"tokens_per_s": round(64 * 4096 / step, 3), "step_time_s": step, "samples_per_s": 10.0,
-                       "step_times_s": _times(step)},
-        "checkpoints": [{"step": 500, "bytes": 10, "files": 2, "save_s": 1.0, "uri": "s3://a/ckpt/500"}],
-        **({"backend": "cpu", "stand_in": True} if stand_in else {}),
-        **RESUMED, **over,
-    })
+    """A run that trained, resumed with continuity and passed every check, at median step time ``step`` (44 steady
+    steps: their median is exactly ``step``)."""
+    throughput = {"tokens_per_s": round(64 * 4096 / step, 3), "step_time_s": step, "samples_per_s": 10.0,
+                  "step_times_s": steady_times(step, 44)}
+    return trained_summary(run, step, steady_times(step, 44), throughput=throughput,
+                           **({"backend": "cpu", "stand_in": True} if stand_in else {}), **over)
 
 
 def scaled_report(spec: TrialSpec | None = None, *, n1: RunSummary | None = None, stand_in: bool = False,
