@@ -40,7 +40,7 @@ from lambdas.domain.report_model import (
     TrackRecord,
     TrialReport,
 )
-from lambdas.domain.scaling import SCALING_COLUMNS, ScalingTable, scaling_markdown, scaling_tables
+from lambdas.domain.scaling import SCALING_COLUMNS, ScalingTable, nodes_text, scaling_markdown, scaling_tables
 from lambdas.domain.vocabulary import COMPILE_RUN, scaling_nodes, track_of
 
 # What a person calls each run; a label adds the instance type, as in "GPU (p5.48xlarge)".
@@ -103,7 +103,7 @@ def run_label(run: str, instance_type: str | None, stand_in: str | None = None) 
     where = ", ".join(part for part in (instance_type, stand_in and f"stand-in {stand_in}") if part)
     nodes = scaling_nodes(run)
     name = (RUN_NAMES.get(run, run) if nodes is None  # a scaling run: "GPU at 1 node"
-            else f"{RUN_NAMES[track_of(run)]} at {nodes} node{'' if nodes == 1 else 's'}")
+            else f"{RUN_NAMES[track_of(run)]} at {nodes_text(nodes)}")
     return f"{name} ({where})" if where else name
 
 

@@ -40,7 +40,8 @@ SCALING_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("communication share", True), ("cost per effective step", True), ("cost ratio", True))
 
 
-def _nodes(count: int) -> str:
+def nodes_text(count: int) -> str:
+    """A node count in words: "1 node", "2 nodes"."""
     return f"{count} node{'' if count == 1 else 's'}"
 
 
@@ -74,7 +75,7 @@ def _outcome(record: TrackRecord | None) -> Outcome:
 
 def _gap(run: str, nodes: int, record: TrackRecord | None, outcome: Outcome) -> str | None:
     """Why the run has no figures (None: it has them)."""
-    who = f"{run} ({_nodes(nodes)})"
+    who = f"{run} ({nodes_text(nodes)})"
     if record is None:
         return f"{who} left no evidence (no summary, no cost)"
     if outcome in NEVER_RAN:
@@ -141,13 +142,13 @@ def _pace(point: ScalingPoint, base: ScalingPoint) -> str | None:
     """A count against the smallest, in words (None: no speed-up to state)."""
     if point.speedup is None:
         return None
-    than = _nodes(base.nodes)
+    than = nodes_text(base.nodes)
     pace = (f"train {point.speedup:.2f}x faster than {than}" if point.speedup >= 1
             else f"train slower than {than} ({point.speedup:.2f}x its speed)")
     efficiency = f" (scaling efficiency {point.efficiency:.0%})" if point.efficiency is not None else ""
     cost = (f" at {point.cost_per_step_ratio:.2f}x the cost per effective step" if point.cost_per_step_ratio
             is not None else " (cost per effective step not evidenced)")
-    return f"{_nodes(point.nodes)} {pace}{efficiency}{cost}"
+    return f"{nodes_text(point.nodes)} {pace}{efficiency}{cost}"
 
 
 def _summary(track: str, instance_type: str, points: Sequence[ScalingPoint], gaps: Sequence[str],
@@ -162,7 +163,7 @@ def _summary(track: str, instance_type: str, points: Sequence[ScalingPoint], gap
     if shared:
         widest = max(shared, key=lambda p: p.nodes)
         parts.insert(len(paces) or 1, f"communication takes {widest.communication_share:.0%} of a step at "
-                                 f"{_nodes(widest.nodes)}")
+                                 f"{nodes_text(widest.nodes)}")
     if not stand_ins:
         return f"{track} ({instance_type}): {'; '.join(parts)}."
     return (f"{track} ({instance_type}), pipeline evidence from stand-ins ({', '.join(stand_ins)}), not an answer: "
