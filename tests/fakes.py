@@ -113,8 +113,9 @@ class InMemoryTrials:
             else:
                 self.items[trial_id][name] = _plain(value)
 
-    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: JsonValue) -> bool:
-        if self.items.get(trial_id, {}).get("status") not in statuses:
+    def transition(self, trial_id: str, statuses: tuple[str, ...], *, if_updated_at: str | None = None,
+                   **fields: JsonValue) -> bool:
+        if not self._holds(trial_id, statuses, if_updated_at):
             return False
         self.update(trial_id, **fields)
         return True
@@ -189,15 +190,20 @@ class InMemoryTrials:
 
     def close(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
               **fields: JsonValue) -> bool:
-        if not self.transition(trial_id, statuses, **fields):
+        if not self.transition(trial_id, statuses, if_updated_at=None, **fields):
             return False
         if release:
             self._add(team, release)
         return True
 
-    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal]) -> bool:
+    def _holds(self, trial_id: str, statuses: tuple[str, ...], if_updated_at: str | None) -> bool:
+        item = self.items.get(trial_id, {})
+        return item.get("status") in statuses and (if_updated_at is None or item.get("updated_at") == if_updated_at)
+
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
+                 if_updated_at: str | None = None) -> bool:
         item = self.items.get(trial_id)
-        if item is None or item.get("status") not in statuses or item.get("execution_arn"):
+        if item is None or not self._holds(trial_id, statuses, if_updated_at) or item.get("execution_arn"):
             return False
         del self.items[trial_id]
         self._add(team, release)

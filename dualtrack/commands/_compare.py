@@ -4,14 +4,15 @@ its report was generated), as aligned Markdown, JSON or one self-contained HTML 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.markdown_table import md_cell, md_row
 from lambdas.domain.report_model import IntervalView, TrialReport
 from lambdas.domain.report_render import REHEARSAL_COLOUR, VERDICT_COLOURS
 
@@ -50,7 +51,10 @@ class ComparisonView(BaseModel):
     source: str = ""  # the trial id, report.json or rehearsal directory it was read from
     trial_id: str
     generated_at: str | None
-    verdict: str  # the verdict, or "rehearsal passed/failed" for a run on stand-ins (which gives none)
+    # A run on real devices has a verdict; a run on stand-ins (the rehearsal) has none, only whether the pipeline
+    # worked: ``rehearsal`` passed or failed. Each view has one of them (the other is left out of its JSON).
+    verdict: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    rehearsal: str | None = Field(default=None, exclude_if=lambda value: value is None)
     headline: str
     hit_rate: float | None
     steady_cost_ratio: IntervalView | None
@@ -74,8 +78,8 @@ def comparison_view(report: TrialReport) -> ComparisonView:
                                      total_usd=stage.cost.total_usd, first_compile_s=stage.compile_s,
                                      cache_by_attempt=stage.cache_by_attempt)
     comparison = report.comparison
-    outcome = f"rehearsal {comparison.rehearsal}" if comparison.rehearsal else str(comparison.verdict)
-    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at, verdict=outcome,
+    return ComparisonView(trial_id=report.trial_id, generated_at=report.generated_at,
+                          verdict=None if comparison.rehearsal else comparison.verdict, rehearsal=comparison.rehearsal,
                           headline=comparison.headline, hit_rate=report.compile.hit_rate,
                           steady_cost_ratio=comparison.steady_cost_ratio, cost_ratio=comparison.cost_ratio,
                           checks={c.check: c.status for c in report.acceptance}, runs=runs)
@@ -144,7 +148,7 @@ def comparison_rows(views: Sequence[ComparisonView]) -> list[Row]:
     rows = [row("trial", "trial", [v.trial_id for v in views]),
             row("trial", "generated", [v.generated_at for v in views]),
             row("trial", "read from", [v.source or None for v in views]),
-            row("trial", "verdict", [v.verdict for v in views]),
+            *_outcome_rows(views, row),
             row("trial", "steady cost ratio trn2/gpu [95%]", [_interval(v.steady_cost_ratio) for v in views]),
             row("trial", "whole-trial cost ratio", [v.cost_ratio for v in views]),
             row("trial", "compile cache hit rate", [v.hit_rate for v in views])]
@@ -159,6 +163,22 @@ def comparison_rows(views: Sequence[ComparisonView]) -> list[Row]:
     return rows
 
 
+def _outcome_rows(views: Sequence[ComparisonView], row: Callable[[str, str, Sequence[Cell]], Row]) -> list[Row]:
+    """A verdict row only where a compared run has a verdict, and a rehearsal row where one ran on stand-ins: a
+    rehearsal gives no verdict, so its column shows its outcome, never a verdict cell."""
+    rows = []
+    if any(v.verdict is not None for v in views):
+        rows.append(row("trial", "verdict", [v.verdict for v in views]))
+    if any(v.rehearsal is not None for v in views):
+        rows.append(row("trial", "rehearsal", [v.rehearsal for v in views]))
+    return rows
+
+
+def outcome(view: ComparisonView) -> str:
+    """The verdict, or ``rehearsal passed`` or ``failed`` for a run on stand-ins."""
+    return f"rehearsal {view.rehearsal}" if view.rehearsal else str(view.verdict)
+
+
 def heading(views: Sequence[ComparisonView]) -> str:
     """``A vs B``; two runs of one trial are ``A: 2 reports side by side`` (their columns tell them apart)."""
     ids = list(dict.fromkeys(v.trial_id for v in views))
@@ -168,21 +188,18 @@ def heading(views: Sequence[ComparisonView]) -> str:
 
 
 def render_comparison(views: Sequence[ComparisonView]) -> str:
-    """The reports side by side as one aligned Markdown table, a column per run."""
-    def md(text: str) -> str:
-        return text.replace("|", "/")
-
-    lines = [f"# {md(heading(views))}", ""]
-    lines += [f"- {md(v.title)}: {v.headline or v.verdict}" for v in views]
-    lines += ["", "| figure | " + " | ".join(md(v.title) for v in views) + " |",
-              "|---|" + "---|" * len(views)]
-    lines += [f"| {md(r.name)} | " + " | ".join(md(c) for c in r.cells) + " |" for r in comparison_rows(views)]
+    """The reports side by side as one aligned Markdown table, a column per run. Every cell is escaped, and so is
+    every line of text, which a line break in a headline would otherwise end (and could follow with fake rows)."""
+    lines = [f"# {md_cell(heading(views))}", ""]
+    lines += [f"- {md_cell(v.title)}: {md_cell(v.headline or outcome(v))}" for v in views]
+    lines += ["", md_row(["figure", *(v.title for v in views)]), "|---|" + "---|" * len(views)]
+    lines += [md_row([r.name, *r.cells]) for r in comparison_rows(views)]
     return align_markdown_tables("\n".join(lines)) + "\n"
 
 
-def verdict_colour(verdict: str) -> str:
+def verdict_colour(view: ComparisonView) -> str:
     """The colour the single report gives this outcome (report.html's headline border)."""
-    return REHEARSAL_COLOUR if verdict.startswith("rehearsal ") else VERDICT_COLOURS.get(verdict, "#777")
+    return REHEARSAL_COLOUR if view.rehearsal else VERDICT_COLOURS.get(str(view.verdict), "#777")
 
 
 def cell_class(section: str, cell: str) -> str:
@@ -199,5 +216,5 @@ def render_comparison_html(views: Sequence[ComparisonView]) -> str:
     rows = comparison_rows(views)
     sections = [(name, [r for r in rows if r.section == name]) for name in dict.fromkeys(r.section for r in rows)]
     return environment.get_template("compare.html").render(
-        heading=heading(views), views=views, sections=sections, colours=[verdict_colour(v.verdict) for v in views],
-        cell_class=cell_class)
+        heading=heading(views), views=views, sections=sections, colours=[verdict_colour(v) for v in views],
+        cell_class=cell_class, outcome=outcome)

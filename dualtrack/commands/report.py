@@ -30,9 +30,10 @@ file, inline SVG charts of loss by step, cost by component and the attempt timel
 from its suffix unless --format is given); --open writes the HTML and opens it in the default browser.
 Exit code 3 means the trial is unknown or its report is not written yet (it is written when the trial settles).
 TRIAL_ID may also be a local report.json or a rehearsal's directory. --compare OTHER shows two reports side by side
-(verdicts, cost ratios with their intervals, each run's step time, cost, loss and checks): two trials, two
-rehearsals, or one of each, a column per run titled by its trial id and the time its report was generated; as md,
-json or html (one file, differing figures highlighted; --out FILE.html, --format html or --open).
+(verdicts, or a rehearsal's outcome where it ran on stand-ins, cost ratios with their intervals, each run's step
+time, cost, loss and checks): two trials, two rehearsals, or one of each, a column per run titled by its trial id
+and the time its report was generated; as md, json or html (one file, differing figures highlighted; --out
+FILE.html, --format html or --open).
 
 `dualtrack report costs` shows the newest scheduled cost report for your team instead: the period (the stage's
 cost_report_period), spend by track and component, the trend against the period before, the month to date against
@@ -47,7 +48,7 @@ cache entry another trial has hit). A platform admin names a team with --team, o
   dualtrack report ID --format json | jq .comparison.verdict
   dualtrack report out/rehearsal/latest --compare out/rehearsal/20261205T101500Z-llama-pilot
   dualtrack report out/rehearsal/latest --compare out/rehearsal/20261205T101500Z-llama-pilot --out compare.html
-  dualtrack report TRIAL_A --compare TRIAL_B --format json | jq '.compared[].verdict'""",
+  dualtrack report TRIAL_A --compare TRIAL_B --format json | jq '.compared[] | .verdict // .rehearsal'""",
 )
 FORMATS = ("md", "json", "html")
 SUFFIXES = {".md": "md", ".markdown": "md", ".json": "json", ".html": "html", ".htm": "html"}

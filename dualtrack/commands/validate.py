@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from decimal import Decimal
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from dualtrack.output_option import add_json_option
+from lambdas.domain.budget import budget_problem
 from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
 from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, track_layout
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
@@ -15,7 +17,9 @@ HELP = """\
 Check a trial JSON file against the trial schema and its rules: unknown fields, types, s3:// data URIs,
 instance types, parallel layouts (tensor x pipeline must divide the devices), batch arithmetic
 (effective_batch_size = micro_batch_size x data_parallel x gradient accumulation on every track) and fault
-placement. Each problem is printed as `FILE: field.path: what is wrong and what would be valid`.
+placement, and the worst case (every attempt of every run at limits.max_hours, at the shipped prices and the
+default max_attempts) against limits.max_usd, as the API checks it at submission. Each problem is printed as
+`FILE: field.path: what is wrong and what would be valid`.
 
 A track declaring several node counts (`"nodes": [1, 2]`) trains its main run at the largest and one scaling run
 per other count (`gpu-n1`): each is listed with its layout and worst case, a whole run of the trial at that count.
@@ -67,9 +71,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         worst = worst_case_usd(spec, load_price_table(), attempts=DEFAULT_MAX_ATTEMPTS)
     except PriceMissing as exc:
-        worst, note = {}, str(exc)
+        worst, price_note = {}, str(exc)
     else:
-        note = ""
+        price_note = ""
+        # The API's own check (its preflight): a worst case over limits.max_usd is refused at submission.
+        over = budget_problem(spec, worst, DEFAULT_MAX_ATTEMPTS)
+        if over is not None:
+            print_problems(args.trial, [over], as_json=args.json)
+            return 2
     if args.json:
         print(json.dumps({
             "valid": True, "file": args.trial, "trial_id": submitted.trial_id, "spec_sha256": submitted.spec_hash(),
@@ -93,15 +102,16 @@ def run(args: argparse.Namespace) -> int:
         (run, track, lay, f"; scaling run of {track}" + (f", worst case {usd(worst[run])}" if run in worst else ""))
         for run, (track, lay) in scaling.items()]
     column = max(5, *(len(name) for name, *_ in rows))
-    for name, track, lay, note in rows:
+    for name, track, lay, suffix in rows:
         print(f"  {name:{column}} {spec.track(track).instance_type} x{lay.nodes}: {lay.world_size} devices, "
               f"tp={lay.tensor_parallel} pp={lay.pipeline_parallel} dp={lay.data_parallel}, "
               f"grad accumulation {gradient_accumulation_steps(spec, lay)} "
-              f"(effective batch {spec.effective_batch_size}){note}")
+              f"(effective batch {spec.effective_batch_size}){suffix}")
     if worst:
         parts = ", ".join(f"{k} {usd(v)}" for k, v in worst.items() if k != "total")
-        print(f"  worst case at limits.max_hours: {usd(worst['total'])} ({parts}); information only, "
-              "the API checks limits.max_usd at submission")
-    elif note:
-        print(f"  worst case: {note}")
+        print(f"  worst case at limits.max_hours: {usd(worst['total'])} ({parts})"
+              + (f", within limits.max_usd {usd(Decimal(str(spec.limits.max_usd)))}"
+                 if spec.limits and spec.limits.max_usd else ""))
+    elif price_note:
+        print(f"  worst case: {price_note}")
     return 0

@@ -48,7 +48,8 @@ def queue_instance_type(job_queue_arn: str) -> str | None:
 
 
 class BatchJobTerminator:
-    """The ``JobTerminator`` port: only the reconciler composes it, so only its role may call TerminateJob."""
+    """The ``JobTerminator`` port: the reconciler (a stopped trial's jobs still running) and the run-events function
+    (a job first seen after its trial closed) compose it; only their roles may call TerminateJob."""
 
     def describe(self, job_id: str) -> BatchJobStateChangeDetail | None:
         jobs = client("batch").describe_jobs(jobs=[job_id]).get("jobs", [])

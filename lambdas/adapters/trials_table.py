@@ -101,9 +101,19 @@ def _first_condition_failed(exc: BaseException) -> bool:
     raise exc
 
 
-def _status_condition(statuses: tuple[str, ...]) -> tuple[str, dict[str, AttributeValueTypeDef]]:
+def _status_condition(statuses: tuple[str, ...], if_updated_at: str | None = None
+                      ) -> tuple[str, dict[str, AttributeValueTypeDef]]:
+    """The condition on the trial's status (``#status``), and on its ``updated_at`` (``#updated``) when given."""
     allowed: dict[str, AttributeValueTypeDef] = {f":s{i}": {"S": s} for i, s in enumerate(statuses)}
-    return f"#status IN ({', '.join(allowed)})", allowed
+    condition = f"#status IN ({', '.join(allowed)})"
+    if if_updated_at is not None:
+        allowed[":read_updated_at"] = {"S": if_updated_at}
+        condition += " AND #updated = :read_updated_at"
+    return condition, allowed
+
+
+def _condition_names(if_updated_at: str | None) -> dict[str, str]:
+    return {"#status": "status", **({"#updated": "updated_at"} if if_updated_at is not None else {})}
 
 
 def _record(item: dict[str, AttributeValueTypeDef]) -> TrialRecord:
@@ -173,7 +183,7 @@ class DynamoTrials:
         """Move the trial out of ``statuses`` and release its booking in one transaction: of two racing closes one
         is made, and the booking is released once."""
         if not release:
-            return self.transition(trial_id, statuses, **fields)
+            return self.transition(trial_id, statuses, if_updated_at=None, **fields)
         update = _assignments(fields)
         update["ExpressionAttributeNames"]["#status"] = "status"
         condition, allowed = _status_condition(statuses)
@@ -188,14 +198,17 @@ class DynamoTrials:
             return _first_condition_failed(exc)
         return True
 
-    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal]) -> bool:
-        """Delete a trial that never started and release its booking in one transaction."""
-        condition, allowed = _status_condition(statuses)
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
+                 if_updated_at: str | None = None) -> bool:
+        """Delete a trial that never started and release its booking in one transaction, conditional on the state
+        the caller read (its status, no execution, and its ``updated_at`` when given)."""
+        condition, allowed = _status_condition(statuses, if_updated_at)
         try:
             client("dynamodb").transact_write_items(TransactItems=[
                 {"Delete": {"TableName": self.table, "Key": {"trial_id": {"S": trial_id}},
                             "ConditionExpression": f"{condition} AND attribute_not_exists(execution_arn)",
-                            "ExpressionAttributeNames": {"#status": "status"}, "ExpressionAttributeValues": allowed}},
+                            "ExpressionAttributeNames": _condition_names(if_updated_at),
+                            "ExpressionAttributeValues": allowed}},
                 {"Update": {"TableName": self._usage(), "Key": _team_key(team), **_adds(release)}},
             ])
         except Exception as exc:
@@ -244,12 +257,14 @@ class DynamoTrials:
             ConditionExpression="attribute_exists(trial_id)", **_assignments(fields),
         )
 
-    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: JsonValue) -> bool:
-        """Update the trial only while its status is one of ``statuses`` (a conditional write: of two racing
-        transitions one is made, the other finds the condition false and writes nothing)."""
+    def transition(self, trial_id: str, statuses: tuple[str, ...], *, if_updated_at: str | None = None,
+                   **fields: JsonValue) -> bool:
+        """Update the trial only while its status is one of ``statuses`` and, given ``if_updated_at``, its
+        ``updated_at`` is the one the caller read (a conditional write: of two racing transitions one is made, the
+        other finds the condition false and writes nothing)."""
         update = _assignments(fields)
-        update["ExpressionAttributeNames"]["#status"] = "status"
-        condition, allowed = _status_condition(statuses)
+        update["ExpressionAttributeNames"].update(_condition_names(if_updated_at))
+        condition, allowed = _status_condition(statuses, if_updated_at)
         update.setdefault("ExpressionAttributeValues", {}).update(allowed)
         return written(lambda: client("dynamodb").update_item(
             TableName=self.table, Key={"trial_id": {"S": trial_id}},

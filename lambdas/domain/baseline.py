@@ -21,6 +21,12 @@ The GPU track reproduces the baseline when, at the steps both logged, the traini
 does the validation loss where both have it. Only then does the Trainium2-against-GPU comparison mean what it says.
 A Trainium2 pilot (a trn2 run and no GPU track) is compared with the baseline itself, the same way
 (``lambdas.domain.pilot``).
+
+Where a baseline may be read from (``baseline_refusal``): teams have no data locations of their own (the stage's
+governance gives a team members, approvers and quotas, never buckets), so the stage's data buckets are shared by its
+teams and a baseline there is the submitting team's to name. The artifacts bucket holds every team's trials: a
+baseline there is read only from one of the same team's own trials (``trials/<trial_id>/...``), never from another
+team's, whose losses would otherwise appear in this team's report.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -267,3 +273,28 @@ def compare(baseline: Baseline, train: Mapping[int, float], evaluation: Mapping[
                               max_train_delta=train_delta, max_eval_delta=eval_delta, tolerance=tolerance,
                               reproduced=reproduced, detail=detail)
 
+
+
+def baseline_refusal(uri: str, team: str, *, artifacts_root: str, team_of: Callable[[str], str | None],
+                     data_buckets: Iterable[str] | None = None) -> str | None:
+    """Why a trial of ``team`` may not read its baseline at ``uri`` (None: it may).
+
+    ``artifacts_root`` is the artifacts bucket's URI (``s3://<bucket>/``); ``team_of`` gives the team of a trial id
+    (None: no such trial, or one of no team); ``data_buckets``, where known, are named in the refusal. A URI outside
+    the artifacts bucket is not this check's: the stage's data buckets are shared, and any other bucket is the
+    readability check's to refuse (``lambdas.domain.trial.unreadable_inputs``)."""
+    if not uri.startswith(artifacts_root):
+        return None
+    parts = uri.removeprefix(artifacts_root).split("/")
+    trial_id = parts[1] if len(parts) > 2 and parts[0] == "trials" else ""
+    # "." and ".." are only characters to S3, but a reader that normalises paths would leave the trial's folder.
+    if trial_id and not any(p in (".", "..") for p in parts) and team_of(trial_id) == team:
+        return None
+    shared = (", ".join(f"s3://{b}/" for b in data_buckets) or "none on this stage") if data_buckets is not None \
+        else None
+    places = (f"the stage's data buckets ({shared}), which its teams share, " if shared is not None
+              else "the stage's data buckets, which its teams share, ")
+    # One answer whether the trial is another team's or none at all: a refusal never says which trial ids exist.
+    where = f"trial {trial_id} is not a trial of team {team}" if trial_id else "it is not under trials/<trial_id>/"
+    return (f"{uri}: {where}; a baseline is read only from {places}or from the files of one of team {team}'s own "
+            f"trials ({artifacts_root}trials/<trial_id>/...)")

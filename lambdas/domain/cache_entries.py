@@ -90,10 +90,18 @@ class EntryRejected(ValueError):
     """A cache entry that must not be served (torn, or disagreeing with its completion marker): the reason."""
 
 
+def _control(c: str) -> bool:
+    """A C0 control (U+0000-U+001F), DEL (U+007F) or a C1 control (U+0080-U+009F: U+0085 is a line break to some
+    readers): never in a name a compiler writes, and a line break or terminal escape in every log that shows it."""
+    return ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F
+
+
 def entry_name(name: str) -> str:
     """``name`` as a path inside an entry, or EntryRejected when it would leave the entry (S3 keys are any string:
-    ``..`` segments and absolute paths become writes outside a local mirror)."""
-    if (not name or name.startswith("/") or "\\" in name or any(ord(c) < 32 for c in name)
+    ``..`` segments and absolute paths become writes outside a local mirror) or carries a control character."""
+    if any(_control(c) for c in name):
+        raise EntryRejected(f"object name {name!r} carries a control character (U+0000-U+001F, U+007F-U+009F)")
+    if (not name or name.startswith("/") or "\\" in name
             or any(part in ("", ".", "..") for part in name.split("/"))):
         raise EntryRejected(f"object name {name!r} leaves the entry (empty, absolute or '.'/'..' segments)")
     return name

@@ -12,12 +12,15 @@ so the decision splits each side's five-component total into:
   repeat of this trial would cost.
 
 Trainium2 pays back its extra one-time cost after ``delta one-time / (GPU per-step - Trainium2 per-step)`` steps at
-the steady-state cost per step, or after ``delta one-time / delta recurring`` repeats of this trial's shape.
+the steady-state cost per step, or after ``delta one-time / delta recurring`` repeats of this trial's shape. With no
+extra one-time cost there is nothing to pay back: a trial that still cost more on Trainium2 cost more in its
+recurring costs, so a repeat would too, and the answer is "not cheaper" outright.
 
 Each price basis reprices every instance-second (the four instance components) at that basis's hourly rate for the
 instance type the run was billed for, and leaves checkpoint storage at its S3 rates. The bases: the on-demand list
 price (the shipped table), a negotiated override table (where the deployment overrides a rate the runs used), and a
-Capacity Block and a Savings Plan rate where the price table has one.
+Capacity Block and a Savings Plan rate where the price table has one. A basis that prices the GPU's instance at
+$0/h gives no ratio (every trn2/gpu ratio would divide by zero) and so no answer; the decision says why.
 """
 
 from __future__ import annotations
@@ -125,6 +128,10 @@ def _per_step(track: TrackRecord | None) -> Decimal | None:
     return None if interval is None else Decimal(str(interval.estimate))
 
 
+def _scaled(amount: Decimal | None, factor: Decimal) -> Decimal | None:
+    return None if amount is None else amount * factor
+
+
 def _step_time(track: TrackRecord | None) -> float | None:
     interval = track.uncertainty.step_time_s if track and track.uncertainty else None
     return None if interval is None else interval.estimate
@@ -178,11 +185,14 @@ def _primary(costs: Mapping[str, RunCost]) -> PriceBasis:
     return "override" if any(c.price.confidence == "override" for c in costs.values()) else "on_demand"
 
 
-def _answer(steady: Interval, trial_ratio: float | None) -> Verdict:
+def _answer(steady: Interval, trial_ratio: float | None, extra_one_time: Decimal) -> Verdict:
     """Cheaper or not only when the steady-state interval excludes parity; cheaper per step but dearer on this
-    trial is "pays back" (after the break-even point)."""
+    trial is "pays back" (after the break-even point) only when Trainium2 paid more once (``extra_one_time``):
+    otherwise its recurring costs made the trial dearer, a repeat would be dearer too, and it is not cheaper."""
     if steady.high < 1:
-        return "trn2_viable_cheaper" if trial_ratio is not None and trial_ratio <= 1 else "trn2_viable_pays_back"
+        if trial_ratio is not None and trial_ratio <= 1:
+            return "trn2_viable_cheaper"
+        return "trn2_viable_pays_back" if extra_one_time > 0 else "trn2_viable_not_cheaper"
     if steady.low > 1:
         return "trn2_viable_not_cheaper"
     return "inconclusive"
@@ -190,10 +200,13 @@ def _answer(steady: Interval, trial_ratio: float | None) -> Verdict:
 
 def _break_even(trn2: _Side, gpu: _Side, step_time_s: float | None) -> BreakEven | None:
     """Steps (and hours, and repeats of this trial) after which Trainium2's one-time costs are paid back; None
-    when its steady-state step is not cheaper (they never are)."""
+    when its steady-state step is not cheaper (they never are), or when it paid no more once and still cost more
+    on this trial (there is nothing to pay back, and the recurring costs never catch up)."""
     if trn2.per_step is None or gpu.per_step is None or trn2.per_step >= gpu.per_step:
         return None
     extra = trn2.one_time - gpu.one_time
+    if extra <= 0 and trn2.total > gpu.total:
+        return None
     steps = 0 if extra <= 0 else int((extra / (gpu.per_step - trn2.per_step)).to_integral_value(ROUND_CEILING))
     saved_per_trial = gpu.recurring - trn2.recurring
     trials = 0.0 if extra <= 0 else (float(extra / saved_per_trial) if saved_per_trial > 0 else None)
@@ -218,6 +231,12 @@ def _sentence(basis: PriceBasis, answer: Verdict, trn2: _Side, gpu: _Side, ratio
                 f"one-time costs ({_one_time_parts(trn2)}); it costs {per_step}")
     if answer == "trn2_viable_cheaper":
         return f"Trainium2 is cheaper: {whole}, and it costs {per_step}"
+    if answer == "trn2_viable_not_cheaper" and steady.high < 1:
+        # Cheaper per step and no dearer once: the recurring costs outside the steady-state steps made it dearer.
+        return (f"Trainium2 is not cheaper: {whole}, with no more in one-time costs than the GPU "
+                f"({_money(trn2.one_time)} vs {_money(gpu.one_time)}) but more in recurring costs "
+                f"({_money(trn2.recurring)} vs {_money(gpu.recurring)}: training, queueing and environment start, "
+                f"checkpoint storage), so a repeat of this trial would cost more too, though it costs {per_step}")
     if answer == "trn2_viable_not_cheaper":
         return f"Trainium2 is not cheaper: it costs {per_step}, so its one-time costs never pay back; {whole}"
     return (f"Inconclusive: the cost per steady-state step includes parity ({per_step}); {whole}; more steps (or a "
@@ -229,41 +248,68 @@ def _one_time_parts(side: _Side) -> str:
     return ", ".join(f"{name} {_money(amount)}" for name, amount in named if amount > 0) or "none"
 
 
+def _no_ratio(basis: PriceBasis, rates: Mapping[str, Decimal], costs: Mapping[str, RunCost]) -> str | None:
+    """Why ``basis`` gives no answer although it has every rate: the GPU's instance costs nothing there, so every
+    Trainium2/GPU ratio would divide by zero. None when it can."""
+    itype = costs["gpu"].price.instance_type
+    if rates[itype] > 0:
+        return None
+    return (f"no answer at the {LABELS[basis]}: it prices the GPU's {itype} at $0/h, so the GPU side costs nothing "
+            "there and no Trainium2/GPU cost ratio exists")
+
+
+def _unanswered(basis: PriceBasis, why: str, rates: Mapping[str, Decimal] | None = None) -> BasisDecision:
+    return BasisDecision(basis=basis, label=LABELS[basis], rates={k: str(v) for k, v in sorted((rates or {}).items())},
+                         answer=None, trn2_usd=None, gpu_usd=None, trial_ratio=None, sentence=why)
+
+
+def _at_basis(basis: PriceBasis, rates: Mapping[str, Decimal], costs: Mapping[str, RunCost],
+              tracks: Mapping[str, TrackRecord], steady: Interval) -> tuple[BasisDecision, dict[str, _Side]]:
+    """The answer at one basis whose GPU rate is above zero (``_no_ratio``), and each side's costs there."""
+    used = {run: cost.price.hourly_usd for run, cost in costs.items()}
+    # A run billed at $0/h has no instance amounts to scale: it keeps them.
+    factors = {run: (rates[cost.price.instance_type] / used[run]) if used[run] else Decimal(1)
+               for run, cost in costs.items()}
+    sides = {name: _side(name, costs, factors, _scaled(_per_step(tracks.get(name)), factors[name]))
+             for name in SIDES}
+    trn2, gpu = sides["trn2"], sides["gpu"]
+    ratio = float(trn2.total / gpu.total) if gpu.total else None
+    scaled = steady.scaled(float(factors["trn2"] / factors["gpu"]))
+    answer = _answer(scaled, ratio, trn2.one_time - gpu.one_time)
+    break_even = _break_even(trn2, gpu, _step_time(tracks.get("trn2")))
+    view = BasisDecision(
+        basis=basis, label=LABELS[basis], rates={k: str(v) for k, v in sorted(rates.items())}, answer=answer,
+        trn2_usd=_usd(trn2.total), gpu_usd=_usd(gpu.total), trial_ratio=None if ratio is None else round(ratio, 6),
+        steady_cost_ratio=IntervalView.model_validate(scaled.as_json()), break_even=break_even,
+        sentence=_sentence(basis, answer, trn2, gpu, ratio, scaled, break_even))
+    return view, sides
+
+
 def decide(tracks: Mapping[str, TrackRecord], costs: Mapping[str, RunCost], steady: Interval, table: PriceTable,
            shipped: PriceTable) -> Decision | None:
     """The decision at every basis, for a trial whose Trainium2 and GPU runs both succeeded, passed every check and
     have a steady-state cost per step (``steady``: trn2 / gpu at the rates the runs were billed at). ``table`` is
     the deployment's price table (overrides applied), ``shipped`` the on-demand table. None when the GPU side has
-    no cost."""
+    no cost, or the basis the runs were billed at gives no answer."""
     costs = {run: cost for run, cost in costs.items() if run in SIDES["trn2"] + SIDES["gpu"]}
     if "gpu" not in costs or "trn2" not in costs:
         return None
     primary = _primary(costs)
-    used = {run: cost.price.hourly_usd for run, cost in costs.items()}
-    per_step = {side: _per_step(tracks.get(side)) for side in SIDES}
     views: list[BasisDecision] = []
     sides: dict[str, _Side] = {}
     for basis in _bases(costs, table):
         rates = _basis_rates(basis, primary, costs, table, shipped)
         if isinstance(rates, str):
-            views.append(BasisDecision(basis=basis, label=LABELS[basis], rates={}, answer=None, trn2_usd=None,
-                                       gpu_usd=None, trial_ratio=None, sentence=rates))
+            views.append(_unanswered(basis, rates))
             continue
-        factors = {run: (rates[cost.price.instance_type] / used[run]) if used[run] else Decimal(1)
-                   for run, cost in costs.items()}
-        trn2 = _side("trn2", costs, factors, None if per_step["trn2"] is None else per_step["trn2"] * factors["trn2"])
-        gpu = _side("gpu", costs, factors, None if per_step["gpu"] is None else per_step["gpu"] * factors["gpu"])
+        why = _no_ratio(basis, rates, costs)
+        if why is not None:
+            views.append(_unanswered(basis, why, rates))
+            continue
+        view, priced = _at_basis(basis, rates, costs, tracks, steady)
+        views.append(view)
         if basis == primary:
-            sides = {"trn2": trn2, "gpu": gpu}
-        ratio = float(trn2.total / gpu.total) if gpu.total else None
-        scaled = steady.scaled(float(factors["trn2"] / factors["gpu"]))
-        answer = _answer(scaled, ratio)
-        break_even = _break_even(trn2, gpu, _step_time(tracks.get("trn2")))
-        views.append(BasisDecision(
-            basis=basis, label=LABELS[basis], rates={k: str(v) for k, v in sorted(rates.items())}, answer=answer,
-            trn2_usd=_usd(trn2.total), gpu_usd=_usd(gpu.total), trial_ratio=None if ratio is None else round(ratio, 6),
-            steady_cost_ratio=IntervalView.model_validate(scaled.as_json()), break_even=break_even,
-            sentence=_sentence(basis, answer, trn2, gpu, ratio, scaled, break_even)))
+            sides = priced
     if not sides:
         return None
     answered = [v for v in views if v.answer is not None]

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 from lambdas.domain.decision import ANSWERS
 from lambdas.domain.figures import significant
+from lambdas.domain.markdown_table import md_row
 from lambdas.domain.report_model import BasisDecision, Decision, SideCosts
 
 MISSING = "\u2014"
@@ -53,6 +54,7 @@ class BasisRow:
     per_step_ratio: str
     break_even: str
     sentence: str
+    unanswered: bool  # no answer at this basis: ``sentence`` says why
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,13 @@ def _basis(view: BasisDecision, primary: bool) -> BasisRow:
     return BasisRow(
         basis=view.label, primary=primary,
         rates=", ".join(f"{itype} ${rate}/h" for itype, rate in view.rates.items()) or MISSING,
-        answer=ANSWERS[view.answer] if view.answer else "no rate",
+        # No answer: either a rate is missing, or the rates give no ratio (the sentence says which).
+        answer=ANSWERS[view.answer] if view.answer else ("no ratio" if view.rates else "no rate"),
         trial=(f"{_money(view.trn2_usd)} vs {_money(view.gpu_usd)} ({view.trial_ratio:.2f}x)"
                if view.trial_ratio is not None else MISSING),
         per_step_ratio=(f"{steady.estimate:.3f}x ({steady.confidence:.0%} interval {steady.low:.3f} to "
                         f"{steady.high:.3f})" if steady else MISSING),
-        break_even=_break_even(view), sentence=view.sentence)
+        break_even=_break_even(view), sentence=view.sentence, unanswered=view.answer is None)
 
 
 def decision_view(decision: Decision | None) -> DecisionView | None:
@@ -115,13 +118,13 @@ def decision_markdown(decision: Decision | None) -> list[str]:
            "would cost.", "",
            "| side | runs | compile | warm-up compile stage | reruns | one-time | recurring | per steady-state step "
            "| total |", "|---|---|---|---|---|---|---|---|---|"]
-    out += [f"| {s.side} | {s.runs} | {s.compile} | {s.warm_up_stage} | {s.reruns} | {s.one_time} | {s.recurring} "
-            f"| {s.per_step} | {s.total} |" for s in view.sides]
+    out += [md_row([s.side, s.runs, s.compile, s.warm_up_stage, s.reruns, s.one_time, s.recurring, s.per_step,
+                    s.total]) for s in view.sides]
     out += ["", "| price basis | rates | answer | this trial, Trainium2 vs GPU | per steady-state step, trn2/gpu "
                 "| break-even |", "|---|---|---|---|---|---|"]
-    out += [f"| {b.basis}{' (billed)' if b.primary else ''} | {b.rates} | **{b.answer}** | {b.trial} "
-            f"| {b.per_step_ratio} | {b.break_even} |" for b in view.bases]
+    out += [md_row([f"{b.basis}{' (billed)' if b.primary else ''}", b.rates, f"**{b.answer}**", b.trial,
+                    b.per_step_ratio, b.break_even]) for b in view.bases]
     out += [""] + ([f"> {view.flip_note}", ""] if view.flip_note else [])
-    missing = [b for b in view.bases if b.answer == "no rate"]
+    missing = [b for b in view.bases if b.unanswered]
     out += [f"- {b.basis}: {b.sentence}" for b in missing] + ([""] if missing else [])
     return out

@@ -47,9 +47,12 @@ class NodeProperties(_Lenient):
 
 
 class BatchJobStateChangeDetail(_Lenient):
-    """`detail` of an EventBridge "Batch Job State Change" event (the job as DescribeJobs would return it)."""
+    """`detail` of an EventBridge "Batch Job State Change" event (the job as DescribeJobs would return it).
 
-    job_arn: str = Field(alias="jobArn")
+    A job is known by its ``jobId``: the Batch API's JobDetail shape requires it, but not ``jobArn``, which older
+    samples of this event and of DescribeJobs leave out, so the ARN is kept where it comes and relied on nowhere."""
+
+    job_arn: str | None = Field(default=None, alias="jobArn")
     job_name: str = Field(alias="jobName")
     job_id: str = Field(alias="jobId", min_length=1)
     job_queue: str = Field(alias="jobQueue")

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from lambdas.domain.baseline import Baseline, compare
 from lambdas.domain.cost import RunCost
 from lambdas.domain.figures import significant
+from lambdas.domain.markdown_table import md_row
 from lambdas.domain.prices import PriceMissing, PriceTable
 from lambdas.domain.report_model import (
     NEVER_RAN,
@@ -53,6 +54,12 @@ RULE = ("the trn2 run's steady-state cost-per-step interval over the baseline's 
         "no interval on the baseline's side, so only the trn2 side's interval counts): below 1 throughout is "
         "cheaper, above 1 throughout is not cheaper, one that includes parity is inconclusive; every acceptance "
         "check must pass first, losses within loss_tolerance of the baseline's at the shared steps among them")
+# On stand-ins the pilot judges the pipeline, not the cost: its trn2 figures describe the machine that ran it.
+STAND_IN_RULE = ("on stand-ins the pilot gives no verdict: the trn2 run's figures, its cost per step among them, are "
+                 "pipeline evidence from a stand-in, not measurements of Trainium2, so they are not judged against "
+                 "the baseline's; its losses are, as on real devices")
+STAND_IN_COST = ("the trn2 run ran on a stand-in: its cost per step is pipeline evidence, not a measurement of "
+                 "Trainium2")
 NO_STEP_TIME = ("the baseline carries no per-step time or throughput (step_time_s, tokens_per_s, "
                 "train_steps_per_second, train_samples_per_second or train_runtime)")
 NO_INSTANCE = ("not evidenced (the baseline's instance type is unknown: declare baseline_instance_type, or a gpu "
@@ -154,9 +161,10 @@ def _judge(trn2: TrackRecord, checks: Sequence[Check], ratio: IntervalView | Non
 
 
 def build_pilot(spec: TrialSpec, trn2: TrackRecord, baseline: Baseline, checks: Sequence[Check],
-                trn2_cost: RunCost | None, prices: PriceTable) -> PilotComparison:
+                trn2_cost: RunCost | None, prices: PriceTable, stand_in: bool = False) -> PilotComparison:
     """The pilot section: the trn2 run (``trn2``, costed by ``trn2_cost``) against ``baseline``, gated on the
-    trial's other acceptance ``checks``; ``prices`` prices the GPU instance the baseline is taken to have run on."""
+    trial's other acceptance ``checks``; ``prices`` prices the GPU instance the baseline is taken to have run on.
+    On stand-ins (``stand_in``) no verdict: the costs are shown, never compared."""
     comparison = compare(baseline, {p.step: p.loss for p in trn2.loss.per_step},
                          {p.step: p.loss for p in trn2.loss.eval}, spec.evaluation.loss_tolerance)
     loss = BaselineCompared.model_validate({"uri": spec.baseline_logs_uri or "", **comparison.model_dump(mode="json")})
@@ -189,6 +197,10 @@ def build_pilot(spec: TrialSpec, trn2: TrackRecord, baseline: Baseline, checks: 
         missing.append(f"the baseline's cost per step is {cost_note}")
     if cost_bounds is None:
         missing.append(f"the trn2 run's cost per step has no interval ({unbounded})")
+    if stand_in:  # the gates still apply; the cost is never compared
+        _, reasons = _judge(trn2, [*checks, pilot_check(loss)], None, STAND_IN_COST)
+        return PilotComparison(loss=loss, figures=figures, cost_ratio=ratio, verdict=None, reasons=reasons,
+                               rule=STAND_IN_RULE)
     verdict, reasons = _judge(trn2, [*checks, pilot_check(loss)], ratio, "; ".join(missing))
     return PilotComparison(loss=loss, figures=figures, cost_ratio=ratio, verdict=verdict, reasons=reasons, rule=RULE)
 
@@ -217,7 +229,7 @@ def pilot_markdown(pilot: PilotComparison | None) -> list[str]:
     out = ["## Trainium2 pilot against the GPU baseline", "",
            f"Losses {reproduced[pilot.loss.reproduced]}: {pilot.loss.format} at {pilot.loss.uri}; {pilot.loss.detail}",
            "", "| figure | trn2 (measured) | GPU baseline (from_baseline) |", "|---|---|---|"]
-    out += [f"| {row.figure} ({row.unit}) | {_shown(row.trn2)} | {_shown(row.baseline)} |" for row in pilot.figures]
+    out += [md_row([f"{row.figure} ({row.unit})", _shown(row.trn2), _shown(row.baseline)]) for row in pilot.figures]
     ratio = pilot.cost_ratio
     out += ["", (f"Cost per step, trn2 / baseline: {ratio.estimate:.3f}x ({ratio.confidence:.0%} interval "
                  f"{ratio.low:.3f}-{ratio.high:.3f}, the trn2 side's alone)" if ratio

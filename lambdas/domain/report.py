@@ -36,6 +36,7 @@ from lambdas.domain.pilot import build_pilot, is_pilot, pilot_check
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.domain.report_model import (
     NEVER_RAN,
+    STAND_IN_EVIDENCE,
     BaselineCompared,
     BaselineUncompared,
     BaselineUnread,
@@ -704,14 +705,20 @@ def _fallback_note(fallback: TrackRecord | None) -> str:
 def _verdict(
     checks: Sequence[Check], tracks: Mapping[str, TrackRecord], steady: Interval | None,
     stage: CompileStage | None = None, decide_costs: Callable[[Interval], Decision | None] | None = None,
+    stand_in: bool = False,
 ) -> tuple[Verdict, list[str], Decision | None]:
     """Cheaper or not only when the steady-state cost interval excludes parity: overlapping intervals are noise,
     and noise never turns one definite answer into the other. Once every check passed, the answer is the whole
     trial's ``decision`` at the basis the runs were priced at (one-time costs included: cheaper per step but dearer
-    on this trial is "pays back"); the decision is returned with the verdict (None before every check passed)."""
+    on this trial is "pays back"); the decision is returned with the verdict (None before every check passed).
+    On stand-ins (``stand_in``) there is no answer and no decision, only the costs as pipeline evidence."""
     verdict, reasons = _gate(checks, tracks, steady, stage)
     if verdict is not None:
         return verdict, reasons, None
+    if stand_in:
+        # Stand-ins' times describe the machine they ran on: their costs show that the pipeline priced every run,
+        # never which accelerator costs less, so no reason may say so.
+        return "inconclusive", [STAND_IN_COSTS], None
     assert steady is not None
     decision = decide_costs(steady) if decide_costs is not None else None
     if decision is not None:
@@ -777,6 +784,8 @@ HEADLINES: dict[Verdict, str] = {
     "inconclusive": "Inconclusive",
     "stay_on_gpu": "Stay on GPU",
 }
+STAND_IN_COSTS = ("all acceptance checks pass; the costs are pipeline evidence from stand-ins (their times priced at "
+                  "the declared instances' rates), not a comparison of Trainium2 with the GPU")
 REHEARSAL_HEADLINES = {"passed": "Pipeline rehearsal passed", "failed": "Pipeline rehearsal failed"}
 STAND_IN_NOTE = ("This run used stand-ins for the accelerators ({backends}): it proves the pipeline, not the "
                  "hardware; its times and costs say nothing about Trainium2 or the GPU.")
@@ -844,16 +853,19 @@ def rehearsal_headline(outcome: tuple[Literal["passed", "failed"], str], tracks:
 
 
 def _facts(tracks: Mapping[str, TrackRecord], checks: Sequence[Check], steady: Interval | None,
-           total_ratio: float | None) -> list[str]:
-    """The three to five facts behind the verdict, each with what it measured."""
+           total_ratio: float | None, stand_in: bool = False) -> list[str]:
+    """The three to five facts behind the verdict, each with what it measured; on stand-ins the cost ratios say
+    they are pipeline evidence."""
     facts = []
+    evidence = f"; {STAND_IN_EVIDENCE}" if stand_in else ""
     if steady is not None:
         facts.append(f"Steady-state cost per training step, trn2/gpu: {steady.estimate:.3f} "
                      f"({steady.confidence:.0%} interval "
-                     f"{steady.low:.3f}-{steady.high:.3f}; at least {steady.samples} steady-state steps per track)")
+                     f"{steady.low:.3f}-{steady.high:.3f}; at least {steady.samples} steady-state steps per track"
+                     f"{evidence})")
     if total_ratio is not None:
         facts.append(f"Whole-trial cost, trn2 (fallback included)/gpu: {total_ratio:.3f} (compile, environment, "
-                     "reruns and checkpoints included: the five components)")
+                     f"reruns and checkpoints included: the five components{evidence})")
     tost_check = next((c for c in checks if c.check.startswith("quality equivalent")), None)
     if tost_check:
         facts.append(f"Quality: {tost_check.detail}")
@@ -1068,14 +1080,17 @@ def build_trial_report(
     def decide_costs(ratio: Interval) -> Decision | None:
         return decide(compared, costs, ratio, prices or shipped, shipped)
 
-    verdict, reasons, decision = _verdict(checks, compared, steady, stage, decide_costs)
-    pilot = (build_pilot(spec, tracks["trn2"], baseline, checks, costs.get("trn2"), prices or shipped)
+    # A run on stand-ins proves the pipeline, not the hardware: nothing in its report answers on cost.
+    stand_in = any(t.stand_in for t in tracks.values())
+    verdict, reasons, decision = _verdict(checks, compared, steady, stage, decide_costs, stand_in=stand_in)
+    pilot = (build_pilot(spec, tracks["trn2"], baseline, checks, costs.get("trn2"), prices or shipped,
+                         stand_in=stand_in)
              if is_pilot(compared, baseline) and isinstance(baseline, Baseline) else None)
     baseline_view, baseline_check = _baseline(spec, compared, baseline, pilot)
     if pilot is not None and baseline_check is not None:
         # A Trainium2 pilot: the baseline is the GPU side of the comparison, and the pilot's rule gives the verdict.
         checks.append(baseline_check)
-        verdict, reasons = pilot.verdict, list(pilot.reasons)
+        verdict, reasons = pilot.verdict or "inconclusive", list(pilot.reasons)  # None: stand-ins, no verdict
     elif baseline_check is not None:
         checks.append(baseline_check)
         if baseline_check.status != "pass" and verdict in VIABLE:
@@ -1090,7 +1105,6 @@ def build_trial_report(
     if stopped is not None:
         reasons = [f"The plane stopped this trial: {stopped.message}.", *reasons]
     ratio = _cost_ratio(compared, stage)
-    stand_in = any(t.stand_in for t in tracks.values())
     # A rehearsal proves the pipeline: every run it started, scaling runs included, must have trained.
     rehearsal = rehearsal_outcome(checks, tracks, stage, reasons) if stand_in else None
     return TrialReport(
@@ -1121,7 +1135,7 @@ def build_trial_report(
             rehearsal=rehearsal[0] if rehearsal is not None else None,
             headline=(rehearsal_headline(rehearsal, tracks) if rehearsal is not None
                       else headline(verdict, reasons, steady, compared, decision)),
-            facts=_facts(compared, checks, steady, ratio),
+            facts=_facts(compared, checks, steady, ratio, stand_in),
             reasons=reasons,
             caveats=_caveats(compared, ledger),
         ),

@@ -32,6 +32,8 @@ NEVER_RAN: dict[str, str] = {
     "not_placed": "not placed: the queue's capacity can never run the job (misconfiguration), and the queue "
                   "cancelled it; nothing trained",
 }
+# What a cost figure of a run on stand-ins is: the pipeline priced the runs; their times are the stand-ins' machine's.
+STAND_IN_EVIDENCE = "pipeline evidence from stand-ins, not a comparison of the hardware"
 # One figure of the record table.
 Figure: TypeAlias = str | int | float | bool | list[str] | None
 
@@ -414,7 +416,7 @@ class PilotComparison(_Model):
     figures: list[PilotRow]
     cost_ratio: IntervalView | None = Field(description="trn2 cost per step over the baseline's; the interval is "
                                                         "the trn2 side's alone")
-    verdict: Verdict
+    verdict: Verdict | None = Field(description="null for a pilot on a stand-in, which gives no verdict")
     reasons: list[str]
     rule: str
 

@@ -22,8 +22,10 @@ from lambdas.domain.decision_render import DecisionView, decision_markdown, deci
 from lambdas.domain.figures import fixed as _fixed
 from lambdas.domain.figures import places as _places
 from lambdas.domain.figures import significant as _number
+from lambdas.domain.markdown_table import md_cell, md_row
 from lambdas.domain.pilot import pilot_markdown, pilot_rows
 from lambdas.domain.report_model import (
+    STAND_IN_EVIDENCE,
     BaselineCompared,
     BaselineUnread,
     BaselineView,
@@ -144,8 +146,8 @@ def _compile_lines(report: TrialReport) -> list[str]:
     if view.entries:
         out += ["| cache entry | status | hits | compiles | failed compiles | last failure |",
                 "|---|---|---|---|---|---|"]
-        out += [f"| `{e.cache_key[:16]}` | {e.status} | {e.hits} | {e.misses} | {e.failures} | "
-                f"{_cell(e.failure_reason)} |" for e in view.entries] + [""]
+        out += [md_row([f"`{e.cache_key[:16]}`", e.status, str(e.hits), str(e.misses), str(e.failures),
+                        _cell(e.failure_reason)]) for e in view.entries] + [""]
     if not stage:
         return [*out, "Warm-up compile stage: not run (the cache key was warm, or the trial has no trn2 track).", ""]
     booking = stage.booking
@@ -156,7 +158,7 @@ def _compile_lines(report: TrialReport) -> list[str]:
             + (f", booked as {'shared infrastructure' if booking.shared else 'this trial'} "
                f"({booking.basis})" if booking and booking.basis else "") + ".", ""]
     if stage.error or stage.detail:
-        out += [f"> Compiler: {_cell(stage.error or stage.detail)}", ""]
+        out += [f"> Compiler: {md_cell(_cell(stage.error or stage.detail))}", ""]  # one line, as in the table
     return out
 
 
@@ -209,13 +211,12 @@ def _record_lines(report: TrialReport) -> list[str]:
     tracks = report.tracks
     runs = list(tracks)
     out = ["## How each job ended", "", "| run | outcome | Batch status reason |", "|---|---|---|"]
-    out += [f"| {run} | {t.outcome} | {_cell(t.status_reason)} |" for run, t in tracks.items()] + [""]
-    out += ["## Record table", "", "| item | figure | " + " | ".join(runs) + " |", "|---|---|" + "---|" * len(runs)]
+    out += [md_row([run, t.outcome, _cell(t.status_reason)]) for run, t in tracks.items()] + [""]
+    out += ["## Record table", "", md_row(["item", "figure", *runs]), "|---|---|" + "---|" * len(runs)]
     for group in _record_groups(report, "-"):
-        out += [f"| {group.item if i == 0 else ''} | {row.label} | " + " | ".join(row.cells) + " |"
-                for i, row in enumerate(group.rows)]
+        out += [md_row([group.item if i == 0 else "", row.label, *row.cells]) for i, row in enumerate(group.rows)]
     out += ["", "## Acceptance checks", "", "| check | status | detail |", "|---|---|---|"]
-    out += [f"| {c.check} | {c.status} | {c.detail} |" for c in report.acceptance]
+    out += [md_row([c.check, c.status, c.detail]) for c in report.acceptance]
     parallel = {run: t.parallel for run, t in tracks.items() if t.parallel}
     if parallel:
         out += ["", "## Parallel layout", ""]
@@ -223,9 +224,9 @@ def _record_lines(report: TrialReport) -> list[str]:
         out += ["", "| run | nodes | devices billed | training ranks | utilisation | processes | communication_s | "
                 "communication share | sync wait median_s | basis |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
-        out += [f"| {run} | {p.nodes} | {p.devices_billed} | {p.layout_ranks} | "
-                f"{_cell(p.device_utilisation)} | {p.processes} | {_cell(p.communication_s)} | "
-                f"{_cell(p.communication_share)} | {_cell(p.sync_wait_median_s)} | {p.basis} |"
+        out += [md_row([run, str(p.nodes), str(p.devices_billed), str(p.layout_ranks), _cell(p.device_utilisation),
+                        str(p.processes), _cell(p.communication_s), _cell(p.communication_share),
+                        _cell(p.sync_wait_median_s), p.basis])
                 for run, p in parallel.items()]
     return out
 
@@ -240,13 +241,13 @@ def _cost_lines(report: TrialReport) -> list[str]:
         "",
         "Each run's cost (the warm-up compile stage's included), and the trial's: their sum.",
         "",
-        "| component (USD) | " + " | ".join(by_run) + " | trial |",
+        md_row(["component (USD)", *by_run, "trial"]),
         "|---|" + "---|" * (len(by_run) + 1),
     ]
     for name in (*COMPONENTS, "total_usd", "cost_per_effective_step_usd", "cost_per_1m_tokens_usd"):
         trial = report.cost.trial.get(name) or "-"
-        out.append(f"| {_AMOUNT_NAMES.get(name) or COMPONENT_NAMES[name]} | "
-                   + " | ".join(_cell(cost.amounts()[name]) for cost in by_run.values()) + f" | {trial} |")
+        out.append(md_row([_AMOUNT_NAMES.get(name) or COMPONENT_NAMES[name],
+                           *(_cell(cost.amounts()[name]) for cost in by_run.values()), trial]))
     out += ["", "Price basis: " + "; ".join(f"{run}: {cost.price_basis}" for run, cost in by_run.items()), ""]
     for run, t in tracks.items():
         booking = t.compile.booking
@@ -266,11 +267,8 @@ def _resume_lines(tracks: Mapping[str, TrackRecord]) -> list[str]:
     ]
     for run, t in tracks.items():
         r = t.resume
-        out.append(
-            f"| {run} | {_cell(r.injected_at_step)} | {_cell(r.resumed_from_step)} | "
-            f"{r.rerun_steps} | {_cell(r.rerun_share)} | {_cell(r.global_step_continuous)} | "
-            f"{_cell(r.loss_continuous)} |"
-        )
+        out.append(md_row([run, _cell(r.injected_at_step), _cell(r.resumed_from_step), str(r.rerun_steps),
+                           _cell(r.rerun_share), _cell(r.global_step_continuous), _cell(r.loss_continuous)]))
     return out
 
 
@@ -300,6 +298,8 @@ def comparison_items(comparison: Comparison) -> list[ComparisonItem]:
     delta, tolerance = comparison.final_loss_delta, comparison.loss_tolerance
     within = {True: "within", False: "outside", None: "not judged against"}[comparison.within_tolerance]
     steady = comparison.steady_cost_ratio
+    # A rehearsal's cost ratios are shown as what they are: evidence that the pipeline costed the runs.
+    evidence = [STAND_IN_EVIDENCE] if comparison.rehearsal else []
     return [
         ComparisonItem("final validation loss, trn2 vs gpu",
                        "not measured" if delta is None
@@ -307,12 +307,12 @@ def comparison_items(comparison: Comparison) -> list[ComparisonItem]:
                        "relative difference of the final validation losses"),
         ComparisonItem("steady-state cost per training step, trn2 / gpu",
                        _ratio(steady),
-                       "; ".join(part for part in (comparison.steady_cost_ratio_basis, steady and steady.method)
-                                 if part)),
+                       "; ".join(part for part in (comparison.steady_cost_ratio_basis, steady and steady.method,
+                                                   *evidence) if part)),
         ComparisonItem("whole-trial cost, trn2 side / gpu",
                        "not measured" if comparison.cost_ratio is None
                        else f"{_number(comparison.cost_ratio, 3)}\u00d7",
-                       comparison.cost_ratio_basis),
+                       "; ".join([comparison.cost_ratio_basis, *evidence])),
     ]
 
 

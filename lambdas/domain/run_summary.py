@@ -2,14 +2,15 @@
 report Lambdas read it (``<run-dir>/attempt-<A>/summary.json``).
 
 Seconds are wall-clock seconds, bytes are bytes, memory is MiB. A stand-in backend (``cpu`` or ``compiled``) sets
-``stand_in``: its timings describe the machine it ran on, not the track's hardware.
+``stand_in``: its timings describe the machine it ran on, not the track's hardware. The backend decides: a summary
+from a stand-in backend reads as a stand-in whatever its ``stand_in`` flag says.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from lambdas.domain.json_types import JsonObject
 from lambdas.domain.vocabulary import RUN_NAME
@@ -300,6 +301,13 @@ class RunSummary(_Model):
     environment: EnvironmentRecord
     started_at: str = Field(description="ISO-8601 UTC")
     ended_at: str = Field(description="ISO-8601 UTC")
+
+    @field_validator("stand_in")
+    @classmethod
+    def _stand_in_backend(cls, value: bool, info: ValidationInfo) -> bool:
+        # A flag that contradicts a stand-in backend would give CPU timings a verdict on real hardware: the backend
+        # wins (``backend`` is declared first, so it is validated by now; absent when it was refused).
+        return value or info.data.get("backend") in STAND_IN_BACKENDS
 
     @field_validator("started_at", "ended_at")
     @classmethod

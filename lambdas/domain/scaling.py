@@ -27,6 +27,7 @@ from decimal import Decimal
 
 from lambdas.domain.cost import RunCost
 from lambdas.domain.figures import significant
+from lambdas.domain.markdown_table import md_row
 from lambdas.domain.report_model import NEVER_RAN, Outcome, ScalingPoint, ScalingView, TrackRecord
 from lambdas.domain.trial import TrackName, TrialSpec, track_layout
 from lambdas.domain.vocabulary import scaling_run
@@ -246,7 +247,7 @@ def scaling_markdown(views: Sequence[ScalingView] | None) -> list[str]:
            "ratio against the smallest count.", ""]
     for table in scaling_tables(views, "-"):
         out += [f"### {table.title}", "", table.summary, "",
-                "| " + " | ".join(name for name, _ in SCALING_COLUMNS) + " |",
+                md_row(name for name, _ in SCALING_COLUMNS),
                 "|" + "".join("---:|" if number else "---|" for _, number in SCALING_COLUMNS)]
-        out += ["| " + " | ".join(row) + " |" for row in table.rows] + [""]
+        out += [md_row(row) for row in table.rows] + [""]
     return out[:-1]  # the next section opens with its own blank line

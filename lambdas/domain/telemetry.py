@@ -37,6 +37,11 @@ CACHE_CLAIMS_REFUSED = "CompileCacheClaimsRefused"
 # size, a marker listing nothing): not served, marked rejected, built again; the log line gives the reason (Count).
 CACHE_ENTRIES_REJECTED = "CompileCacheEntriesRejected"
 
+# A job of a trial that is closed or being stopped (CANCELLED, REJECTED, SUCCEEDED, FAILED or STOPPING) reported
+# it was queued or running: it was first seen after the trial's stop looked at its jobs, so the run-events function
+# terminated it; the log line names the job and the trial (Count).
+JOBS_OF_CLOSED_TRIALS = "JobsOfClosedTrialsTerminated"
+
 # Trials whose stop (a cancel or a crossed limit) is still pending when the reconciler sweeps, and those pending past
 # the reconciler's deadline: the StopsPending alarm fires on the latter (Count, published every sweep).
 STOPS_PENDING = "StopsPending"
@@ -54,6 +59,7 @@ EMITTERS: dict[str, tuple[str, ...]] = {
     CACHE_FAILURES: ("on_batch_job_state", "on_artifact_created"),
     EVENTS_REJECTED: ("on_batch_job_state", "on_artifact_created"),
     TRIALS_STOPPED_AT_LIMIT: ("on_batch_job_state", "on_artifact_created"),
+    JOBS_OF_CLOSED_TRIALS: ("on_batch_job_state",),
     JOB_CREDENTIALS_REFUSED: ("vend_job_credentials",),
     CACHE_CLAIMS_REFUSED: ("on_batch_job_state", "on_artifact_created"),
     CACHE_ENTRIES_REJECTED: ("resolve_compile_cache",),

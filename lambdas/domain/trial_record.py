@@ -164,6 +164,7 @@ class TrialRecord(_Stored):
     stopped_by: LimitCrossed | None = None
     cancelled_by: str | None = None
     stop_requested_at: str | None = None
+    stop_requested_from: str | None = None  # the status a stop was requested in (SUBMITTING: a start may be in flight)
     stop_checked_at: str | None = None
     stop_pending: list[str] | None = None
     stopped_at: str | None = None

@@ -11,6 +11,7 @@ from lambdas.adapters.cache_registry import DynamoCacheRegistry
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.sources import UriSources
+from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.domain.json_types import JsonObject
 from lambdas.domain.prices import PriceTable, load_price_table
 from lambdas.runtime.function import lambda_handler
@@ -18,7 +19,7 @@ from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ReportSettings, per_environment, settings_for
 from lambdas.services.clock import now_iso
 from lambdas.services.frozen_specs import load_spec
-from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources, Trials
 from lambdas.services.trial_reporting import write_report
 
 if TYPE_CHECKING:
@@ -38,13 +39,15 @@ class Composition:
     sources: Sources
     registry: CacheRegistry
     prices: PriceTable
+    trials: Trials  # whose trial a baseline in the artifacts bucket is
 
 
 @per_environment
 def compose() -> Composition:
     settings = settings_for(ReportSettings)
     return Composition(S3Objects(settings.ARTIFACTS_BUCKET), DynamoLedger(settings.LEDGER_TABLE), UriSources(),
-                       DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE), load_price_table(settings.PRICE_OVERRIDES))
+                       DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE), load_price_table(settings.PRICE_OVERRIDES),
+                       DynamoTrials(settings.TRIALS_TABLE, settings.USAGE_TABLE))
 
 
 @lambda_handler(ReportSettings)
@@ -53,6 +56,6 @@ def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
     app = compose()
     spec = load_spec(app.artifacts, app.artifacts.uri(f"trials/{request.trial_id}/spec.json"))
     out = write_report(request.trial_id, spec, app.artifacts, app.ledger, now_iso(), sources=app.sources,
-                       registry=app.registry, prices=app.prices)
+                       registry=app.registry, prices=app.prices, trials=app.trials)
     logger.info("trial report written", extra={"trial_id": request.trial_id, "verdict": out.verdict})
     return out.as_json()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.utilities.parser import parse
 from pydantic import BaseModel, ConfigDict
 
-from lambdas.adapters.batch_jobs import BatchJobsApi
+from lambdas.adapters.batch_jobs import BatchJobsApi, BatchJobTerminator
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
 from lambdas.domain.json_types import JsonObject
 from lambdas.runtime.events import BatchJobStateChangeEvent
@@ -35,7 +35,7 @@ class JobStateFact(BaseModel):
 @per_environment
 def compose() -> Recorder[JobStateFact, JobStateResult]:
     return recorder(settings_for(RunEventSettings), record_job_state, JobStateResult, metrics=CloudWatchRunMetrics(),
-                    jobs=BatchJobsApi())
+                    jobs=BatchJobsApi(), terminator=BatchJobTerminator())
 
 
 def record_job_state(*, fact: JobStateFact) -> JobStateResult:

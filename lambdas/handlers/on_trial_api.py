@@ -213,11 +213,14 @@ def refused_before_parsing(event: JsonObject, max_body_bytes: int) -> JsonObject
     """A 413 for a body over the limit, a 415 for a body type other than JSON, a 400 for a body flagged base64 that
     does not decode to text: answered before the resolver parses and validates the body. Validation would otherwise
     parse form and multipart bodies into fields (this API takes JSON only), fail outright on a multipart type without
-    its boundary, and read a huge body before refusing it."""
+    its boundary, and read a huge body before refusing it. A request without a body is never refused for its
+    Content-Type: there is nothing of that type to parse (a GET whose client sends one by habit)."""
     size = len(_raw_body(event).encode())
     if size > max_body_bytes:
         return _answer(413, f"request body is {size} bytes; the limit is {max_body_bytes}", "",
                        f"send at most {max_body_bytes} bytes")
+    if not size:
+        return None
     media = _media_type(event)
     if _is_json(media):
         text = _text_body(event)

@@ -89,6 +89,12 @@ def count_limit_stop(limit: str, **context: str | None) -> None:
     metrics.add_metric(name=telemetry.TRIALS_STOPPED_AT_LIMIT, unit=MetricUnit.Count, value=1)
 
 
+def count_closed_trial_job(job_id: str, **context: str | None) -> None:
+    """A job of a closed (or stopping) trial that was queued or running, terminated: logged, and counted."""
+    logger.warning("job of a closed trial terminated", extra={"job_id": job_id, **context})
+    metrics.add_metric(name=telemetry.JOBS_OF_CLOSED_TRIALS, unit=MetricUnit.Count, value=1)
+
+
 def count_refused_credentials(reason: str, **context: str | None) -> None:
     logger.warning("job credentials refused", extra={"reason": reason, **context})
     metrics.add_metric(name=telemetry.JOB_CREDENTIALS_REFUSED, unit=MetricUnit.Count, value=1)
@@ -111,6 +117,9 @@ class PowertoolsTelemetry:
 
     def limit_stop(self, limit: str, **context: str | None) -> None:
         count_limit_stop(limit, **context)
+
+    def closed_trial_job(self, job_id: str, **context: str | None) -> None:
+        count_closed_trial_job(job_id, **context)
 
     def recorded(self, message: str, **context: str | int | bool | None) -> None:
         logger.info(message, extra=context)

@@ -14,7 +14,7 @@ from lambdas.runtime.idempotency import Fact, OncePerFact, Result, once_per_fact
 from lambdas.runtime.observability import PowertoolsTelemetry
 from lambdas.runtime.settings import RunEventSettings
 from lambdas.services.limit_guard import LimitGuard
-from lambdas.services.ports import BatchJobs, RunMetrics
+from lambdas.services.ports import BatchJobs, JobTerminator, RunMetrics
 from lambdas.services.run_events import RunEvents
 
 
@@ -29,9 +29,9 @@ class Recorder(Generic[Fact, Result]):
 
 def recorder(settings: RunEventSettings, side_effect: Callable[..., Result], result: type[Result], *,
              metrics: RunMetrics, jobs: BatchJobs | None = None, artifacts_bucket: str = "",
-             cache_bucket: str = "") -> Recorder[Fact, Result]:
+             cache_bucket: str = "", terminator: JobTerminator | None = None) -> Recorder[Fact, Result]:
     runs = settlement(settings, metrics=metrics, jobs=jobs)
     events = RunEvents(runs, LimitGuard(runs, StepFunctionsWorkflow(settings.STATE_MACHINE_ARN)),
                        DynamoCacheRegistry(settings.CACHE_REGISTRY_TABLE), PowertoolsTelemetry(),
-                       artifacts_bucket=artifacts_bucket, cache_bucket=cache_bucket)
+                       artifacts_bucket=artifacts_bucket, cache_bucket=cache_bucket, jobs=terminator)
     return Recorder(events, once_per_fact(side_effect, table=settings.IDEMPOTENCY_TABLE, result=result))

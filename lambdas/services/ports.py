@@ -53,8 +53,10 @@ class Trials(Protocol):
 
     def update(self, trial_id: str, **fields: JsonValue) -> None: ...
 
-    def transition(self, trial_id: str, statuses: tuple[str, ...], **fields: JsonValue) -> bool:
-        """Update only while the trial's status is one of ``statuses``; False (nothing written) otherwise."""
+    def transition(self, trial_id: str, statuses: tuple[str, ...], *, if_updated_at: str | None = None,
+                   **fields: JsonValue) -> bool:
+        """Update only while the trial's status is one of ``statuses`` (and, given ``if_updated_at``, while its
+        ``updated_at`` is still the one the caller read); False (nothing written) otherwise."""
         ...
 
     def tally(self, trial_id: str, *, set_fields: Mapping[str, JsonValue] | None = None,
@@ -91,8 +93,10 @@ class Trials(Protocol):
         """``transition`` and, in the same write, add ``release`` to the team's usage item."""
         ...
 
-    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal]) -> bool:
-        """Delete a trial that never started (status in ``statuses``, no execution) and release its booking."""
+    def withdraw(self, trial_id: str, statuses: tuple[str, ...], *, team: str, release: Mapping[str, Decimal],
+                 if_updated_at: str | None = None) -> bool:
+        """Delete a trial that never started (status in ``statuses``, no execution, and, given ``if_updated_at``,
+        unchanged since the caller read it) and release its booking."""
         ...
 
     def tally_once(self, trial_id: str, fact: str, add: Mapping[str, int], *, now_s: int) -> TrialRecord | None:

@@ -7,7 +7,10 @@ A Batch job state change (``on_job_state``) and an S3 object a job wrote (``on_o
 3. hold the limits: the run's projected spend and the trial's writes are checked (``LimitGuard``), and a trial
    over a limit is stopped through the cancel path;
 4. observe the compile cache: the attempts' reported hits and misses are counted in the registry, once each;
-5. count: outcomes, stops, cache outcomes, refused claims and rejected events go to the ``Telemetry`` port.
+5. end what must not run: a job of a trial that is closed or being stopped, seen queued or running for the first
+   time, is terminated (``JobTerminator``): it was first seen after the stop looked at the trial's jobs, so
+   nothing else would end it;
+6. count: outcomes, stops, cache outcomes, refused claims and rejected events go to the ``Telemetry`` port.
 
 An event about a trial or run the plane did not start, or a malformed object, is acknowledged and counted as
 rejected: it never becomes a fact. Each step is a fold or a conditional write, so a redelivered event changes
@@ -23,17 +26,20 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from lambdas.domain import ledger as ledger_facts
 from lambdas.domain.artifacts import RUN_OBJECT, ArtifactRejected
 from lambdas.domain.ledger import LedgerEntry
 from lambdas.domain.run_limits import LimitCrossed
+from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_TERMINAL
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import RefusedClaim, observe_run
 from lambdas.services.limit_guard import LimitGuard
-from lambdas.services.ports import CacheRegistry
+from lambdas.services.ports import CacheRegistry, JobTerminator
 from lambdas.services.run_settlement import ForeignEvent, RunSettlement
 
 if TYPE_CHECKING:
     from lambdas.domain.events import BatchJobStateChangeDetail
+    from lambdas.domain.trial_record import TrialRecord
 
 class Telemetry(Protocol):
     """Where the run events' counts go (CloudWatch metrics and logs in the functions)."""
@@ -47,6 +53,10 @@ class Telemetry(Protocol):
     def rejected_event(self, reason: str, **context: str | None) -> None: ...
 
     def limit_stop(self, limit: str, **context: str | None) -> None: ...
+
+    def closed_trial_job(self, job_id: str, **context: str | None) -> None:
+        """A job of a closed or stopping trial, found queued or running and terminated."""
+        ...
 
     def recorded(self, message: str, **context: str | int | bool | None) -> None:
         """A structured log line for a fact recorded."""
@@ -97,6 +107,7 @@ class RunEvents:
     telemetry: Telemetry
     artifacts_bucket: str = ""
     cache_bucket: str = ""
+    jobs: JobTerminator | None = None  # Batch, to end a job of a closed trial
 
     def on_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobStateResult:
         """Record a Batch job state change, settle the run, hold the trial's limits and observe its cache claims."""
@@ -104,6 +115,8 @@ class RunEvents:
             recorded = self.settlement.record_job_state(detail, at)
         except ForeignEvent as exc:
             self.telemetry.rejected_event(str(exc), job_id=detail.job_id, status=detail.status)
+            if exc.trial_id is not None:  # a job of a trial that never started (rejected, cancelled) must not run
+                self._end_job_of_closed_trial(detail, exc.trial_id, first_seen=True)
             return JobStateResult(status=detail.status, attempt=detail.attempt, ignored=str(exc))
         if recorded is None:
             return JobStateResult(status=detail.status, attempt=detail.attempt, ignored="not a dualtrack job")
@@ -111,6 +124,9 @@ class RunEvents:
         # The run's outcome is counted from the one read of its ledger, before settling: a settlement that fails
         # still leaves it counted (its retry adds no fact, so counts nothing).
         entries = self.settlement.entries(trial_id, run)
+        if recorded.added:
+            self._end_job_of_closed_trial(detail, trial_id, read=recorded.trial,
+                                          first_seen=_first_of_job(detail.job_id, entries, recorded.added))
         outcome = self.settlement.outcome(recorded, entries)
         self.telemetry.run_outcomes([outcome] if outcome else [])
         # Settle on every delivery, not only when facts were new: a retry after a crash between recording and
@@ -176,6 +192,28 @@ class RunEvents:
         self.telemetry.cache_outcomes(observed.counted)
         self.telemetry.refused_claims(observed.refused)
 
+    def _end_job_of_closed_trial(self, detail: BatchJobStateChangeDetail, trial_id: str, *, first_seen: bool,
+                                 read: TrialRecord | None = None) -> None:
+        """Terminate a queued or running job whose trial is closed or being stopped, when the ledger first sees the
+        job, on a fresh read of the trial (``read``, when this event's recording has just read it, as it does for
+        the first event of a run in an execution environment). A stop ends the jobs the ledger knows when it looks
+        (it waits for each to end), so only a job first seen after that can outlive the trial: it is ended here."""
+        if self.jobs is None or detail.status in BATCH_TERMINAL or not first_seen:
+            return
+        record = read or self.settlement.trials.get(trial_id)
+        if record is None or record.status not in (*TRIAL_TERMINAL, "STOPPING"):
+            return
+        self.jobs.terminate(detail.job_id, f"dualtrack: trial {trial_id} is {record.status}; nothing of it runs")
+        self.telemetry.closed_trial_job(detail.job_id, trial_id=trial_id, trial_status=record.status,
+                                        job_status=detail.status)
+
     def _stopped(self, stopped: LimitCrossed | None, **context: str) -> None:
         if stopped is not None:
             self.telemetry.limit_stop(stopped.limit, stopped_by=stopped.message, **context)
+
+
+def _first_of_job(job_id: str, entries: list[LedgerEntry], added: list[LedgerEntry]) -> bool:
+    """Whether the facts just ``added`` are the first the run's ledger holds of job ``job_id``."""
+    new = {entry.entry_key for entry in added}
+    earlier = [entry for entry in entries if entry.entry_key not in new]
+    return not any(fact.job_id == job_id for fact in ledger_facts.facts_of(earlier, ledger_facts.TransitionFact))

@@ -16,6 +16,7 @@ from lambdas.domain import ledger as L
 from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.prices import PriceTable
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, SCALING_RUN, is_run, runs_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 from lambdas.services.run_folds import RunFolds
@@ -30,7 +31,12 @@ NEVER_STARTED = ("PENDING_APPROVAL", "REJECTED")
 
 class ForeignEvent(ValueError):
     """An event about a trial or run the plane did not start (unknown trial, a run the trial does not have, a
-    trial that never started): acknowledged and dropped, never a ledger fact."""
+    trial that never started): acknowledged and dropped, never a ledger fact. ``trial_id`` names a trial of the
+    plane that never started (rejected or cancelled before its execution), whose job must not run."""
+
+    def __init__(self, message: str, trial_id: str | None = None) -> None:
+        super().__init__(message)
+        self.trial_id = trial_id
 
 
 @dataclass(frozen=True)
@@ -109,11 +115,12 @@ class RunSettlement(RunFolds):
         self.metrics, self.jobs = metrics, jobs
         self._started: set[tuple[str, str]] = set()
 
-    def check_started(self, trial_id: str, run: str) -> None:
+    def check_started(self, trial_id: str, run: str) -> TrialRecord | None:
         """Raise ForeignEvent unless ``run`` is a run of a trial the plane started. A run once confirmed is kept for
-        the life of the execution environment, so a trial's events cost one trials-table read per environment."""
+        the life of the execution environment, so a trial's events cost one trials-table read per environment.
+        Returns the record when this call read it (None when the run was already confirmed)."""
         if (trial_id, run) in self._started:
-            return
+            return None
         record = self._trials.get(trial_id) or self.trials.get(trial_id)
         if record is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
@@ -122,9 +129,10 @@ class RunSettlement(RunFolds):
             raise ForeignEvent(f"trial {trial_id} has no run {run!r} (its runs: {', '.join(sorted(runs))})")
         status = record.status
         if status in NEVER_STARTED or (status == "CANCELLED" and not record.started):
-            raise ForeignEvent(f"trial {trial_id} never started (status {status})")
+            raise ForeignEvent(f"trial {trial_id} never started (status {status})", trial_id=trial_id)
         self._trials[trial_id] = record
         self._started.add((trial_id, run))
+        return record
 
     def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
         """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job). Raises
@@ -132,9 +140,9 @@ class RunSettlement(RunFolds):
         identity = identify_job(detail.environment(), detail.tags, detail.job_name)
         if identity is None:
             return None
-        self.check_started(identity.trial_id, identity.run)
+        read = self.check_started(identity.trial_id, identity.run)
         instance_type = self.jobs.queue_instance_type(detail.job_queue) if self.jobs and detail.job_queue else None
-        return JobRecorded(identity, self.record(job_facts(identity, detail, at, instance_type)))
+        return JobRecorded(identity, self.record(job_facts(identity, detail, at, instance_type)), read)
 
     def reconcile_jobs(self, trial_id: str, job_ids: list[str]) -> list[str]:
         """Record each job's facts from DescribeJobs, so settling never waits on a late EventBridge event. Returns
@@ -263,3 +271,4 @@ class JobRecorded:
 
     identity: JobIdentity
     added: list[L.LedgerEntry]
+    trial: TrialRecord | None = None  # the trial as this call read it (None: this environment had read it before)

@@ -20,8 +20,9 @@ from lambdas.domain.report_render import render_html, render_markdown
 from lambdas.domain.run_summary import RunSummary, parse_summary
 from lambdas.domain.trial import TrialSpec
 from lambdas.domain.vocabulary import RUNS
+from lambdas.services.baseline_sources import baseline_refused
 from lambdas.services.frozen_specs import load_spec
-from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources
+from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources, Trials
 
 if TYPE_CHECKING:  # the report function builds reports from the spec; only the API passes a trial item
     from lambdas.domain.trial_record import TrialRecord
@@ -62,13 +63,20 @@ def gather(trial_id: str, artifacts: Objects, ledger: Ledger, runs: Sequence[str
     return evidence
 
 
-def read_baseline(spec: TrialSpec, sources: Sources | None) -> Baseline | str | None:
-    """The trial's GPU baseline, or why it could not be read (the report says so; it never fails on it)."""
+def read_baseline(spec: TrialSpec, sources: Sources | None, *, artifacts_root: str | None = None,
+                  trials: Trials | None = None) -> Baseline | str | None:
+    """The trial's GPU baseline, or why it could not be read (the report says so; it never fails on it). A baseline
+    in the artifacts bucket (``artifacts_root``) is read only from a trial of the trial's own team, as ``trials``
+    books it; the trial's team is its owner (the API books a trial to the team its owner names)."""
     uri = spec.baseline_logs_uri
     if uri is None:
         return None
     if sources is None:
         return "this function reads no baseline"
+    refused = (baseline_refused(spec, spec.owner, trials, artifacts_root=artifacts_root)
+               if artifacts_root is not None else None)
+    if refused is not None:
+        return f"not read: {refused}"
     try:
         return parse_baseline(sources.read(uri, MAX_BASELINE_BYTES), name=uri)
     except BaselineInvalid as exc:
@@ -106,14 +114,17 @@ class WrittenReport:
 
 def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Ledger, generated_at: str,
                  stopped_by: JsonObject | None = None, sources: Sources | None = None,
-                 registry: CacheRegistry | None = None, prices: PriceTable | None = None) -> WrittenReport:
+                 registry: CacheRegistry | None = None, prices: PriceTable | None = None,
+                 trials: Trials | None = None) -> WrittenReport:
     """Build the trial's report from its evidence and write it (JSON, Markdown, HTML) under its report/ prefix;
     ``stopped_by`` is the trial item's record of the limit the plane stopped it at; ``sources`` reads the trial's
-    GPU baseline; ``prices`` is the deployment's price table (overrides applied), whose bases the decision prices the
-    trial at."""
+    GPU baseline, and ``trials`` tells whose trial a baseline in the artifacts bucket belongs to (without it, none
+    there is read); ``prices`` is the deployment's price table (overrides applied), whose bases the decision prices
+    the trial at."""
     evidence = gather(trial_id, artifacts, ledger, run_names(spec))
+    baseline = read_baseline(spec, sources, artifacts_root=artifacts.uri(""), trials=trials)
     report = build_trial_report(spec, evidence.summaries, evidence.costs, evidence.entries, generated_at=generated_at,
-                                stopped_by=stopped_by, baseline=read_baseline(spec, sources),
+                                stopped_by=stopped_by, baseline=baseline,
                                 cache_entries=cache_entries_of(evidence.summaries, registry),
                                 unreadable=[UnreadableSummary.model_validate(u) for u in evidence.unreadable],
                                 prices=prices)
@@ -128,7 +139,7 @@ def write_report(trial_id: str, spec: TrialSpec, artifacts: Objects, ledger: Led
 
 def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger, generated_at: str,
                          sources: Sources | None = None, registry: CacheRegistry | None = None,
-                         prices: PriceTable | None = None) -> WrittenReport | None:
+                         prices: PriceTable | None = None, trials: Trials | None = None) -> WrittenReport | None:
     """The report of a trial the cancel path stopped after it started (a person, or a limit), whose workflow never
     reached its report step: written once every run that started has a settled cost. None for a trial that was not
     stopped after it started, while a run is still stopping, or when no job ever ran."""
@@ -145,4 +156,4 @@ def report_stopped_trial(record: TrialRecord, artifacts: Objects, ledger: Ledger
     spec = load_spec(artifacts, record.spec_uri)
     stopped_by = record.stopped_by.model_dump(mode="json") if record.stopped_by else None
     return write_report(trial_id, spec, artifacts, ledger, generated_at, stopped_by=stopped_by, sources=sources,
-                        registry=registry, prices=prices)
+                        registry=registry, prices=prices, trials=trials)

@@ -7,18 +7,39 @@ stopped and every job the ledger knows has ended does the trial become CANCELLED
 write. Until then each of these finishes it: the same cancel sent again, the next event of one of its runs (its
 jobs' FAILED events), and the reconciler that sweeps STOPPING trials on a schedule (and raises an alarm for a stop
 left pending).
+
+A trial that has no execution on record may still have one: a start whose answer was lost, or a start in flight
+when the stop was requested. The execution's name is the trial id, so a stop looks it up by name, records it and
+stops it; a stop requested while the trial was SUBMITTING stays pending until no start can still be in flight
+(``START_CUT_SHORT_S``), so an execution that starts late is still found and stopped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
 from lambdas.domain import ledger as L
 from lambdas.domain.json_types import JsonValue
 from lambdas.domain.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_ACTIVE, TRIAL_STOPPABLE, TRIAL_TERMINAL
-from lambdas.services.ports import JobTerminator, Ledger, Trials, Workflow
+from lambdas.services.ports import JobTerminator, Ledger, Started, Trials, Workflow
+
+# A start's own function ends before this (the API function's timeout is 29 s, the reconciler's 300 s): a trial
+# SUBMITTING for longer without an execution was cut short, and a start in flight when a stop was requested has
+# ended (started or not) this long after the request.
+START_CUT_SHORT_S = 300
+
+
+def age_s(stamp: object, now: datetime | str) -> float:
+    """Seconds from an ISO 8601 stamp to ``now``; an unreadable or missing stamp counts as old."""
+    try:
+        at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        when = now if isinstance(now, datetime) else datetime.fromisoformat(now.replace("Z", "+00:00"))
+        return (when - at).total_seconds()
+    except (TypeError, ValueError):
+        return float("inf")  # no readable time: treat it as old
 
 
 @dataclass(frozen=True)
@@ -39,12 +60,13 @@ def set_status(trials: Trials, trial_id: str, status: str, cause: str | None, no
                settled_usd: Decimal | None = None) -> StatusSet:
     """Record the status the workflow reached (and why), releasing the trial's booking with its settled cost. A
     cancelled trial stays cancelled: late workflow steps do not revive it. A trial whose stop was pending has
-    nothing left running once its workflow reaches its end: the stop is complete."""
+    nothing left running once its workflow reaches its end: the stop is complete. A rejected trial stays rejected
+    (an execution of it can only be one whose start landed after the rejection, which the stop path ends)."""
     current = trials.get(trial_id)
     if current is None:
         raise LookupError(f"unknown trial {trial_id!r}: submit it through POST /trials first")
-    if current.status == "CANCELLED" and status != "CANCELLED":
-        return StatusSet(trial_id, "CANCELLED", changed=False)
+    if current.status in ("CANCELLED", "REJECTED") and status != current.status:  # terminal means terminal
+        return StatusSet(trial_id, current.status, changed=False)
     if current.status == "STOPPING":
         done = trials.close(trial_id, ("STOPPING",), team=str(current.team), release=release_of(current),
                             status="CANCELLED", stopped_at=now, stop_pending=None, updated_at=now)
@@ -92,19 +114,51 @@ class Stopper:
 
 
 def request_stop(record: TrialRecord, stopper: Stopper, *, cause: str, now: str, **fields: JsonValue) -> StopState:
-    """Record a stop (STOPPING, with why and who) and try to finish it at once. A trial already STOPPING is
-    finished again: this is how a stop whose first attempt failed is retried. Of two racing stops one reason is
-    recorded."""
+    """Record a stop (STOPPING, with why, who and the status it was requested in) and try to finish it at once. A
+    trial already STOPPING is finished again: this is how a stop whose first attempt failed is retried. Of two
+    racing stops one reason is recorded."""
     trial_id = record.trial_id
-    requested = record.status in TRIAL_STOPPABLE and stopper.trials.transition(
-        trial_id, TRIAL_STOPPABLE, status="STOPPING", status_cause=cause, stop_requested_at=now, updated_at=now,
-        **fields)
-    current = stopper.trials.get(trial_id) or record
+    requested, current = False, record
+    for _ in range(3):  # the status read may move under the stop (an approval, a start): stop from the one read
+        if current.status not in TRIAL_STOPPABLE:
+            break
+        requested = stopper.trials.transition(
+            trial_id, (current.status,), status="STOPPING", status_cause=cause, stop_requested_at=now,
+            stop_requested_from=current.status, updated_at=now, if_updated_at=None, **fields)
+        if requested:
+            break
+        current = stopper.trials.get(trial_id) or current
+    current = stopper.trials.get(trial_id) or current
     if current.status != "STOPPING":
         return StopState(trial_id, current.status, changed=False)
     done = finish_stop(current, stopper, now=now)
     return StopState(trial_id, done.status, changed=requested or done.status == "CANCELLED",
                      execution_status=done.execution_status, pending=done.pending)
+
+
+def record_start(trials: Trials, workflow: Workflow, record: TrialRecord, started: Started,
+                 stamp: str) -> TrialRecord:
+    """Record the trial's execution once it started: SUBMITTING becomes SUBMITTED. A stop requested while the
+    execution was being started is finished here: the execution is recorded on the STOPPING trial and stopped (if
+    that stop fails, the trial stays STOPPING with its execution, which the reconciler or the cancel sent again
+    stops). Returns the record as it now stands."""
+    trial_id, arn = record.trial_id, started.execution_arn
+    if trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=arn, updated_at=stamp):
+        return record.model_copy(update={"execution_arn": arn, "status": "SUBMITTED"})
+    current = trials.get(trial_id)
+    if current is None or current.status in TRIAL_TERMINAL:  # withdrawn or closed: nothing of it may run
+        workflow.stop(arn, f"trial {trial_id} is {current.status if current else 'withdrawn'}: nothing of it runs")
+        return current or record
+    if current.started:
+        return current
+    if current.status == "STOPPING":
+        trials.transition(trial_id, ("STOPPING",), execution_arn=arn, updated_at=stamp)
+        current = current.model_copy(update={"execution_arn": arn})
+        try:
+            workflow.stop(arn, current.status_cause or "cancelled while submitting")
+        except Exception:  # recorded as STOPPING with its execution: the reconciler finishes the stop
+            return current
+    return current
 
 
 def live_jobs(ledger: Ledger, record: TrialRecord) -> dict[str, str]:
@@ -120,18 +174,18 @@ def live_jobs(ledger: Ledger, record: TrialRecord) -> dict[str, str]:
 
 
 def finish_stop(record: TrialRecord, stopper: Stopper, *, now: str) -> StopState:
-    """One attempt to finish the STOPPING trial ``record``: stop its execution, terminate its live jobs (when the
-    caller reaches Batch), and make it CANCELLED once nothing of it runs. Raises whatever the AWS calls raise: the
-    trial stays STOPPING, and the next attempt starts again from here."""
+    """One attempt to finish the STOPPING trial ``record``: stop its execution (looked up by name when the trial
+    has none on record), terminate its live jobs (when the caller reaches Batch), and make it CANCELLED once nothing
+    of it runs. Raises whatever the AWS calls raise: the trial stays STOPPING, and the next attempt starts again
+    from here."""
     trial_id, cause = record.trial_id, record.status_cause or "stopped"
     pending: list[str] = []
-    execution: str | None = None
-    arn = record.execution_arn
-    if arn:
-        stopper.workflow.stop(arn, cause)
-        execution = stopper.workflow.status(arn)
-        if execution == "RUNNING":
-            pending.append(f"execution {arn} is still RUNNING")
+    record, execution = _stop_execution(record, stopper, cause, now)
+    if execution == "RUNNING":
+        pending.append(f"execution {record.execution_arn} is still RUNNING")
+    elif execution is None and _start_in_flight(record, now):
+        pending.append(f"its execution may still be starting (a stop requested while it was submitted waits "
+                       f"{START_CUT_SHORT_S} s for the start to end)")
     for job_id, run in sorted(live_jobs(stopper.ledger, record).items()):
         if stopper.jobs is not None:
             described = stopper.jobs.describe(job_id)
@@ -146,3 +200,25 @@ def finish_stop(record: TrialRecord, stopper: Stopper, *, now: str) -> StopState
                                   status="CANCELLED", stopped_at=now, stop_pending=None, updated_at=now)
     current = stopper.trials.get(trial_id) or record
     return StopState(trial_id, current.status, changed=closed, execution_status=execution)
+
+
+def _stop_execution(record: TrialRecord, stopper: Stopper, cause: str, now: str) -> tuple[TrialRecord, str | None]:
+    """Stop the trial's execution; its status after (None: there is none). An execution the trial has no record of
+    (a start whose answer was lost, or one that landed during the stop) is found by its name, the trial id, and
+    recorded on the trial first, so its end is booked as a started trial's."""
+    arn = record.execution_arn
+    if arn is None:
+        found = stopper.workflow.execution_arn(record.trial_id)
+        if stopper.workflow.status(found) is None:
+            return record, None
+        stopper.trials.transition(record.trial_id, ("STOPPING",), execution_arn=found, updated_at=now)
+        record, arn = record.model_copy(update={"execution_arn": found}), found
+    stopper.workflow.stop(arn, cause)
+    return record, stopper.workflow.status(arn)
+
+
+def _start_in_flight(record: TrialRecord, now: str) -> bool:
+    """Whether a start of the trial's execution may still be under way: the stop was requested while the trial was
+    SUBMITTING, less than ``START_CUT_SHORT_S`` ago."""
+    return (record.stop_requested_from == "SUBMITTING"
+            and age_s(record.stop_requested_at or record.updated_at, now) < START_CUT_SHORT_S)

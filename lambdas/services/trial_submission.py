@@ -23,6 +23,7 @@ from typing import Any
 
 from lambdas.domain import ledger as L
 from lambdas.domain.booking import Booking, UsageCounts, month_attribute, room
+from lambdas.domain.budget import budget_problem
 from lambdas.domain.compile_cache import compare_components, key_components
 from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.governance import (
@@ -62,10 +63,17 @@ from lambdas.domain.vocabulary import (
     track_of,
 )
 from lambdas.services.ports import Ledger, Objects, RunMetrics, Started, Trials, Workflow
-from lambdas.services.reconciliation import START_CUT_SHORT_S, age_s
 from lambdas.services.run_folds import RunFolds
 from lambdas.services.run_progress import run_progress
-from lambdas.services.trial_status import Stopper, StopState, finish_stop, request_stop
+from lambdas.services.trial_status import (
+    START_CUT_SHORT_S,
+    Stopper,
+    StopState,
+    age_s,
+    finish_stop,
+    record_start,
+    request_stop,
+)
 
 
 class SubmissionRefused(Exception):
@@ -247,45 +255,11 @@ def preflight(spec: TrialSpec, prices: PriceTable, region: str,
         worst = worst_case_usd(spec, prices, region, attempts, compile_hours)
     except PriceMissing as exc:
         raise SubmissionRefused("price", {"errors": [{"path": "tracks", "message": str(exc)}]}) from None
-    limits = spec.limits
-    if limits and limits.max_usd is not None:
-        if not worst:
-            raise SubmissionRefused(
-                "limits",
-                {
-                    "errors": [
-                        {
-                            "path": "limits.max_hours",
-                            "message": "required when limits.max_usd is set, so the worst case "
-                            "(price x nodes x max_hours) can be checked",
-                        }
-                    ]
-                },
-            )
-        if worst["total"] > Decimal(str(limits.max_usd)):
-            raise SubmissionRefused(
-                "limits",
-                {
-                    "errors": [
-                        {
-                            "path": "limits.max_usd",
-                            "message": f"worst case {worst['total']:.2f} USD (price x nodes x max_hours x {attempts} "
-                            f"attempt(s) per run, {_priced_runs(spec, worst)} included) exceeds "
-                            f"limits.max_usd {limits.max_usd}; raise max_usd, lower max_hours, or use fewer nodes"
-                            f"{' or fewer scaling runs' if spec.scaling_runs() else ''}",
-                        }
-                    ],
-                    "worst_case_usd": {k: str(v) for k, v in worst.items()},
-                },
-            )
+    over = budget_problem(spec, worst, attempts)
+    if over is not None:
+        raise SubmissionRefused("limits", {"errors": [{"path": over.path, "message": over.message}], **(
+            {"worst_case_usd": {k: str(v) for k, v in worst.items()}} if worst else {})})
     return result, {k: str(v.quantize(Decimal("0.01"))) for k, v in worst.items()}
-
-
-def _priced_runs(spec: TrialSpec, worst: Mapping[str, Decimal]) -> str:
-    """The runs beside the main runs that the worst case counts, for its message."""
-    extra = ["fallback", *(["warm-up compile stage"] if COMPILE_RUN in worst else []),
-             *([f"scaling runs {', '.join(spec.scaling_runs())}"] if spec.scaling_runs() else [])]
-    return ", ".join(extra[:-1]) + (" and " if len(extra) > 1 else "") + extra[-1]
 
 
 @dataclass(frozen=True)
@@ -371,8 +345,9 @@ def booking_for(team: str, now: datetime, worst_total: Decimal | None, queues: M
 
 def seed_usage(trials: Trials, team: str, now: datetime) -> None:
     """The team's usage item, made once from its trials when the team has none (trials stored before bookings): its
-    active trials' places and jobs, and the worst case of every trial booked this month that started or may start.
-    Each active trial is given the booking counted for it, so its end releases exactly that."""
+    active trials' places and jobs, and the dollars of every trial booked this month that started or may start, as
+    ``Quotas.usd_per_month`` counts them: a settled trial at its settled cost, any other at its worst case. Each
+    active trial is given the booking counted for it, so its end releases exactly that."""
     if trials.usage(team) is not None:
         return
     month = _month(now)
@@ -387,7 +362,8 @@ def seed_usage(trials: Trials, team: str, now: datetime) -> None:
         worst = Decimal(record.worst_case_usd.get("total") or 0)
         booked_month = _month(record.created_at or "")
         if booked_month == month and not never_started:
-            add(month_attribute(month), worst)
+            settled = record.status in TRIAL_TERMINAL and record.total_usd is not None
+            add(month_attribute(month), Decimal(str(record.total_usd)) if settled else worst)
         if record.status in TRIAL_ACTIVE:
             booking = booking_for(team, now, worst, record.queues)
             booking = booking.model_copy(update={"month": booked_month if len(booked_month) == 7 else month,
@@ -423,18 +399,27 @@ def attempts_allowed(stage_attempts: int, quotas: Quotas) -> int:
     return max(1, min(stage_attempts, quotas.failed_retries_per_run + 1))
 
 
-def _existing(plane: Plane, caller: Caller, record: TrialRecord) -> Submitted:
+def _existing(plane: Plane, caller: Caller, record: TrialRecord, now: datetime) -> Submitted | None:
     """A submission that finds its trial stored: the same answer as the first time (no second execution), a
     conflict for a terminal rejection or cancellation, and the start finished for a trial whose first submission
-    stored it but never saw its execution start."""
+    stored it but never saw its execution start. None when the trial was withdrawn while this looked at it: the
+    submission is then admitted as a new one."""
     if not caller.sees(record.team):
         raise TrialNotFound(record.trial_id)  # another team's trial: never say it exists
     if record.status in ("REJECTED", "CANCELLED", "STOPPING"):
         raise TrialClosed(record.trial_id, record.status, record.status_cause)
-    now = datetime.now(UTC)
     if (record.status == "SUBMITTING" and not record.started and record.execution_input
             and age_s(record.updated_at, now) >= START_CUT_SHORT_S):
-        return Submitted(_start(plane, record, _iso(now)), created=False)
+        # Claim the start on the state read, so the reconciler cannot withdraw the trial under this start (its
+        # withdrawal is conditional on the same read): of the two, one wins.
+        stamp = _iso(now)
+        if plane.trials.transition(record.trial_id, ("SUBMITTING",), if_updated_at=record.updated_at,
+                                   updated_at=stamp):
+            return Submitted(_start(plane, record.model_copy(update={"updated_at": stamp}), stamp), created=False)
+        current = plane.trials.get(record.trial_id)
+        if current is None:
+            return None  # withdrawn meanwhile: this submission is a new one
+        return _existing(plane, caller, current, now)
     # Recent: the submission that stored it is starting it now; this one answers without a second start.
     return Submitted(_view(record, already_submitted=True), created=False)
 
@@ -477,8 +462,9 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
     triage_result, worst = admission.triage, admission.worst_case_usd
     trial_id = spec.trial_id
     existing = plane.trials.get(trial_id)
-    if existing is not None:
-        return _existing(plane, caller, existing)
+    answered = _existing(plane, caller, existing, now) if existing is not None else None
+    if answered is not None:
+        return answered
     worst_total = Decimal(worst["total"]) if "total" in worst else None
     queues = {RUN_OF_TARGET.get(target, target): job.queue for target, job in jobs.items()}
     booking = booking_for(team, now, worst_total, queues)
@@ -529,7 +515,11 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
     for _ in range(3):  # the room read above may be taken by an interleaved submission: read it again
         admitted = plane.trials.admit(record, booking.additions(), room(quotas, booking))
         if admitted == "exists":  # an interleaved submission of the same trial stored it first
-            return _existing(plane, caller, plane.trials.get(trial_id) or record)
+            found = plane.trials.get(trial_id)
+            answered = _existing(plane, caller, found, now) if found is not None else None
+            if answered is not None:
+                return answered
+            continue  # withdrawn since: admit this one
         if admitted == "created":
             break
         _check_quotas(quotas, spec, booking, worst_total, quota_state(plane.trials, team, now), now)
@@ -545,7 +535,8 @@ def submit(spec: TrialSpec, *, caller: Caller, stage: Stage, plane: Plane, now: 
         # Leave nothing half-submitted; the same body can simply be sent again. A start whose answer was lost may
         # still have made the execution: then it is recorded, never orphaned (its events need the trial item).
         if plane.workflow.status(plane.workflow.execution_arn(trial_id)) is None:
-            plane.trials.withdraw(trial_id, ("SUBMITTING",), team=team, release=booking.release(started=False))
+            plane.trials.withdraw(trial_id, ("SUBMITTING",), team=team, release=booking.release(started=False),
+                                  if_updated_at=stamp)
             raise
         started = Started(plane.workflow.execution_arn(trial_id), already_submitted=False)
     return Submitted(_started(plane, record, started, stamp), created=not started.already_submitted)
@@ -572,20 +563,10 @@ def _start(plane: Plane, record: TrialRecord, stamp: str) -> JsonObject:
 
 
 def _started(plane: Plane, record: TrialRecord, started: Started, stamp: str) -> JsonObject:
-    """Move the trial from SUBMITTING to SUBMITTED with its execution. A cancel that landed while the execution
-    was being started found no execution to stop: the execution is recorded on the trial and stopped here, so a
-    cancelled trial never runs."""
-    trial_id = record.trial_id
-    if plane.trials.transition(trial_id, ("SUBMITTING",), status="SUBMITTED", execution_arn=started.execution_arn,
-                               updated_at=stamp):
-        moved = record.model_copy(update={"execution_arn": started.execution_arn, "status": "SUBMITTED"})
-        return _view(moved, already_submitted=started.already_submitted)
-    current = plane.trials.get(trial_id) or record
-    if current.status in ("STOPPING", "CANCELLED") and not current.started:
-        plane.trials.update(trial_id, execution_arn=started.execution_arn, updated_at=stamp)
-        current = current.model_copy(update={"execution_arn": started.execution_arn})
-        plane.workflow.stop(started.execution_arn, current.status_cause or "cancelled while submitting")
-    return _view(plane.trials.get(trial_id) or current)
+    """Move the trial from SUBMITTING to SUBMITTED with its execution; a stop requested meanwhile is finished by
+    ``record_start`` (the execution is recorded on the STOPPING trial and stopped)."""
+    current = record_start(plane.trials, plane.workflow, record, started, stamp)
+    return _view(current, already_submitted=started.already_submitted and current.status == "SUBMITTED")
 
 
 def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane: Plane,
@@ -620,6 +601,9 @@ def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane:
         moved = plane.trials.transition(trial_id, ("PENDING_APPROVAL",), status="SUBMITTING",
                                         approval=stored_decision, updated_at=stamp)
     else:
+        late = _late_start(plane, record, stored_decision, comment, stamp)
+        if late is not None:
+            return late
         release = record.booking.release(started=False) if record.booking is not None else {}
         moved = plane.trials.close(trial_id, ("PENDING_APPROVAL",), team=str(record.team), release=release,
                                    status="REJECTED", approval=stored_decision, updated_at=stamp,
@@ -632,12 +616,46 @@ def decide(trial_id: str, *, approve: bool, comment: str, caller: Caller, plane:
         return _view(record)
     try:
         return _start(plane, record, stamp)
-    except Exception:
-        # Back to pending, so the trial neither holds a place forever nor refuses the approval sent again.
-        plane.trials.transition(trial_id, ("SUBMITTING",), status="PENDING_APPROVAL",
-                                approval=pending.model_dump(mode="json", exclude_none=True),
-                                updated_at=stamp)
-        raise
+    except Exception as exc:
+        return _start_failed(plane, record, pending, stamp, exc)
+
+
+def _late_start(plane: Plane, record: TrialRecord, decision: JsonObject, comment: str,
+                stamp: str) -> JsonObject | None:
+    """A rejection of a trial whose earlier approval's start landed after all (its answer was lost and the look-up
+    found nothing yet): the execution runs, so the trial is not closed as never started. It is stopped instead,
+    recorded STOPPING with the execution, and the stop finished as any other (the reconciler terminates its jobs).
+    None when no execution of the trial exists."""
+    arn = plane.workflow.execution_arn(record.trial_id)
+    if plane.workflow.status(arn) is None:
+        return None
+    cause = f"rejected: {comment}"
+    if not plane.trials.transition(record.trial_id, ("PENDING_APPROVAL",), status="STOPPING", execution_arn=arn,
+                                   approval=decision, status_cause=cause, stop_requested_at=stamp,
+                                   stop_requested_from="PENDING_APPROVAL", updated_at=stamp):
+        current = plane.trials.get(record.trial_id)
+        raise DecisionConflict(record.trial_id, current.status if current else None)
+    plane.workflow.stop(arn, cause)
+    return _view(plane.trials.get(record.trial_id) or record)
+
+
+def _start_failed(plane: Plane, record: TrialRecord, pending: Approval, stamp: str, error: Exception) -> JsonObject:
+    """An approval's StartExecution raised. Its answer may have been lost after the execution was made: the
+    execution is looked up by its name (the trial id) and, if it exists, recorded as the start. Only a start that
+    made nothing puts the trial back to PENDING_APPROVAL (the approval can be sent again); one that cannot be told
+    leaves it SUBMITTING and approved, which approving again or the reconciler finishes. Re-raises otherwise."""
+    trial_id = record.trial_id
+    arn = plane.workflow.execution_arn(trial_id)
+    try:
+        found = plane.workflow.status(arn)
+    except Exception:  # unknown: left SUBMITTING and approved for the approval sent again or the reconciler
+        raise error from None
+    if found is not None:
+        return _started(plane, record, Started(arn, already_submitted=False), stamp)
+    # Back to pending, so the trial neither holds a place forever nor refuses the approval sent again.
+    plane.trials.transition(trial_id, ("SUBMITTING",), status="PENDING_APPROVAL",
+                            approval=pending.model_dump(mode="json", exclude_none=True), updated_at=stamp)
+    raise error
 
 
 # What the API shows of a trial record (GET /trials/{id}, a submission's answer, a listing's rows).

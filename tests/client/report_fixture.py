@@ -1,5 +1,6 @@
 """A trial report built by the real domain code (report model, cost model, ledger entries) from test inputs:
-a GPU run and a Trainium2 run whose first attempt stops at the planned fault and resumes from a checkpoint."""
+a GPU run and a Trainium2 run whose first attempt stops at the planned fault and resumes from a checkpoint, on the
+tracks' devices or, for a rehearsal, on the stand-ins."""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> Any:
             **extra})
 
 
-def build_report() -> TrialReport:
+def build_report(stand_in: bool = False) -> TrialReport:
+    """The report; ``stand_in``: both runs on the rehearsal's stand-ins (cpu for the GPU, compiled for Trainium2),
+    with the same figures, which on the tracks' devices make Trainium2 the cheaper track."""
     from lambdas.domain.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
     from lambdas.domain.ledger import transition_entry
     from lambdas.domain.prices import load_price_table
@@ -55,12 +58,14 @@ def build_report() -> TrialReport:
     from lambdas.domain.trial import parse_trial
 
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    on = {run: {"backend": backend, "stand_in": True} if stand_in else {}
+          for run, backend in (("gpu", "cpu"), ("trn2", "compiled"))}
     summaries = {
-        "gpu": [_summary("gpu", 1, 0, 1000)],
-        "trn2": [_summary("trn2", 1, 0, 300, fault={"injected_at_step": 300, "mode": "retryable"}),
+        "gpu": [_summary("gpu", 1, 0, 1000, **on["gpu"])],
+        "trn2": [_summary("trn2", 1, 0, 300, fault={"injected_at_step": 300, "mode": "retryable"}, **on["trn2"]),
                  _summary("trn2", 2, 200, 1000, resumed_from_step=200, rerun_steps=100,
                           continuity={"global_step_continuous": True, "loss_continuous": True,
-                                      "max_rel_delta": 0.002})],
+                                      "max_rel_delta": 0.002}, **on["trn2"])],
     }
     prices = load_price_table()
     usage = {

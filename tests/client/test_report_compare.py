@@ -4,13 +4,18 @@ or one HTML file (every value escaped), from local reports (no endpoint)."""
 from __future__ import annotations
 
 import json
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lambdas.domain.report_render import render_html, render_markdown
 from tests.client.report_fixture import build_report
+
+# What a verdict on cost says: no rendering of a rehearsal on stand-ins may say it.
+VERDICT_WORDS = re.compile(r"cheaper|pays? back", re.IGNORECASE)
 
 
 class Tables(HTMLParser):
@@ -56,7 +61,8 @@ def runs(report: dict[str, Any], tmp_path: Path) -> tuple[Path, Path]:
 
 
 def table_rows(markdown: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in markdown.splitlines()
+    """Each table row's cells, split where Markdown splits them: at every pipe not escaped by a backslash."""
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])] for line in markdown.splitlines()
             if line.startswith("| ")]
 
 
@@ -135,3 +141,62 @@ def test_open_writes_the_html_comparison_and_shows_it(cli: Any, runs: tuple[Path
     assert code == 0 and answer["format"] == "html" and answer["opened"] is True
     assert opened == [Path(answer["written"]).as_uri()] and Path(answer["written"]).parent == tmp_path
     assert len(answer["compared"]) == 2
+
+
+def test_a_rehearsal_on_stand_ins_says_cheaper_or_pays_back_in_no_rendering(cli: Any, tmp_path: Path) -> None:
+    """Figures that make Trainium2 pay back on the tracks' devices, measured on stand-ins, give a rehearsal: its
+    report.json, Markdown and HTML and --compare's Markdown, JSON and HTML say "cheaper", "not cheaper" or "pays
+    back" nowhere, and --compare shows the rehearsal's outcome where a verdict would be, never a verdict row."""
+    assert build_report().comparison.verdict == "trn2_viable_pays_back"  # the same figures on the devices
+    report = build_report(stand_in=True)
+    assert report.stand_in and report.comparison.rehearsal == "passed"
+    where = tmp_path / "20261120T101500Z-pilot"
+    where.mkdir()
+    (where / "report.json").write_text(report.model_dump_json())
+    said = {"report.json": report.model_dump_json(), "markdown": render_markdown(report),
+            "html": render_html(report)}
+    for fmt in ("md", "json", "html"):
+        code, out, err = cli("report", str(where), "--compare", str(where / "report.json"), "--format", fmt)
+        assert code == 0, err
+        said[f"compare {fmt}"] = out
+    assert {name: VERDICT_WORDS.findall(text) for name, text in said.items()} == {name: [] for name in said}
+    rows = {cells[0]: cells[1:] for cells in table_rows(said["compare md"])}
+    assert "verdict" not in rows and rows["rehearsal"] == ["passed", "passed"]
+    compared = json.loads(said["compare json"])["compared"]
+    assert [(c.get("verdict"), c["rehearsal"]) for c in compared] == [(None, "passed"), (None, "passed")]
+    tables = Tables()
+    tables.feed(said["compare html"])
+    labels = [cells[0] for _, cells in tables.rows]
+    assert "verdict" not in labels and "rehearsal" in labels
+
+
+def test_a_rehearsal_beside_a_trial_on_the_devices_keeps_its_outcome_out_of_the_verdict_row(
+        cli: Any, runs: tuple[Path, Path], report: dict[str, Any], tmp_path: Path) -> None:
+    """Side by side, the trial on the devices has its verdict and the rehearsal its outcome, each in its own row:
+    the rehearsal's verdict cell is empty."""
+    rehearsal = tmp_path / "20261122T090000Z-pilot"
+    rehearsal.mkdir()
+    (rehearsal / "report.json").write_text(build_report(stand_in=True).model_dump_json())
+    code, out, err = cli("report", str(runs[0]), "--compare", str(rehearsal))
+    assert code == 0, err
+    rows = {cells[0]: cells[1:] for cells in table_rows(out)}
+    assert rows["verdict"] == [report["comparison"]["verdict"], "-"]
+    assert rows["rehearsal"] == ["-", "passed"]
+
+
+def test_a_pipe_or_a_line_break_in_what_a_report_says_adds_no_row_or_column(cli: Any, runs: tuple[Path, Path]
+                                                                           ) -> None:
+    """Text read from a report (a check's name, a headline) with a pipe and a line break stays in its cell and on
+    its line: the Markdown table keeps its rows and columns and no fake row appears."""
+    code, plain, _ = cli("report", str(runs[0]), "--compare", str(runs[1]))
+    for run in runs:  # the same check in both, so it stays one row
+        doc = json.loads((run / "report.json").read_text())
+        doc["comparison"]["headline"] = "it ran\n| fake | row | here |"
+        doc["acceptance"][0]["check"] = "loss | keeps\nfalling"
+        (run / "report.json").write_text(json.dumps(doc))
+    code, out, err = cli("report", str(runs[0]), "--compare", str(runs[1]))
+    assert code == 0, err
+    before, after = table_rows(plain), table_rows(out)
+    assert len(after) == len(before) and {len(cells) for cells in after} == {3}
+    assert "check: loss \\| keeps falling" in {cells[0] for cells in after}
+    assert not any(cells[0] == "fake" for cells in after)

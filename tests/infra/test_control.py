@@ -153,6 +153,26 @@ def test_pending_stops_are_swept_on_a_schedule_and_alarm_when_overdue(control: d
     assert alarm["Threshold"] == 1 and alarm["AlarmActions"]
 
 
+def test_only_the_reconciler_and_the_run_events_function_may_terminate_jobs(control: dict[str, Any]) -> None:
+    """TerminateJob takes the job ARN as its resource ("Actions defined by AWS Batch", Service Authorization
+    Reference, https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsbatch.html): the
+    reconciler ends a stopped trial's jobs still running, and the run-events function ends a job first seen after
+    its trial closed. No other function may."""
+    functions = _functions(control)
+    roles = {name: fn["Role"]["Fn::GetAtt"][0] for name, (_, fn) in functions.items()}
+    allowed: dict[str, list[Any]] = {}
+    for policy in resources(control, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            found = statement["Action"]
+            if "batch:TerminateJob" in ([found] if isinstance(found, str) else found):
+                for role in policy["Properties"].get("Roles", []):
+                    allowed.setdefault(role.get("Ref", ""), []).append(statement["Resource"])
+    terminating = sorted(name for name, role in roles.items() if role in allowed)
+    assert terminating == ["on_batch_job_state", "reconcile_trials"]
+    for name in terminating:
+        assert ":job/*" in json.dumps(allowed[roles[name]])
+
+
 def test_compile_cache_garbage_collection_runs_on_a_schedule_with_delete_rights(control: dict[str, Any]) -> None:
     (rule,) = [r for r in props(control, "AWS::Events::Rule") if "Input" in r["Targets"][0]]
     assert rule["ScheduleExpression"] == "cron(0 5 * * ? *)"

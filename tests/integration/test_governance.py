@@ -214,3 +214,23 @@ def test_a_forged_page_token_is_a_400_never_another_teams_page(aws: dict[str, An
     assert call("GET", "/trials", query={"next_token": admin_page["next_token"]}, who=ADMIN)[0] == 200
     status, body, _ = call("GET", "/trials", query={"next_token": admin_page["next_token"]})
     assert status == 400  # a scan's key is not a team page's
+
+
+def test_a_baseline_in_another_teams_trial_is_refused_at_submission(aws: dict[str, Any],
+                                                                    example: dict[str, Any]) -> None:
+    """A baseline_logs_uri under the artifacts bucket's trials/ is accepted only for a trial of the submitting
+    team: team-vision naming team-nlp's trial is refused (422, path baseline_logs_uri, the allowed locations named,
+    nothing stored); team-nlp naming its own trial is accepted."""
+    status, nlp, _ = call("POST", "/trials", example)
+    assert status == 201
+    uri = f"s3://artifacts/trials/{nlp['trial_id']}/gpu/attempt-1/metrics.jsonl"
+    vision_trial = dict(example, name="vision-pilot", owner="team-vision", baseline_logs_uri=uri)
+    status, body, _ = call("POST", "/trials", vision_trial, who=VISION)
+    assert status == 422, body
+    assert [e["path"] for e in body["errors"]] == ["baseline_logs_uri"]
+    message = body["errors"][0]["message"]
+    assert f"trial {nlp['trial_id']} is not a trial of team team-vision" in message
+    assert "s3://artifacts/trials/<trial_id>/" in message and "team-nlp" not in message
+    assert aws["ddb"].scan(TableName="trials")["Count"] == 1 and executions(aws) == 1
+    status, own, _ = call("POST", "/trials", dict(example, name="nlp-second", baseline_logs_uri=uri))
+    assert status == 201, own

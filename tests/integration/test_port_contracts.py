@@ -144,6 +144,31 @@ def test_admission_books_the_trial_in_one_transaction_conditional_on_the_quotas_
     assert trials.seed_usage("nlp", {"active": Decimal(5)}, {}) is False  # the item exists: never seeded over
 
 
+def test_a_transition_or_withdrawal_guarded_by_the_updated_at_read_fails_once_the_trial_moved(flavour: str) -> None:
+    """A condition on an attribute's value (``updated_at = :read``) makes a write that raced a newer one fail as a
+    whole: UpdateItem and a transaction's Delete are written only if their ``ConditionExpression`` holds (DynamoDB
+    developer guide, "Condition expressions",
+    https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Expressions.ConditionExpressions.html). The
+    reconciler withdraws only the trial it read; a resubmission claims the start with the same guard."""
+    trials: Trials = _aws("trials")() if flavour == "aws" else fakes.InMemoryTrials()
+    booked = {"active": Decimal(1), "usd#2026-12": Decimal("10")}
+    release = {name: -value for name, value in booked.items()}
+    read = {"trial_id": "t-1", "team": "nlp", "status": "SUBMITTING", "updated_at": "2026-12-04T12:00:00Z"}
+    assert trials.admit(TrialRecord.from_item(read), booked, {}) == "created"
+    claimed = trials.transition("t-1", ("SUBMITTING",), if_updated_at="2026-12-04T12:00:00Z",
+                                updated_at="2026-12-04T12:06:00Z")
+    assert claimed is True  # the resubmission claimed the start
+    assert trials.transition("t-1", ("SUBMITTING",), if_updated_at="2026-12-04T12:00:00Z",
+                             updated_at="2026-12-04T12:07:00Z") is False  # a second claim of the same read
+    assert trials.withdraw("t-1", ("SUBMITTING",), team="nlp", release=release,
+                           if_updated_at="2026-12-04T12:00:00Z") is False  # the reconciler's stale read
+    assert getattr(trials.get("t-1"), "updated_at", None) == "2026-12-04T12:06:00Z"
+    assert (trials.usage("nlp") or {})["active"] == 1  # nothing released
+    assert trials.withdraw("t-1", ("SUBMITTING",), team="nlp", release=release,
+                           if_updated_at="2026-12-04T12:06:00Z") is True
+    assert trials.get("t-1") is None and (trials.usage("nlp") or {})["active"] == 0
+
+
 def test_a_write_is_counted_once_however_often_its_event_is_delivered(flavour: str) -> None:
     """The counted-write marker and the counters are one transaction: a redelivered event's marker put fails its
     ``attribute_not_exists`` condition, which cancels the counter update too (developer guide, "Amazon DynamoDB

@@ -123,6 +123,29 @@ def test_a_body_in_any_type_but_json_is_refused_before_parsing(aws: dict[str, An
     assert aws["ddb"].scan(TableName="trials")["Count"] == 0
 
 
+@pytest.mark.parametrize("body", [b"", None])
+def test_a_request_without_a_body_is_never_refused_for_its_content_type(aws: dict[str, Any], example: dict[str, Any],
+                                                                        body: bytes | None) -> None:
+    """415 is for a body that is not JSON: a GET, or a POST with no body (API Gateway passes ``body`` null, or an
+    empty string), is answered as its route answers whatever Content-Type the client sent."""
+    from lambdas.handlers.on_trial_api import handler
+
+    def call(method: str, path: str) -> tuple[int, dict[str, Any]]:
+        event = proxy_event(method, path, "", {"Content-Type": "text/plain"}, b"")
+        event["body"] = None if body is None else body.decode()
+        response = obj(handler(event, Context()))
+        return response["statusCode"], json.loads(response["body"])
+
+    status, listed = call("GET", "/trials")
+    assert status == 200 and listed["trials"] == [], listed
+    status, missing = call("GET", "/trials/no-such-trial-0123456789")
+    assert status == 404 and "no trial" in missing["message"], missing
+    event = proxy_event("POST", "/trials", "", {"Content-Type": "application/json"}, json.dumps(example).encode())
+    trial_id = json.loads(obj(handler(event, Context()))["body"])["trial_id"]
+    status, cancelled = call("POST", f"/trials/{trial_id}/cancel")  # its body is optional
+    assert status == 200 and cancelled["status"] in ("CANCELLED", "STOPPING"), cancelled
+
+
 def test_a_trial_id_no_route_accepts_is_404_not_405(aws: dict[str, Any]) -> None:
     response = _get("/trials/\u0084")  # as a client sends it decoded: no route pattern matches
     assert response["statusCode"] == 404 and "GET /trials" in json.loads(response["body"])["message"]

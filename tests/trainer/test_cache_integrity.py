@@ -80,6 +80,23 @@ def test_an_entry_that_disagrees_with_its_marker_is_not_used_and_is_rebuilt_whol
     assert not again.torn and again.outcome(None) == "hit"
 
 
+@pytest.mark.parametrize("bad", ["\x1b", "\x7f", "\x85", "\x9b"])
+def test_an_entry_listing_a_name_with_a_control_character_is_not_served(tmp_path: Path, bad: str) -> None:
+    """A marker listing a name that carries a C0, DEL or C1 control character (U+0085, a line break to some
+    readers; U+009B, a terminal's escape) is refused whole, like a name that leaves the entry: nothing of it reaches
+    the compiler, and the entry is compiled again."""
+    url = str(tmp_path / "entry")
+    _published(url)
+    name = f"graphs/step{bad}.neff"
+    (tmp_path / "entry" / name).write_bytes(b"e" * 10)
+    marker = json.loads((tmp_path / "entry" / MARKER).read_text())
+    marker["files"][name] = {"bytes": 10, "sha256": hashlib.sha256(b"e" * 10).hexdigest()}
+    (tmp_path / "entry" / MARKER).write_text(json.dumps(marker))
+    cache = _fresh(url)
+    assert cache.torn and "control character" in str(cache.problem)
+    assert cache.directory is not None and not any(p.is_file() for p in cache.directory.rglob("*"))
+
+
 def test_the_same_rules_hold_for_an_s3_entry() -> None:
     with mock_aws():
         storage.reset_clients()

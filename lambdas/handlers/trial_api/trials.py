@@ -24,6 +24,7 @@ from lambdas.handlers.trial_api.models import (
     TrialSummary,
 )
 from lambdas.services import trial_submission as service
+from lambdas.services.baseline_sources import baseline_refused
 from lambdas.services.clock import now_iso
 from lambdas.services.trial_status import Stopper
 
@@ -123,7 +124,14 @@ def plane() -> service.Plane:
     },
 )
 def submit_trial(trial: Annotated[TrialSpec, Body(description="the trial")]) -> Response[Submission]:
-    done = service.submit(trial, caller=caller(), stage=stage(), plane=plane(), now=datetime.now(UTC))
+    who, where, ports = caller(), stage(), plane()
+    # The team first (NotPermitted for a caller of no team, or an owner of another), then where its baseline is.
+    team = service.submitting_team(trial, who, where.governance)
+    refused = baseline_refused(trial, team, ports.trials, artifacts_root=f"s3://{where.artifacts_bucket}/",
+                               data_buckets=where.data_buckets)
+    if refused is not None:
+        raise service.SubmissionRefused("baseline", {"errors": [{"path": "baseline_logs_uri", "message": refused}]})
+    done = service.submit(trial, caller=who, stage=where, plane=ports, now=datetime.now(UTC))
     body = Submission.model_validate(done.body)
     status = 202 if body.status == "PENDING_APPROVAL" and done.created else 201 if done.created else 200
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON,
@@ -177,7 +185,7 @@ def get_report(
         from lambdas.services.trial_reporting import report_stopped_trial  # noqa: PLC0415
 
         if report_stopped_trial(item, app.artifacts, app.ledger, now_iso(), UriSources(), app.registry,
-                                app.prices) is not None:
+                                app.prices, app.trials) is not None:
             report = app.artifacts.get_json(key)
     if report is None:
         raise ReportNotReady(trial_id)

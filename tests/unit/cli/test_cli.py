@@ -71,6 +71,28 @@ def test_validate_refuses_max_hours_under_a_minute(tmp_path: Path, example_trial
     assert ": limits.max_hours: " in capsys.readouterr().err
 
 
+def test_validate_refuses_a_worst_case_over_max_usd_as_the_api_does(tmp_path: Path,
+                                                                   example_trial: dict[str, Any]) -> None:
+    """A trial whose worst case ($3,500.23 at 2 attempts per run) exceeds its limits.max_usd (100) is invalid to
+    `validate` as it is to the API: exit 2, one `FILE: limits.max_usd: ...` line with the figure and the fix, and
+    the same problem under --json."""
+    example_trial["limits"]["max_usd"] = 100
+    path = write(tmp_path, example_trial)
+    proc = subprocess.run([sys.executable, "-m", "dualtrack", "validate", path], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}: limits.max_usd: worst case 3500.23 USD"), lines
+    assert "exceeds limits.max_usd 100" in lines[0] and "raise max_usd, lower max_hours" in lines[0]
+    assert "valid trial" not in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "dualtrack", "validate", "--json", path], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    result = json.loads(proc.stdout)
+    assert result["valid"] is False and [e["path"] for e in result["errors"]] == ["limits.max_usd"]
+    assert "worst case 3500.23 USD" in result["errors"][0]["message"]
+
+
 def test_validate_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "/nonexistent/trial.json"]) == 2
     assert "no such file" in capsys.readouterr().err

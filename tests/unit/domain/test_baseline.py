@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from lambdas.domain.baseline import MAX_BASELINE_BYTES, BaselineInvalid, compare, parse_baseline
+from lambdas.domain.baseline import MAX_BASELINE_BYTES, BaselineInvalid, baseline_refusal, compare, parse_baseline
 
 TRAINER_STATE = {"global_step": 30, "log_history": [
     {"epoch": 0.1, "learning_rate": 1e-4, "loss": 2.5, "step": 10},
@@ -105,3 +105,34 @@ def test_step_time_throughput_and_memory_are_read_where_a_log_carries_them() -> 
     assert plain.throughput_basis == ""
     with pytest.raises(BaselineInvalid, match="CSV line 2 step_time_s: '-1' is negative"):
         parse_baseline(b"step,loss,step_time_s\n1,2.5,-1\n")
+
+
+# ---- where a baseline may be read from ---------------------------------------------------------------------------
+ROOT = "s3://artifacts/"
+TEAMS = {"nlp-earlier-0123456789": "team-nlp", "vision-run-0123456789": "team-vision"}
+
+
+@pytest.mark.parametrize("uri", ["s3://artifacts/trials/nlp-earlier-0123456789/gpu/attempt-1/metrics.jsonl",
+                                 "s3://example-datasets/baselines/llama-gpu.csv",  # a data bucket: shared
+                                 "s3://artifacts-archive/trials/vision-run-0123456789/x.csv"])  # not the bucket
+def test_a_baseline_of_the_teams_own_trial_or_outside_the_artifacts_bucket_is_allowed(uri: str) -> None:
+    """The artifacts bucket's trials/ holds every team's trials: one of the team's own is allowed there; the data
+    buckets are shared by the stage's teams (governance gives a team no buckets of its own), and another bucket is
+    the readability check's to refuse."""
+    assert baseline_refusal(uri, "team-nlp", artifacts_root=ROOT, team_of=TEAMS.get) is None
+
+
+@pytest.mark.parametrize("uri", ["s3://artifacts/trials/vision-run-0123456789/gpu/attempt-1/metrics.jsonl",
+                                 "s3://artifacts/trials/no-such-trial-0123456789/gpu/metrics.jsonl",
+                                 "s3://artifacts/trials/nlp-earlier-0123456789/../vision-run-0123456789/m.csv",
+                                 "s3://artifacts/trials/nlp-earlier-0123456789",
+                                 "s3://artifacts/reports/2026-12/cost.json"])
+def test_a_baseline_in_another_teams_trial_or_elsewhere_in_the_artifacts_bucket_is_refused(uri: str) -> None:
+    """Another team's trial, a trial that does not exist (the same answer, so a refusal never tells which trial
+    ids exist), a '..' segment, or a key outside trials/<trial_id>/: refused, naming the allowed locations."""
+    refusal = baseline_refusal(uri, "team-nlp", artifacts_root=ROOT, team_of=TEAMS.get,
+                               data_buckets=["example-datasets"])
+    assert refusal is not None and refusal.startswith(uri)
+    assert "the stage's data buckets (s3://example-datasets/), which its teams share" in refusal
+    assert "team team-nlp's own trials (s3://artifacts/trials/<trial_id>/...)" in refusal
+    assert "team-vision" not in refusal

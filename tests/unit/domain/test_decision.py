@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import math
 from decimal import Decimal
+from html import unescape
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from lambdas.domain.cost import RunCost
 from lambdas.domain.decision import primary_of
@@ -82,6 +85,49 @@ def test_a_trial_already_past_its_break_even_is_cheaper_and_one_never_paid_back_
     assert dearer.comparison.verdict == "trn2_viable_not_cheaper"
     assert "its one-time costs never pay back" in dearer.comparison.headline
     assert primary_of(_decision(dearer)).break_even is None
+
+
+@pytest.mark.parametrize("gpu_compile", ["2", "0"])
+def test_a_dearer_trial_with_no_more_one_time_cost_is_not_cheaper_never_a_payback(gpu_compile: str) -> None:
+    """Trainium2's step costs 0.8x, it paid no more once than the GPU (nothing, against the GPU's compile of $2 or
+    $0), yet the trial cost $11 against $10: its recurring costs (queueing, environment start) made it dearer.
+    Nothing is paid back, so no "pays back after 0 steps because of $-2.00 more": not cheaper outright, no
+    break-even point."""
+    gpu = run_cost("10", effective_training_usd=str(10 - int(gpu_compile)), compile_usd=gpu_compile)
+    trn2 = run_cost("11", "trn2", effective_training_usd="5", queue_environment_usd="6")
+    report = _report(gpu, trn2)
+    primary = primary_of(_decision(report))
+    headline = report.comparison.headline
+    assert report.comparison.verdict == primary.answer == "trn2_viable_not_cheaper"
+    assert primary.break_even is None
+    assert "pay" not in headline and "$-" not in headline and "after 0 steps" not in headline
+    assert headline.startswith("Trainium2 is not cheaper: this trial cost 1.10x the GPU's ($11.00 vs $10.00")
+    assert f"no more in one-time costs than the GPU ($0.00 vs ${gpu_compile}.00)" in headline
+    assert f"but more in recurring costs ($11.00 vs ${10 - int(gpu_compile)}.00: " in headline
+    assert "| **not cheaper** |" in render_markdown(report)
+
+
+@pytest.mark.parametrize("trn2_rate", ["0", "10"])
+def test_a_basis_that_prices_the_gpu_at_zero_gives_no_answer_and_says_why(trn2_rate: str) -> None:
+    """A Capacity Block rate of 0 for the GPU's instance (valid in a price override) gives no Trainium2/GPU ratio:
+    building the report does not raise (it raised decimal's DivisionUndefined or DivisionByZero), that basis has
+    no answer and says why in words, and the other bases still answer."""
+    gpu = _priced("55.04", "gpu", "p5.48xlarge", "55.04")
+    trn2 = _priced("35.763", "trn2", "trn2.48xlarge", "35.763")
+    overrides = {"instances": {"us-east-1": {"p5.48xlarge": {"capacity_block_hourly_usd": "0"},
+                                             "trn2.48xlarge": {"capacity_block_hourly_usd": trn2_rate}}}}
+    report = _report(gpu, trn2, overrides=overrides)
+    decision = _decision(report)
+    block = _basis(decision, "capacity_block")
+    assert block.answer is None and block.trial_ratio is None and block.break_even is None
+    assert block.rates == {"p5.48xlarge": "0", "trn2.48xlarge": trn2_rate}
+    assert block.sentence == ("no answer at the Capacity Block: it prices the GPU's p5.48xlarge at $0/h, so the GPU "
+                              "side costs nothing there and no Trainium2/GPU cost ratio exists")
+    assert _basis(decision, "on_demand").answer == report.comparison.verdict == "trn2_viable_cheaper"
+    assert not decision.flips
+    markdown = render_markdown(report)
+    assert "| **no ratio** |" in markdown and f"- Capacity Block: {block.sentence}" in markdown
+    assert block.sentence in unescape(render_html(report))
 
 
 def test_the_warm_up_compile_stage_and_the_gpu_fallback_are_one_time_costs_of_the_trainium2_side() -> None:

@@ -4,6 +4,7 @@ team's GPU baseline, every figure marked as measured on the trn2 run or read fro
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,20 @@ def test_the_html_report_shows_the_pilot_beside_its_baseline() -> None:
     assert "<h2>Trainium2 pilot against the GPU baseline</h2>" in html
     assert "<th class=\"num\">trn2 (measured)</th>" in html and f"- ({NO_INSTANCE})".replace("'", "&#39;") in html
     assert "e-05" not in html and "e+04" not in html  # figures written out
+
+
+def test_a_pilot_on_a_stand_in_gives_no_verdict_and_says_cheaper_nowhere() -> None:
+    """The figures that make a pilot on Trainium2 cheaper than its baseline, measured on a stand-in, give the pilot
+    no verdict: its reasons, its rule and every rendering of the report leave cheaper, not cheaper and pays back
+    unsaid, while the losses are still checked against the baseline and the cost per step is still shown."""
+    from lambdas.domain.pilot import STAND_IN_RULE
+    from lambdas.domain.report_render import render_html, render_markdown
+
+    assert pilot_of(pilot_report(MATCHING)).verdict == "trn2_viable_cheaper"  # the same figures on Trainium2
+    report = pilot_report(MATCHING, backend="compiled", stand_in=True)
+    pilot = pilot_of(report)
+    assert pilot.verdict is None and pilot.rule == STAND_IN_RULE and pilot.cost_ratio is not None
+    assert report.comparison.verdict is None and report.comparison.rehearsal == "passed"
+    assert next(c for c in report.acceptance if c.check == PILOT_CHECK).status == "pass"
+    for text in (report.model_dump_json(), render_markdown(report), render_html(report)):
+        assert not re.findall(r"cheaper|pays? back", text, flags=re.IGNORECASE)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lambdas.domain.cost import RunCost
 from lambdas.domain.json_types import JsonMapping
 from lambdas.domain.report import build_trial_report
@@ -362,6 +364,26 @@ def test_a_rehearsal_on_stand_ins_gives_no_verdict_only_whether_the_pipeline_wor
     assert "pipeline evidence from stand-ins (gpu on cpu, trn2 on cpu)" in comparison.headline
     assert "cheaper" not in comparison.headline and 3 <= len(comparison.facts) <= 5
     assert any(f.startswith("Steady-state cost per training step, trn2/gpu: 0.80") for f in comparison.facts)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "compiled"])
+def test_a_summary_from_a_stand_in_backend_is_a_stand_in_whatever_its_flag_says(backend: str) -> None:
+    """The backend decides: a trn2 summary from the rehearsal's stand-in backend that claims ``stand_in: false``
+    is read as a stand-in, so a trial whose figures would make real devices "cheaper" gets no verdict and no
+    decision, only the rehearsal's outcome, and the run is labelled a stand-in."""
+    assert run_summary("trn2", backend=backend, stand_in=False).stand_in is True
+    assert run_summary("trn2", backend="neuron", stand_in=False).stand_in is False
+    data = json.loads(EXAMPLE.read_text())
+    data.pop("failure_recovery")
+    resumed = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
+    report = build_trial_report(parse_trial(data),
+                                {"gpu": [summary("gpu", 1.20, 1.25, **resumed)],
+                                 "trn2": [summary("trn2", 1.20, 1.25, backend=backend, stand_in=False, **resumed)]},
+                                {"gpu": cost("10.00"), "trn2": cost("8.00")})
+    assert report.stand_in and report.tracks["trn2"].stand_in and not report.tracks["gpu"].stand_in
+    assert report.tracks["trn2"].label.startswith(f"stand-in backend {backend}")
+    assert report.comparison.verdict is None and report.comparison.rehearsal == "passed"
+    assert report.decision is None and report.comparison.headline.startswith("Pipeline rehearsal passed")
 
 
 def test_quality_equivalence_is_a_two_one_sided_test_on_the_shared_eval_points() -> None:

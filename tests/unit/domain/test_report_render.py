@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lambdas.domain.ledger import transition_entry
+from lambdas.domain.markdown_table import md_cell
 from lambdas.domain.report import build_trial_report
 from lambdas.domain.report_model import TrialReport
 from lambdas.domain.report_render import (
@@ -241,3 +242,65 @@ def test_the_decision_block_sits_right_under_the_headline() -> None:
     headline_ends = source.index("</section>")
     assert source.index('<section id="headline">') < headline_ends < source.index("{% block decision %}")
     assert source.index("{% block decision %}") < source.index("<h2>")
+
+
+# A Batch status reason, and the compiler message of the same failure, as they can arrive: pipes, a line that reads
+# as a table row of its own, Windows and Unicode line breaks.
+HOSTILE = "Essential container exited | OutOfMemory\n| gpu | succeeded | fake row |\r\nsee \\| log\u2028end"
+
+
+def _ended(reason: str) -> TrialReport:
+    """A GPU run that succeeded and a trn2 run that failed with ``reason`` as its Batch status reason and as the
+    compile cache entry's last failure."""
+    spec = parse_trial(json.loads(EXAMPLE.read_text()))
+    key = "cd" * 32
+    t0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    ledger = [transition_entry(spec.trial_id, "gpu", job_id="job-gpu", attempt=1, status="SUCCEEDED", at=t0),
+              transition_entry(spec.trial_id, "trn2", job_id="job-trn2", attempt=1, status="FAILED",
+                               at=t0 + timedelta(minutes=5), status_reason=reason)]
+    return build_trial_report(
+        spec, {"gpu": [_summary("gpu")],
+               "trn2": [_summary("trn2", status="failed", global_step=300, steps_this_attempt=300,
+                                 compile={"seconds": 5.0, "cache": "miss", "cache_key": key})]},
+        {"gpu": run_cost("10"), "trn2": run_cost("8", run="trn2")}, ledger,
+        cache_entries={key: {"status": "failed", "misses": 1, "failures": 1, "failure_reason": reason}})
+
+
+def _markdown_tables(text: str) -> list[list[list[str]]]:
+    """Every table of a Markdown text: its rows (the lines that start with a pipe, as ``splitlines`` splits them),
+    each split into cells where Markdown splits them, at the pipes no backslash escapes."""
+    tables: list[list[list[str]]] = []
+    in_table = False
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        if not in_table:
+            tables.append([])
+            in_table = True
+        tables[-1].append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip()[1:-1])])
+    return tables
+
+
+def test_a_pipe_or_a_line_break_in_a_status_reason_adds_no_row_or_column() -> None:
+    """A Batch status reason and a compiler message with pipes and line breaks stay in their cells: every Markdown
+    table has the rows and columns it has with a plain reason, no fake row appears, and the cell reads the whole
+    reason on one line with its pipes escaped."""
+    plain = _markdown_tables(render_markdown(_ended("Essential container exited")))
+    hostile = _markdown_tables(render_markdown(_ended(HOSTILE)))
+    assert [[len(row) for row in table] for table in hostile] == [[len(row) for row in table] for table in plain]
+    one_line = r"Essential container exited \| OutOfMemory \| gpu \| succeeded \| fake row \| see \\\| log end"
+    ended = next(table for table in hostile if table[0] == ["run", "outcome", "Batch status reason"])
+    assert ended[2:] == [["gpu", "succeeded", "-"], ["trn2", "failed", one_line]]
+    entries = next(table for table in hostile if table[0][0] == "cache entry")
+    assert entries[2][-1] == one_line
+    assert not any(row[:2] == ["gpu", "succeeded"] and "fake row" in row for table in hostile for row in table)
+
+
+@pytest.mark.parametrize(("text", "cell"), [
+    ("a | b", "a \\| b"), ("two\nlines", "two lines"), ("a\r\nb\rc\u2028d", "a b c d"),
+    ("escaped \\| already", "escaped \\\\\\| already"), ("no pipe \\ here", "no pipe \\ here")])
+def test_a_markdown_cell_keeps_its_text_on_one_line_and_in_one_column(text: str, cell: str) -> None:
+    """A pipe is escaped (and a backslash before it doubled, so it cannot unescape it), every line break becomes
+    a space, and any other text is left as it is."""
+    assert md_cell(text) == cell

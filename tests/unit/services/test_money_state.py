@@ -6,15 +6,12 @@ DynamoDB on moto."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
 import pytest
 
-from lambdas.domain import ledger as L
-from lambdas.domain.governance import Governance
-from lambdas.domain.job_targets import parse_job_targets
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import TrialSpec, parse_trial
 from lambdas.domain.trial_record import ExecutionInput, TrialRecord
@@ -22,71 +19,16 @@ from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.ports import Started
 from lambdas.services.reconciliation import reconcile
 from lambdas.services.run_settlement import RunSettlement
-from lambdas.services.trial_status import Stopper, set_status
+from lambdas.services.trial_status import set_status
 from lambdas.services.trial_submission import (
-    Plane,
     QuotaExceeded,
-    Stage,
     TrialClosed,
     cancel,
     decide,
-    submit,
 )
 from tests import fakes
 from tests.json_access import arr, obj
-from tests.stage import ACCOUNT, GOVERNANCE, job_targets, principal
-
-NOW = datetime(2026, 12, 4, 12, tzinfo=UTC)
-STAMP = "2026-12-04T12:00:00Z"
-NLP = f"arn:aws:iam::{ACCOUNT}:user/model-team"
-NLP_LEAD = principal("dualtrack-team-nlp-approver")
-
-
-def _governance(**team_nlp: Any) -> Governance:
-    return Governance.model_validate({**GOVERNANCE, "teams": {**GOVERNANCE["teams"], "team-nlp": {
-        **GOVERNANCE["teams"]["team-nlp"], **team_nlp}}})
-
-
-def _stage(governance: Governance | None = None) -> Stage:
-    return Stage(region="us-east-1", attempt_timeout_s=86400, data_buckets=["example-datasets"],
-                 artifacts_bucket="artifacts", targets=parse_job_targets(job_targets()),
-                 governance=governance or _governance(), max_attempts=2)
-
-
-class Plane_:
-    """The ports of one stage, shared by every call of a test."""
-
-    def __init__(self, workflow: fakes.InMemoryWorkflow | None = None) -> None:
-        self.trials = fakes.InMemoryTrials()
-        self.artifacts = fakes.InMemoryObjects()
-        self.workflow = workflow or fakes.InMemoryWorkflow()
-        self.ledger = fakes.InMemoryLedger()
-        self.jobs = fakes.InMemoryBatchJobs()
-
-    def plane(self, trials: Any = None, workflow: Any = None) -> Plane:
-        return Plane(trials=trials or self.trials, artifacts=self.artifacts, workflow=workflow or self.workflow,
-                     prices=load_price_table())
-
-    def stopper(self, workflow: Any = None, jobs: bool = False) -> Stopper:
-        return Stopper(self.trials, workflow or self.workflow, self.ledger, self.jobs if jobs else None)
-
-
-def _submit(ports: Plane_, spec: TrialSpec, caller: str = NLP, governance: Governance | None = None,
-            **plane: Any) -> Any:
-    stage = _stage(governance)
-    return submit(spec, caller=stage.governance.identify(caller, ACCOUNT), stage=stage, plane=ports.plane(**plane),
-                  now=NOW)
-
-
-def _who(arn: str, governance: Governance | None = None) -> Any:
-    return (governance or _governance()).identify(arn, ACCOUNT)
-
-
-def _usage(ports: Plane_, team: str = "team-nlp") -> dict[str, int | float]:
-    """The team's usage item, which its first booking created."""
-    usage = ports.trials.usage(team)
-    assert usage is not None, f"{team} has no usage item"
-    return usage
+from tests.money import NLP, NLP_LEAD, NOW, STAMP, Ports, governance, job, submit_trial, usage, who
 
 
 @pytest.fixture
@@ -109,52 +51,46 @@ class FailingOnce(fakes.InMemoryWorkflow):
 # 1. A stop that fails once is not forgotten -------------------------------------------------------------------------
 
 def test_a_cancel_whose_stop_fails_stays_stopping_and_the_same_cancel_finishes_it(spec: TrialSpec) -> None:
-    ports = Plane_(FailingOnce())
-    _submit(ports, spec)
+    ports = Ports(FailingOnce())
+    submit_trial(ports, spec)
     with pytest.raises(ConnectionError):  # the API answers 503: send it again
-        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="not needed")
+        cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="not needed")
     record = ports.trials.get(spec.trial_id)
     assert record is not None and record.status == "STOPPING" and record.status_cause == "not needed"
     assert record.execution_arn is not None
     assert ports.workflow.status(record.execution_arn) == "RUNNING"  # still billing: the stop is pending
-    again = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="again")
+    again = cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="again")
     assert again["status"] == "CANCELLED" and again["changed"] is True
     assert ports.workflow.status(record.execution_arn) == "ABORTED"
     assert ports.trials.items[spec.trial_id]["status_cause"] == "not needed"
 
 
-def _job(ports: Plane_, trial_id: str, run: str, job_id: str, status: str, minutes: int = 0) -> None:
-    ports.ledger.append(L.transition_entry(trial_id, run, job_id=job_id, attempt=1, status=status,
-                                           at=NOW + timedelta(minutes=minutes)))
-    ports.jobs.statuses[job_id] = status
-
-
 def test_a_stop_waits_until_every_job_has_ended_and_terminates_those_still_running(spec: TrialSpec) -> None:
     """StopExecution makes Step Functions terminate the job of the running task, best effort; a job it missed is
     terminated here. The trial is CANCELLED only once the ledger (or Batch) shows every job ended."""
-    ports = Plane_()
-    _submit(ports, spec)
-    _job(ports, spec.trial_id, "gpu", "job-gpu", "RUNNING")
-    _job(ports, spec.trial_id, "trn2", "job-trn2", "RUNNING")
-    first = cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+    ports = Ports()
+    submit_trial(ports, spec)
+    job(ports, spec.trial_id, "gpu", "job-gpu", "RUNNING")
+    job(ports, spec.trial_id, "trn2", "job-trn2", "RUNNING")
+    first = cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
     assert first["status"] == "STOPPING" and len(arr(first["pending"])) == 2  # the API does not reach Batch
-    assert _usage(ports)["active"] == 1  # still holds its place
+    assert usage(ports)["active"] == 1  # still holds its place
     swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=1), overdue_after_s=900)
     assert sorted(ports.jobs.terminated) == ["job-gpu", "job-trn2"] and swept.stops_pending == [spec.trial_id]
-    _job(ports, spec.trial_id, "gpu", "job-gpu", "FAILED", 2)  # the terminations' events arrive
-    _job(ports, spec.trial_id, "trn2", "job-trn2", "FAILED", 2)
+    job(ports, spec.trial_id, "gpu", "job-gpu", "FAILED", 2)  # the terminations' events arrive
+    job(ports, spec.trial_id, "trn2", "job-trn2", "FAILED", 2)
     swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=5), overdue_after_s=900)
     assert swept.stops_finished == [spec.trial_id]
     assert ports.trials.items[spec.trial_id]["status"] == "CANCELLED"
-    assert _usage(ports)["active"] == 0  # released once
+    assert usage(ports)["active"] == 0  # released once
 
 
 def test_a_stop_left_pending_past_its_deadline_is_counted_for_the_alarm(spec: TrialSpec) -> None:
-    ports = Plane_(FailingOnce())
-    _submit(ports, spec)
+    ports = Ports(FailingOnce())
+    submit_trial(ports, spec)
     ports.workflow.failures = 5  # type: ignore[attr-defined]
     with pytest.raises(ConnectionError):
-        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+        cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
     soon = reconcile(ports.stopper(), NOW + timedelta(minutes=5), overdue_after_s=900)
     assert soon.stops_pending == [spec.trial_id] and soon.stops_overdue == [] and spec.trial_id in soon.stop_errors
     late = reconcile(ports.stopper(), NOW + timedelta(minutes=20), overdue_after_s=900)
@@ -162,24 +98,24 @@ def test_a_stop_left_pending_past_its_deadline_is_counted_for_the_alarm(spec: Tr
 
 
 def test_the_workflow_ending_while_a_stop_is_pending_completes_the_stop(spec: TrialSpec) -> None:
-    ports = Plane_(FailingOnce())
-    _submit(ports, spec)
+    ports = Ports(FailingOnce())
+    submit_trial(ports, spec)
     with pytest.raises(ConnectionError):
-        cancel(spec.trial_id, caller=_who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
+        cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="stop")
     done = set_status(ports.trials, spec.trial_id, "SUCCEEDED", None, STAMP, settled_usd=Decimal("10"))
     assert (done.status, done.changed) == ("CANCELLED", True)
-    assert _usage(ports)["active"] == 0
+    assert usage(ports)["active"] == 0
 
 
-def _guarded(ports: Plane_, workflow: Any) -> LimitGuard:
+def _guarded(ports: Ports, workflow: Any) -> LimitGuard:
     settlement = RunSettlement(ports.ledger, ports.trials, ports.artifacts, load_price_table(), "us-east-1")
     return LimitGuard(settlement, workflow)
 
 
 def test_the_limit_guard_finishes_a_stop_that_failed_when_the_event_is_delivered_again(
         spec: TrialSpec) -> None:
-    ports = Plane_(FailingOnce())
-    _submit(ports, spec, governance=_governance(quotas={"write_requests_per_trial": 1}))
+    ports = Ports(FailingOnce())
+    submit_trial(ports, spec, rules=governance(quotas={"write_requests_per_trial": 1}))
     guard = _guarded(ports, ports.workflow)
     guard.after_write(spec.trial_id, 10, NOW, fact="a#v1")
     with pytest.raises(ConnectionError):  # the write that crosses the quota: StopExecution fails
@@ -196,8 +132,8 @@ def test_the_limit_guard_finishes_a_stop_that_failed_when_the_event_is_delivered
 
 
 def test_a_redelivered_write_counts_once_toward_the_write_quota(spec: TrialSpec) -> None:
-    ports = Plane_()
-    _submit(ports, spec, governance=_governance(quotas={"write_requests_per_trial": 2}))
+    ports = Ports()
+    submit_trial(ports, spec, rules=governance(quotas={"write_requests_per_trial": 2}))
     guard = _guarded(ports, ports.workflow)
     for _ in range(3):  # one object, its event delivered three times
         assert guard.after_write(spec.trial_id, 10, NOW, fact="trials/x/gpu/a.json#v1") is None
@@ -209,16 +145,16 @@ def test_a_redelivered_write_counts_once_toward_the_write_quota(spec: TrialSpec)
 
 @pytest.mark.parametrize("ending", ["REJECTED", "CANCELLED"])
 def test_a_rejected_or_cancelled_trial_is_never_started_by_resubmitting_it(spec: TrialSpec, ending: str) -> None:
-    ports = Plane_()
-    governance = _governance(approval_threshold_usd="1000")  # pending first: nothing started
-    _submit(ports, spec, governance=governance)
+    ports = Ports()
+    rules = governance(approval_threshold_usd="1000")  # pending first: nothing started
+    submit_trial(ports, spec, rules=rules)
     if ending == "REJECTED":
-        decide(spec.trial_id, approve=False, comment="no", caller=_who(NLP_LEAD, governance), plane=ports.plane(),
+        decide(spec.trial_id, approve=False, comment="no", caller=who(NLP_LEAD, rules), plane=ports.plane(),
                now=NOW)
     else:
-        cancel(spec.trial_id, caller=_who(NLP, governance), stopper=ports.stopper(), now=STAMP, reason="no")
+        cancel(spec.trial_id, caller=who(NLP, rules), stopper=ports.stopper(), now=STAMP, reason="no")
     with pytest.raises(TrialClosed, match=f"is {ending}") as raised:
-        _submit(ports, spec, governance=_governance())  # the same body, now under the threshold
+        submit_trial(ports, spec, rules=governance())  # the same body, now under the threshold
     assert raised.value.status == ending and ports.workflow.executions == {}
     assert ports.trials.usage("team-nlp") == {"active": 0, "usd#2026-12": 0, "jobs#dualtrack-test-gpu-p5-48xlarge": 0,
                                               "jobs#dualtrack-test-trn2-trn2-48xlarge": 0}
@@ -237,10 +173,10 @@ class StartFails(fakes.InMemoryWorkflow):
 
 
 def test_an_approval_whose_start_fails_goes_back_to_pending_and_can_be_approved_again(spec: TrialSpec) -> None:
-    ports = Plane_(StartFails())
-    governance = _governance(approval_threshold_usd="1000")
-    _submit(ports, spec, governance=governance)
-    lead = _who(NLP_LEAD, governance)
+    ports = Ports(StartFails())
+    rules = governance(approval_threshold_usd="1000")
+    submit_trial(ports, spec, rules=rules)
+    lead = who(NLP_LEAD, rules)
     with pytest.raises(ConnectionError):
         decide(spec.trial_id, approve=True, comment="go", caller=lead, plane=ports.plane(), now=NOW)
     record = ports.trials.get(spec.trial_id)
@@ -254,16 +190,16 @@ def test_an_approval_cut_short_after_its_decision_is_finished_by_approving_again
         spec: TrialSpec) -> None:
     """The function died between the decision and the start: the trial is SUBMITTING, approved, with no
     execution. Approving again starts it; so does the reconciler once the start is overdue."""
-    ports = Plane_()
-    governance = _governance(approval_threshold_usd="1000")
-    _submit(ports, spec, governance=governance)
+    ports = Ports()
+    rules = governance(approval_threshold_usd="1000")
+    submit_trial(ports, spec, rules=rules)
     ports.trials.update(spec.trial_id, status="SUBMITTING", approval={"status": "APPROVED"})
-    again = decide(spec.trial_id, approve=True, comment="go", caller=_who(NLP_LEAD, governance),
+    again = decide(spec.trial_id, approve=True, comment="go", caller=who(NLP_LEAD, rules),
                    plane=ports.plane(), now=NOW)
     assert again["status"] == "SUBMITTED" and len(ports.workflow.executions) == 1
 
     other = parse_trial({**spec.model_dump(mode="json", exclude_none=True), "name": "other"})
-    _submit(ports, other, governance=governance)
+    submit_trial(ports, other, rules=rules)
     ports.trials.update(other.trial_id, status="SUBMITTING", approval={"status": "APPROVED"})
     swept = reconcile(ports.stopper(), NOW + timedelta(minutes=10), overdue_after_s=900)
     assert swept.starts_finished == [other.trial_id]
@@ -287,50 +223,63 @@ class Interleaving(fakes.InMemoryTrials):
 
 def test_two_interleaved_submissions_of_one_team_cannot_both_pass_concurrent_trials(
         spec: TrialSpec, example_trial: dict[str, Any]) -> None:
-    ports = Plane_()
+    ports = Ports()
     ports.trials = Interleaving()
-    governance = _governance(quotas={"concurrent_trials": 1})
+    rules = governance(quotas={"concurrent_trials": 1})
     other = parse_trial({**example_trial, "name": "other"})
-    ports.trials.during = lambda: _submit(ports, other, governance=governance)
+    ports.trials.during = lambda: submit_trial(ports, other, rules=rules)
     with pytest.raises(QuotaExceeded) as raised:
-        _submit(ports, spec, governance=governance)  # read the team's usage before the other was booked
+        submit_trial(ports, spec, rules=rules)  # read the team's usage before the other was booked
     assert [b.quota for b in raised.value.breaches] == ["concurrent_trials"]
     assert [i.trial_id for i in ports.trials.iter_all()] == [other.trial_id]
-    assert _usage(ports)["active"] == 1
+    assert usage(ports)["active"] == 1
 
 
 def test_two_interleaved_submissions_of_one_team_cannot_both_pass_the_monthly_dollars(
         spec: TrialSpec, example_trial: dict[str, Any]) -> None:
-    ports = Plane_()
+    ports = Ports()
     ports.trials = Interleaving()
-    governance = _governance(quotas={"usd_per_month": "6000"})  # one worst case (3,500.23 USD) fits, two do not
+    rules = governance(quotas={"usd_per_month": "6000"})  # one worst case (3,500.23 USD) fits, two do not
     other = parse_trial({**example_trial, "name": "other"})
-    ports.trials.during = lambda: _submit(ports, other, governance=governance)
+    ports.trials.during = lambda: submit_trial(ports, other, rules=rules)
     with pytest.raises(QuotaExceeded) as raised:
-        _submit(ports, spec, governance=governance)
+        submit_trial(ports, spec, rules=rules)
     assert [b.quota for b in raised.value.breaches] == ["usd_per_month"]
-    assert _usage(ports)["usd#2026-12"] == 3500.23
+    assert usage(ports)["usd#2026-12"] == 3500.23
 
 
 def test_two_interleaved_submissions_of_one_trial_start_one_execution_and_answer_201_once(spec: TrialSpec) -> None:
-    ports = Plane_()
+    ports = Ports()
     ports.trials = Interleaving()
     answers: list[Any] = []
-    ports.trials.during = lambda: answers.append(_submit(ports, spec))
-    answers.append(_submit(ports, spec))
+    ports.trials.during = lambda: answers.append(submit_trial(ports, spec))
+    answers.append(submit_trial(ports, spec))
     assert sorted(a.created for a in answers) == [False, True]
     assert len(ports.workflow.executions) == 1
-    assert _usage(ports)["active"] == 1  # booked once
+    assert usage(ports)["active"] == 1  # booked once
 
 
 def test_a_team_stored_before_bookings_is_seeded_from_its_trials_once(spec: TrialSpec,
                                                                     example_trial: dict[str, Any]) -> None:
-    ports = Plane_()
+    ports = Ports()
     ports.trials.put_item({"trial_id": "old-1", "team": "team-nlp", "status": "SUBMITTED", "created_at": STAMP,
                            "execution_arn": "arn:old", "worst_case_usd": {"total": "100"}, "queues": {"gpu": "q-gpu"}})
-    _submit(ports, spec)
-    usage = ports.trials.usage("team-nlp")
-    assert usage is not None and usage["active"] == 2 and usage["usd#2026-12"] == 3600.23
+    submit_trial(ports, spec)
+    seeded = usage(ports)
+    assert seeded["active"] == 2 and seeded["usd#2026-12"] == 3600.23
     assert obj(ports.trials.items["old-1"]["booking"])["usd"] == "100"  # its end releases it
     set_status(ports.trials, "old-1", "SUCCEEDED", None, STAMP, settled_usd=Decimal("40"))
-    assert _usage(ports)["usd#2026-12"] == 3540.23
+    assert usage(ports)["usd#2026-12"] == 3540.23
+
+
+def test_seeding_counts_a_settled_trial_at_its_settled_cost_not_its_worst_case(spec: TrialSpec) -> None:
+    """``Quotas.usd_per_month`` counts settled trials at their cost: a team stored before bookings whose settled
+    trial of the month cost 100 USD (worst case 3,500) has room for a 3,500.23 USD worst case under a 3,700 quota
+    (seeding it at its worst case refused the trial)."""
+    ports = Ports()
+    ports.trials.put_item({"trial_id": "old-1", "team": "team-nlp", "status": "SUCCEEDED", "created_at": STAMP,
+                           "execution_arn": "arn:old", "worst_case_usd": {"total": "3500"}, "total_usd": "100",
+                           "queues": {"gpu": "q-gpu"}})
+    submit_trial(ports, spec, rules=governance(quotas={"usd_per_month": "3700"}))
+    seeded = usage(ports)
+    assert seeded["active"] == 1 and seeded["usd#2026-12"] == 3600.23

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial_record import TrialRecord
 from lambdas.services.trial_reporting import gather, run_names, write_report
 from tests import fakes
 from tests.builders import run_cost, run_summary, stored_cost
@@ -67,3 +68,42 @@ def test_the_baseline_is_read_through_its_uri_and_a_missing_one_is_named_not_fat
     report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
     assert report is not None
     assert report["baseline"] == {"uri": uri, "error": f"could not be read (KeyError: 'NoSuchKey: {uri}')"}
+
+
+def _trial_of(trials: fakes.InMemoryTrials, trial_id: str, team: str) -> None:
+    trials.create(TrialRecord.from_item({"trial_id": trial_id, "status": "SUCCEEDED", "team": team,
+                                         "tracks": {"gpu": {"instance_type": "p5.48xlarge", "nodes": 1}}}))
+
+
+def test_a_baseline_in_another_teams_trial_is_never_read_and_the_report_says_why() -> None:
+    """A baseline_logs_uri naming another team's trial under the artifacts bucket's trials/: the report does not
+    read it (the source is never asked for it) and names the locations a baseline is read from; one of the trial's
+    own team's trials is read as any baseline is."""
+    theirs = "s3://artifacts/trials/vision-run-0123456789/gpu/attempt-1/metrics.jsonl"
+    ours = "s3://artifacts/trials/nlp-earlier-0123456789/gpu/attempt-1/metrics.jsonl"
+    log = b'{"kind": "step", "step": 1, "loss": 2.5}\n{"kind": "step", "step": 2, "loss": 2.0}\n'
+    trials = fakes.InMemoryTrials()
+    _trial_of(trials, "vision-run-0123456789", "team-vision")
+    _trial_of(trials, "nlp-earlier-0123456789", "team-nlp")
+    asked: list[str] = []
+
+    class Asked(Sources):
+        def read(self, uri: str, max_bytes: int) -> bytes:
+            asked.append(uri)
+            return super().read(uri, max_bytes)
+
+    sources = Asked({theirs: log, ours: log})
+    for uri, team in ((theirs, "team-nlp"), (ours, "team-nlp")):
+        spec = parse_trial({**json.loads(EXAMPLE.read_text()), "owner": team, "baseline_logs_uri": uri})
+        objects, ledger = fakes.InMemoryObjects(), fakes.InMemoryLedger()
+        write_report(spec.trial_id, spec, objects, ledger, "2026-12-05T12:00:00Z", sources=sources, trials=trials)
+        report = objects.get_json(f"trials/{spec.trial_id}/report/report.json")
+        assert report is not None
+        if uri == theirs:
+            error = report["baseline"]["error"]
+            assert error.startswith(f"not read: {uri}: trial vision-run-0123456789 is not a trial of team team-nlp")
+            assert "team team-nlp's own trials (s3://artifacts/trials/<trial_id>/...)" in error
+            assert "could not be used: not read" in objects.blobs[f"trials/{spec.trial_id}/report/report.md"].decode()
+        else:
+            assert report["baseline"]["format"] == "metrics_jsonl" and "error" not in report["baseline"]
+    assert asked == [ours]

@@ -239,8 +239,9 @@ def test_two_approvers_racing_record_one_decision(spec: TrialSpec, ports: dict[s
 
 
 def test_a_cancel_during_submission_is_never_lost(spec: TrialSpec, ports: dict[str, Any]) -> None:
-    """A cancel that lands while the execution is being started marks the trial CANCELLED; the submission then
-    finds it cancelled and stops the execution it started, so a cancelled trial never ends up running."""
+    """A cancel that lands while the execution is being started goes through STOPPING like any other: the
+    submission finds the trial STOPPING, records the execution it started on it and stops it; the cancel sent again
+    (or the reconciler) then finds nothing running and closes it CANCELLED."""
     trials = ports["trials"]
 
     class CancelledMeanwhile(fakes.InMemoryWorkflow):
@@ -252,8 +253,11 @@ def test_a_cancel_during_submission_is_never_lost(spec: TrialSpec, ports: dict[s
     workflow = CancelledMeanwhile()
     done = _submit(spec, {**ports, "workflow": workflow})
     item = trials.items[spec.trial_id]
-    assert done.body["status"] == item["status"] == "CANCELLED"
+    assert done.body["status"] == item["status"] == "STOPPING"
     assert workflow.executions[item["execution_arn"]]["status"] == "ABORTED"
+    again = cancel(spec.trial_id, caller=who(NLP), stopper=Stopper(trials, workflow, fakes.InMemoryLedger()),
+                   now=STAMP, reason="changed my mind")
+    assert again["status"] == trials.items[spec.trial_id]["status"] == "CANCELLED"
 
 
 def test_quotas_refuse_a_submission_naming_the_quota_its_limit_use_and_when_it_frees(
