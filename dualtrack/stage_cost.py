@@ -3,7 +3,9 @@
 Batch queues at min vCPUs 0, Step Functions, Lambda, API Gateway, EventBridge, SNS, SQS and on-demand DynamoDB bill
 only when used. What bills by the hour or the month regardless is counted here, one line per kind of resource:
 interface VPC endpoints (per endpoint per Availability Zone per hour), NAT gateways and public IPv4 addresses (per
-hour), KMS customer managed keys, CloudWatch alarms (per alarm metric) and dashboards (per month). What bills per GB
+hour), warm Batch capacity (a compute environment's min vCPUs keep instances running: per instance-hour, from the
+instance price table the plane bills runs with), KMS customer managed keys, CloudWatch alarms (per alarm metric) and
+dashboards (per month). What bills per GB
 (log ingestion, log storage, data through the endpoints or a NAT gateway) is listed with its rate and a volume only
 when the caller states one: no volume is invented.
 
@@ -24,7 +26,9 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonIn, JsonMapping
+from lambdas.domain.prices import PriceMissing, PriceTable
 
 HOURS_PER_MONTH = 730
 CENT = Decimal("0.01")
@@ -252,8 +256,12 @@ FREE_WHEN_IDLE: dict[str, tuple[str, str]] = {
 
 
 def idle_cost(templates: Mapping[str, JsonMapping], table: PlatformPriceTable, region: str, *,
-              assumptions: Mapping[str, Decimal | int | float | str] | None = None) -> StageCost:
-    """The idle monthly cost of the stage whose stack templates are ``templates`` (stack name -> template)."""
+              assumptions: Mapping[str, Decimal | int | float | str] | None = None,
+              instance_prices: PriceTable | None = None, instance_region: str | None = None) -> StageCost:
+    """The idle monthly cost of the stage whose stack templates are ``templates`` (stack name -> template).
+
+    Warm Batch capacity (min vCPUs above 0) is priced from ``instance_prices`` in ``instance_region`` (default
+    ``region``): the instance price table the stage bills its runs with. Without one it is listed as not priced."""
     rates = table.rates(region)
     gb = {k: Decimal(str(v)) for k, v in (assumptions or {}).items() if v is not None}
     unknown = set(gb) - {LOG_GB, FLOW_LOG_GB, ENDPOINT_GB, NAT_GB}
@@ -276,6 +284,7 @@ def idle_cost(templates: Mapping[str, JsonMapping], table: PlatformPriceTable, r
 
     _endpoints(result, rates, of("AWS::EC2::VPCEndpoint"), all_resources)
     _nat(result, rates, of("AWS::EC2::NatGateway"), of("AWS::EC2::EIP"))
+    _warm_capacity(result, of("AWS::Batch::ComputeEnvironment"), instance_prices, instance_region or region)
     _kms(result, rates, of("AWS::KMS::Key") + of("AWS::KMS::ReplicaKey"))
     _alarms(result, rates, of("AWS::CloudWatch::Alarm"), of("AWS::CloudWatch::CompositeAlarm"))
     dashboards = of("AWS::CloudWatch::Dashboard")
@@ -371,6 +380,58 @@ def _nat(result: StageCost, rates: RegionRates, gateways: Found,
             HOURS_PER_MONTH, "hours", "billed whether attached or not"))
 
 
+# The instance price table's confidence, as a platform rate states it.
+_CONFIDENCE: dict[str, Confidence] = {"list": "list", "pricing-api": "list", "estimate": "estimate",
+                                      "override": "override"}
+
+
+def _warm_capacity(result: StageCost, environments: Found, prices: PriceTable | None, region: str) -> None:
+    """Compute environments whose min vCPUs keep instances running while no job runs ("The minimum number of vCPUs
+    that a compute environment should maintain (even if the compute environment is DISABLED)", Batch
+    ComputeResource): whole on-demand instances, each billed every hour at its instance rate. One line per
+    instance type; what cannot be priced from the templates and the table is named instead."""
+    hosts_by_type: dict[str, int] = {}
+    catalogue = load_catalogue()
+    for stack, logical_id, props in environments:
+        resources_ = _object(props.get("ComputeResources"))
+        minimum = resources_.get("MinvCpus", 0)
+        if minimum == 0:
+            continue
+        types = resources_.get("InstanceTypes")
+        kind = resources_.get("Type", "EC2")
+        instance_type = types[0] if isinstance(types, list) and len(types) == 1 else None
+        problem = None
+        if prices is None:
+            problem = "no instance price table given; `dualtrack estimate` has the rates"
+        elif kind != "EC2":
+            problem = f"{kind} capacity: only on-demand instance rates are in the price table"
+        elif not isinstance(minimum, int) or not isinstance(instance_type, str):
+            problem = "needs a literal min vCPUs and exactly one instance type"
+        elif instance_type not in catalogue.instances:
+            problem = f"{instance_type} is not in the instance catalogue"
+        else:
+            try:
+                prices.instance_price(instance_type, region)
+            except PriceMissing as exc:
+                problem = str(exc)
+        if problem is not None:
+            result.unpriced.append(f"{stack}/{logical_id}: min vCPUs {minimum} keeps instances running ({problem})")
+            continue
+        assert isinstance(instance_type, str) and isinstance(minimum, int)
+        hosts = -(-minimum // catalogue.get(instance_type).vcpus)  # Batch keeps whole instances
+        hosts_by_type[instance_type] = hosts_by_type.get(instance_type, 0) + hosts
+    for instance_type, hosts in sorted(hosts_by_type.items()):
+        assert prices is not None
+        price = prices.instance_price(instance_type, region)
+        rate = PlatformRate(usd=price.hourly_usd, unit="instance-hour", confidence=_CONFIDENCE[price.confidence],
+                            source=f"instance price table {prices.version}, {region}", note=price.note)
+        result.fixed.append(CostLine(
+            f"warm_capacity:{instance_type}", f"Warm Batch capacity: {instance_type}", hosts,
+            f"{instance_type} {_units(hosts, 'instance')}", rate, HOURS_PER_MONTH, "hours",
+            f"min vCPUs keep {hosts} on-demand {instance_type} running whether or not a job runs (the stage's "
+            f"warm_vcpus), at the {region} rate the plane bills its runs at"))
+
+
 def _kms(result: StageCost, rates: RegionRates, keys: Found) -> None:
     if not keys:
         return
@@ -459,12 +520,9 @@ def _free(result: StageCost, resources_by_type: Mapping[str, Found]) -> None:
     counts: dict[tuple[str, str], int] = {}
     for kind, (service, why) in FREE_WHEN_IDLE.items():
         for stack, logical_id, props in resources_by_type.get(kind, []):
-            if kind == "AWS::Batch::ComputeEnvironment":
-                minimum = _object(props.get("ComputeResources")).get("MinvCpus", 0)
-                if minimum != 0:
-                    result.unpriced.append(f"{stack}/{logical_id}: min vCPUs {minimum} keeps instances running "
-                                           "(instance hours not priced here; `dualtrack estimate` has the rates)")
-                    continue
+            if kind == "AWS::Batch::ComputeEnvironment" and _object(props.get("ComputeResources")).get(
+                    "MinvCpus", 0) != 0:
+                continue  # warm capacity: priced (or named as not priced) by _warm_capacity
             if kind == "AWS::DynamoDB::Table" and props.get("BillingMode", "PROVISIONED") != "PAY_PER_REQUEST":
                 result.unpriced.append(f"{stack}/{logical_id}: provisioned-capacity table (capacity bills hourly; "
                                        "not priced here)")

@@ -11,13 +11,14 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.governance import Governance
 from lambdas.domain.json_types import JsonMapping, JsonObject
+from lambdas.domain.neuron_stack import neuron_release
 from lambdas.domain.periods import SCHEDULES, Period
-from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
+from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS, trn2_backend
 
 STAGE_NAME = r"^[a-z][a-z0-9-]{0,15}$"
 # Valid CloudWatch Logs retention periods (days); anything else is rejected at deploy time.
@@ -86,6 +87,26 @@ class ComputeFamily(_Model):
         default=30, description="how long a job may wait RUNNABLE for capacity (or on a misconfiguration) before "
         "the queue cancels it and the workflow moves on (Batch job state time limit: 10 min to 24 h)"
     )
+    warm_vcpus: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="per instance type, the vCPUs its on-demand compute environment keeps "
+        "running while no job runs (Batch minvCpus), e.g. {\"g6e.48xlarge\": 192}: the next job on that type (a GPU "
+        "fallback first of all) starts without waiting for an instance launch, and the hosts bill every hour "
+        "(`dualtrack stage cost` prices them). Whole hosts: a multiple of the type's vCPUs, within max_vcpus. "
+        "Default: none kept warm")
+
+    @field_validator("image_versions")
+    @classmethod
+    def _known_neuron_sdk(cls, value: dict[str, str]) -> dict[str, str]:
+        """A Neuron SDK release this deployment knows (its driver and training stack are on record), whose images
+        carry a training stack: anything else would deploy hosts checked against a guess."""
+        sdk = value.get("neuron_sdk")
+        if sdk is not None:
+            try:
+                neuron_release(sdk)
+                trn2_backend(sdk)
+            except ValueError as exc:
+                raise ValueError(f"neuron_sdk {sdk}: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ComputeFamily:
@@ -115,6 +136,25 @@ class ComputeFamily(_Model):
                 if info is not None and info.efa_interfaces and too_many:
                     raise ValueError(f"multi_node_counts {too_many}: max_vcpus {self.max_vcpus} holds {fits} "
                                      f"{instance_type} at once; raise max_vcpus or drop those counts")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_hosts(self) -> ComputeFamily:
+        """Warm capacity is whole hosts of a listed type (so its hourly price is exact), within the environment's
+        maximum (Batch refuses a minvCpus above maxvCpus)."""
+        catalogue = load_catalogue()
+        for instance_type, vcpus in self.warm_vcpus.items():
+            if instance_type not in self.instance_types:
+                raise ValueError(f"warm_vcpus.{instance_type}: not one of this track's instance_types "
+                                 f"{self.instance_types}; keep hosts warm only for a type the track runs")
+            info = catalogue.instances.get(instance_type)
+            if info is not None and vcpus % info.vcpus:
+                raise ValueError(f"warm_vcpus.{instance_type}: {vcpus} is not a multiple of {info.vcpus}, the vCPUs "
+                                 f"of one {instance_type}: hosts run whole, so state {info.vcpus} per host to keep "
+                                 f"warm (e.g. {info.vcpus} for one, {2 * info.vcpus} for two)")
+            if vcpus > self.max_vcpus:
+                raise ValueError(f"warm_vcpus.{instance_type}: {vcpus} is above max_vcpus {self.max_vcpus}; keep "
+                                 "fewer hosts warm or raise max_vcpus")
         return self
 
 
@@ -169,7 +209,10 @@ class StageConfig(_Model):
     cache_gc_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "cron(0 5 * * ? *)"
     # How often pending stops and cut-short starts are finished (lambdas/services/reconciliation.py).
     reconcile_schedule: Annotated[str, Field(pattern=r"^(cron|rate)\(.+\)$")] = "rate(5 minutes)"
-    price_region: str = "us-east-1"
+    price_region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")] | None = Field(
+        default=None, description="for a stage that sets no region: the region it deploys to, whose rows of the "
+        "price table price it (a stage is priced at its own region's rates, never another's; with region set, "
+        "price_region may only repeat it)")
     price_overrides: JsonObject | None = Field(
         default=None, description="price-table overrides (negotiated rates), applied to the shipped table at synth "
         "time so a malformed one fails the synth, not the functions after deploy")
@@ -177,7 +220,12 @@ class StageConfig(_Model):
         default_factory=Governance, description="teams, their members and approvers, platform admins and quotas "
         "(lambdas.domain.governance.Governance); a caller in no team can submit nothing")
     vpc_cidr: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")] = "10.40.0.0/16"
-    alarm_email: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")] | None = None
+    require_alarm_subscriber: bool = Field(
+        default=False, description="refuse to synthesize without a subscriber to the alarms' topic (alarm_email); "
+        "without it a stage with none only warns (dualtrack:alarms-unsubscribed)")
+    alarm_email: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")] | None = Field(
+        default=None, validate_default=True, description="the address the alarms' topic emails (SNS sends it a "
+        "confirmation link first: nothing is delivered until it is confirmed)")
 
     @field_validator("price_overrides")
     @classmethod
@@ -189,6 +237,18 @@ class StageConfig(_Model):
                 load_price_table(value)
             except (ValidationError, ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"does not apply to the price table: {str(exc).splitlines()[0]}") from None
+        return value
+
+    @field_validator("alarm_email")
+    @classmethod
+    def _alarms_reach_someone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("require_alarm_subscriber"):
+            stage = info.data.get("name", "<stage>")
+            raise ValueError(
+                f"not set, and stage {stage} sets require_alarm_subscriber: its alarms (failed runs and trials, "
+                f"overdue stops, function errors, dead letters) would reach no one. Set dualtrack:stages.{stage}."
+                "alarm_email in cdk.json to the address that answers them (SNS emails it a confirmation link), or "
+                "set require_alarm_subscriber to false")
         return value
 
     @field_validator("log_retention_days")
@@ -236,24 +296,70 @@ class StageConfig(_Model):
                 raise ValueError(f"{name}.availability_zone {zone!r} must be one of the stage's availability_zones "
                                  f"({self.availability_zones or 'not set'})")
         self._overrides_agree_with_capacity()
+        self._priced_in_its_region()
         return self
+
+    @property
+    def pricing_region(self) -> str | None:
+        """The region whose prices cost this stage's runs: its own (``region``, else ``price_region``). None: the
+        stage sets neither, and its functions price the region they are deployed to (``AWS_REGION``)."""
+        return self.region or self.price_region
+
+    def _priced_in_its_region(self) -> None:
+        """A stage is priced at its own region's rates: refuse one whose region the price table (with the stage's
+        price_overrides) lacks, rather than let the API refuse every trial or price it at another region's rates."""
+        region = self.pricing_region
+        if self.price_region and self.region and self.price_region != self.region:
+            raise ValueError(f"price_region {self.price_region!r} differs from region {self.region!r}: a stage is "
+                             f"priced at its own region's rates; remove price_region (and give {self.region} rates "
+                             f"in price_overrides.instances.{self.region} if the price table has none)")
+        if region is None:
+            held = [track for track in self.tracks() if self.capacity(track) != "on_demand"]
+            if held:
+                raise ValueError(f"{held[0]} runs on {self.capacity(held[0])} capacity, whose price rows name a "
+                                 "region: set region (or price_region to the region the stage deploys to)")
+            return
+        from lambdas.domain.prices import PriceMissing, load_price_table
+
+        table = load_price_table(self.priced_overrides())
+        missing = []
+        for track in self.tracks():
+            for instance_type in self.family(track).instance_types:
+                try:
+                    table.instance_price(instance_type, region)
+                except PriceMissing:
+                    missing.append(instance_type)
+        try:
+            table.s3_rates(region)
+        except PriceMissing:
+            missing.append("S3 storage and requests")
+        if missing:
+            raise ValueError(
+                f"the price table ({table.version}) has no {region} price for {', '.join(missing)}: the API would "
+                f"refuse every trial and no run could be costed. Give the stage's rates in price_overrides "
+                f'(instances.{region}.<type>: {{"hourly_usd": "..."}}, s3.{region}: {{"storage_gb_month_usd": ..., '
+                f'"put_per_1000_usd": ..., "get_per_1000_usd": ...}}); `dualtrack prices refresh --region {region} '
+                "--out FILE` reads the on-demand rates from the AWS Pricing API")
 
     def _overrides_agree_with_capacity(self) -> None:
         """A price override that states a capacity other than the one the track runs on would bill queue time
         wrongly: refuse it, naming both."""
         rows = ((self.price_overrides or {}).get("instances") or {})
-        region_rows = rows.get(self.price_region) if isinstance(rows, dict) else None
-        if not isinstance(region_rows, dict):
+        if not isinstance(rows, dict):
             return
-        for track in self.tracks():
-            for instance_type in self.family(track).instance_types:
-                row = region_rows.get(instance_type)
-                stated = row.get("capacity") if isinstance(row, dict) else None
-                if stated is not None and stated != self.capacity(track):
-                    raise ValueError(
-                        f"price_overrides.instances.{self.price_region}.{instance_type}.capacity is {stated!r}, but "
-                        f"the {track} track runs {instance_type} on {self.capacity(track)}: remove the row's "
-                        "capacity (the stage sets it from the track)")
+        region = self.pricing_region
+        for row_region, region_rows in rows.items():
+            if not isinstance(region_rows, dict) or region not in (None, row_region):
+                continue
+            for track in self.tracks():
+                for instance_type in self.family(track).instance_types:
+                    row = region_rows.get(instance_type)
+                    stated = row.get("capacity") if isinstance(row, dict) else None
+                    if stated is not None and stated != self.capacity(track):
+                        raise ValueError(
+                            f"price_overrides.instances.{row_region}.{instance_type}.capacity is {stated!r}, but "
+                            f"the {track} track runs {instance_type} on {self.capacity(track)}: remove the row's "
+                            "capacity (the stage sets it from the track)")
 
     def capacity(self, track: Track) -> str:
         """What the track's hosts run on, as the price table names it (``lambdas.domain.prices.Capacity``): a
@@ -275,7 +381,9 @@ class StageConfig(_Model):
                 continue
             instances = overrides.setdefault("instances", {})
             assert isinstance(instances, dict)
-            rows = instances.setdefault(self.price_region, {})
+            region = self.pricing_region
+            assert region is not None, "a stage on held or Spot capacity names its region (_priced_in_its_region)"
+            rows = instances.setdefault(region, {})
             assert isinstance(rows, dict)
             for instance_type in self.family(track).instance_types:
                 row = rows.get(instance_type)

@@ -269,7 +269,12 @@ class TorchNeuronBackend(Backend):
         super().__init__(precision)
         self.execution = execution
         try:
-            self.device = torch.device(NEURON.device, int(os.environ.get("LOCAL_RANK", "0")))
+            # As AWS's torchrun workers do ("How to use torch.distributed on Neuron"): torch.device("neuron") with no
+            # index, LOCAL_RANK read only to print it; which logical NeuronCore a worker gets is TorchNeuron's, and the
+            # runtime's placement variables (NEURON_RT_VISIBLE_CORES) are left to it ("Neuron framework extensions
+            # set most of these on your behalf", "Reference: Neuron Runtime environment variables"). Not
+            # cuda-style neuron:<LOCAL_RANK>.
+            self.device = torch.device(NEURON.device)
         except RuntimeError as exc:  # torch-neuronx 2.x (PyTorch/XLA) registers no "neuron" device
             raise BackendUnavailable("this image's torch-neuronx registers no `neuron` device: it is the retired "
                                      "PyTorch/XLA stack; run --backend xla (set trn2.image_versions.neuron_sdk to "

@@ -14,12 +14,15 @@ import signal
 import socket
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from lambdas.domain.job_access import TOKEN_ENV
 from lambdas.domain.vocabulary import is_run
 from trainer import FAILURE_EXIT_CODE
 from trainer.backends import BACKENDS, default_backend
 from trainer.config import RUNS, UNSET, ConfigError, RunConfig
+
+if TYPE_CHECKING:
+    from trainer.credentials import NodeCredentials
 
 
 def _run_name(value: str) -> str:
@@ -47,18 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--trial-id", help="the trial (env DUALTRACK_TRIAL_ID)")
         p.add_argument("--compile-cache-url", help=f"Neuron compile cache (env NEURON_COMPILE_CACHE_URL); {UNSET!r} "
                        "for none")
-        p.add_argument("--run-token", help=f"this job's one-off token for its trial's credentials (env {TOKEN_ENV}; "
-                       f"set by the workflow); {UNSET!r} for none")
         p.add_argument("--quiet", action="store_true", help="no JSON progress lines on stdout")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.run_token and args.run_token != UNSET:
-        # A multi-node job gets its token as a job parameter (in its command); the ranks and the storage layer
-        # read it from the environment, like a single-node job's.
-        os.environ[TOKEN_ENV] = args.run_token
     try:
         cfg = RunConfig.resolve(spec=args.spec, track=args.track, run_dir=args.run_dir, backend=args.backend,
                                 resume_from=args.resume_from, run=args.run, progress=not args.quiet,
@@ -107,12 +104,46 @@ def _launch(cfg: RunConfig, argv: list[str]) -> int:
     sys.stderr.flush()
     if plan.torchrun_args is None:
         # One rank (or neuron_parallel_compile): replace this process, so Batch's SIGTERM and the exit code are its.
+        # The credentials fetched to read the spec go with it: one fetch for the node.
+        env.update(_seeded_credentials(env))
         os.execvpe(plan.argv[0], plan.argv, env)  # PATH lookup: neuron_parallel_compile
+    shared = _node_credentials(env)
     # The elastic agent starts the ranks with this process's environment.
     for name in set(os.environ) - set(env):
         del os.environ[name]
     os.environ.update(env)
-    return _elastic_launch(plan.torchrun_args)
+    try:
+        return _elastic_launch(plan.torchrun_args)
+    finally:
+        if shared is not None:
+            shared.close()
+
+
+def _seeded_credentials(env: dict[str, str]) -> dict[str, str]:
+    """The variables that hand this launcher's credentials (fetched to read the spec) to the rank it becomes."""
+    from lambdas.domain.job_access import PER_NODE_ENV
+    from trainer import storage
+    from trainer.credentials import seed
+
+    issued = storage.issued()
+    return seed(issued) if env.get(PER_NODE_ENV) == "1" and issued else {}
+
+
+def _node_credentials(env: dict[str, str]) -> NodeCredentials | None:
+    """With ``DUALTRACK_CREDENTIALS_PER_NODE=1``, fetch this node's credentials once and share them with its ranks
+    through a private file (``env`` gains its path), refreshed while the ranks run; None otherwise (each rank then
+    asks for its own, as a single process does). A refusal ends the launch with the reason (CredentialsRefused)."""
+    from lambdas.domain.job_access import CREDENTIALS_FILE_ENV, FUNCTION_ENV, PER_NODE_ENV
+    from trainer.credentials import NodeCredentials, node_job_id
+
+    function, job_id = env.get(FUNCTION_ENV), node_job_id(env)
+    if env.get(PER_NODE_ENV) != "1" or not function or not job_id:
+        return None
+    from trainer import storage
+
+    shared = NodeCredentials(function, job_id)
+    env[CREDENTIALS_FILE_ENV] = str(shared.start(held=storage.issued()))  # the spec was read with them
+    return shared
 
 
 # The signals torchrun's elastic agent turns into SignalException while its ranks run (its default

@@ -328,13 +328,17 @@ class Distributed:
         """The summary's ``communication`` block, or None for a single process (the schema's zeros apply)."""
         return None if self.stats is None else self.stats.record(self.world_size)
 
-    def close(self) -> None:
+    def close(self, *, together: bool = True) -> None:
         """Leave together: a process that tore its groups down while another still used them (process 0 writing
-        the summary, a collective still draining) would abort both."""
+        the summary, a collective still draining) would abort both. A process that leaves alone (it failed, or a
+        fault planned on its node only fired) waits for no one: its peers are mid-step, and a barrier here would
+        meet their next collective and hang both until the process group's timeout, where leaving lets their
+        collective fail at once (the peer is gone) and the main node report it (``trainer.peers``)."""
         if self.world_size > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():
-                with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
-                    dist.barrier(group=self.control_group)
+                if together:
+                    with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
+                        dist.barrier(group=self.control_group)
                 dist.destroy_process_group()

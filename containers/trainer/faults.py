@@ -29,27 +29,55 @@ class ForcedFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class FaultPlan:
+    """The fault this attempt plans: ``at_step`` and ``mode`` as declared, whether it fires this attempt, and on
+    which node (``node``, None for every node; ``this_node`` is the node this process runs on)."""
+
     at_step: int | None
     mode: str | None
     fires_this_attempt: bool
+    node: int | None = None
+    this_node: int = 0
 
     @classmethod
-    def for_run(cls, spec: TrialSpec, track: str, attempt: int, run: str | None = None) -> FaultPlan:
+    def for_run(cls, spec: TrialSpec, track: str, attempt: int, run: str | None = None,
+                this_node: int | None = None) -> FaultPlan:
         """The fault ``run`` (of ``track``) plans: ``fault_injection`` targets its track's runs, never a scaling run
         (``gpu-n1``), which measures the track at another node count and has no fault of its own."""
         fault = spec.fault_injection
         if fault is None or fault.track != track or (run is not None and scaling_nodes(run) is not None):
             return cls(None, None, False)
         # retryable: only the first attempt faults, so the retry can resume; permanent: every attempt does.
-        return cls(fault.at_step, fault.mode, fault.mode == "permanent" or attempt == 1)
+        return cls(fault.at_step, fault.mode, fault.mode == "permanent" or attempt == 1, fault.node,
+                   node_index() if this_node is None else this_node)
 
     def fires(self, step: int) -> bool:
+        """Whether the planned fault fires after ``step`` on some node: every node makes that step's checkpoint
+        durable first, so they stay in step with each other."""
         return self.fires_this_attempt and step == self.at_step
 
+    @property
+    def on_this_node(self) -> bool:
+        return self.node is None or self.node == self.this_node
+
+    def fired_elsewhere(self, step: int) -> bool:
+        """Whether, by ``step``, the planned fault has fired on another node than this one (so a peer this node
+        lost is the fault's doing)."""
+        return (self.fires_this_attempt and not self.on_this_node and self.at_step is not None
+                and step >= self.at_step)
+
     def check(self, step: int) -> None:
-        if self.fires(step):
+        if self.fires(step) and self.on_this_node:
             code = PERMANENT_FAULT_EXIT_CODE if self.mode == "permanent" else FAULT_EXIT_CODE
             raise PlannedFault(step, str(self.mode), code)
+
+
+def node_index() -> int:
+    """This process's node of a multi-node job (``AWS_BATCH_JOB_NODE_INDEX``, set by Batch on every node; 0 on a
+    single node)."""
+    try:
+        return int(os.environ.get("AWS_BATCH_JOB_NODE_INDEX", "0"))
+    except ValueError:
+        return 0
 
 
 def forced_failure_point() -> str | None:

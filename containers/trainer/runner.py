@@ -19,7 +19,17 @@ from functools import partial
 import torch
 
 from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
-from trainer import FAILURE_EXIT_CODE, SIGTERM_EXIT_CODE, checkpoint, ddp, fsdp, sharded, storage, tensor_parallel
+from trainer import (
+    FAILURE_EXIT_CODE,
+    FAULT_EXIT_CODE,
+    SIGTERM_EXIT_CODE,
+    checkpoint,
+    ddp,
+    fsdp,
+    sharded,
+    storage,
+    tensor_parallel,
+)
 from trainer.backends import Backend, default_backend, make_backend, no_grad_eval
 from trainer.cache import CompileCache
 from trainer.config import RunConfig
@@ -36,6 +46,7 @@ from trainer.modeling import (
     token_loss_sum,
 )
 from trainer.optim import Optimizer
+from trainer.peers import peer_lost
 from trainer.state import TrainState
 from trainer.summary import (
     AttemptRecord,
@@ -105,7 +116,12 @@ def run(cfg: RunConfig) -> int:
 
 
 class _Interrupted(Exception):
-    pass
+    """The ranks stopped together after a SIGTERM; ``by_peer`` when this process got none itself (another node's
+    was reclaimed or stopped), ``checkpointed`` when the step stopped at is committed."""
+
+    def __init__(self, *, by_peer: bool = False, checkpointed: bool = False) -> None:
+        super().__init__("interrupted")
+        self.by_peer, self.checkpointed = by_peer, checkpointed
 
 
 @dataclass
@@ -160,7 +176,7 @@ class Trainer:
     def run(self) -> int:
         record = self.record
         self.flag.install()
-        exit_code, status = 0, "succeeded"
+        exit_code, status, alone = 0, "succeeded", False
         try:
             self._set_up()
             if self.cfg.compile_only:
@@ -172,12 +188,13 @@ class Trainer:
             exit_code, status = fault.exit_code, "faulted"
             record.fault_fired = True
             self.emit("fault", step=fault.step, mode=fault.mode, exit_code=fault.exit_code)
-        except _Interrupted:
-            exit_code, status = SIGTERM_EXIT_CODE, "interrupted"
+            # A fault planned on this node only leaves its peers mid-step: it goes without waiting for them.
+            alone = record.fault_plan is not None and record.fault_plan.node is not None
+        except _Interrupted as stopped:
+            exit_code, status = self._interrupted_exit(stopped), "interrupted"
         except Exception as exc:  # every failure still leaves a summary behind
-            exit_code, status = FAILURE_EXIT_CODE, "failed"
-            record.error = f"{type(exc).__name__}: {exc}"[:2000]
-            self.emit("error", error=record.error)
+            exit_code, status = self._failure(exc)
+            alone = True  # its peers may be inside a collective, or gone
         finally:
             self.flag.uninstall()
         record.memory_peak_mib = self.backend.memory_peak_mib()
@@ -190,8 +207,45 @@ class Trainer:
             write_summary(self.cfg.run_dir, self.cfg.attempt, summary, self.log.jsonl())
             self.emit("done", status=status, exit_code=exit_code, global_step=summary.global_step,
                       summary=storage.join(self.cfg.run_dir, f"attempt-{self.cfg.attempt}", "summary.json"))
-        self.dist.close()
+        self.dist.close(together=not alone)
         return exit_code
+
+    def _failure(self, exc: Exception) -> tuple[int, str]:
+        """The exit of an attempt that raised ``exc``. A collective that lost its peers once a checkpoint exists
+        is resumable (``FAULT_EXIT_CODE``, which the job definitions retry): Batch takes a multi-node job's status
+        from its main node, so this is how the main node reports a child node that is gone (its planned fault, a
+        Spot reclaim, a crash). Before any checkpoint, or for any other error, the attempt failed."""
+        record = self.record
+        record.error = f"{type(exc).__name__}: {exc}"[:2000]
+        self.emit("error", error=record.error)
+        if not (peer_lost(exc) and self._resumable()):
+            return FAILURE_EXIT_CODE, "failed"
+        plan = record.fault_plan
+        if plan is not None and plan.fired_elsewhere(record.global_step + 1):
+            record.fault_fired = True  # the planned fault, on another node: this node saw it as a lost peer
+            self.emit("fault", step=plan.at_step, mode=plan.mode, exit_code=FAULT_EXIT_CODE, node=plan.node)
+            return FAULT_EXIT_CODE, "faulted"
+        return FAULT_EXIT_CODE, "interrupted"
+
+    def _interrupted_exit(self, stopped: _Interrupted) -> int:
+        """A stop after SIGTERM: 143 when this process was signalled (a cancel, this host reclaimed: Batch's own
+        status reason decides), resumable when only a peer was and the stop is checkpointed (a child node's Spot
+        reclaim must not end the job that its main node reports)."""
+        if stopped.by_peer and (stopped.checkpointed or self._resumable()):
+            return FAULT_EXIT_CODE
+        return SIGTERM_EXIT_CODE
+
+    def _resumable(self) -> bool:
+        """Whether a retry of this attempt resumes rather than starts over: it resumed from a checkpoint, or one of
+        the run's checkpoints is committed (its manifest written: looked up in storage, since the peer may have been
+        lost between the manifest's write and the commit's last collective)."""
+        if self.record.resumed_from_step is not None or getattr(getattr(self, "checkpointer", None), "saved", None):
+            return True
+        with contextlib.suppress(Exception):  # storage unreachable too: nothing to resume from that we can see
+            run_dir = self.cfg.run_dir
+            return any(storage.exists(checkpoint.manifest_uri(run_dir, step))
+                       for step in checkpoint.list_steps(run_dir))
+        return False
 
     def _set_up(self) -> None:
         """Layout, model, data, compile cache, optimizer, scheduler and checkpointer."""
@@ -470,7 +524,7 @@ class Trainer:
         finally:
             self.phases["checkpoint_save_s"] += time.perf_counter() - t
         self.emit("interrupted", step=step, checkpointed=checkpointed)
-        raise _Interrupted
+        raise _Interrupted(by_peer=not self.flag.requested, checkpointed=checkpointed)
 
     # ---- evaluation, checkpoints, compile ----------------------------------------------------------------------
     def _evaluate(self, step: int) -> None:
@@ -527,13 +581,18 @@ class Trainer:
     def _reading_weights(self) -> Iterator[None]:
         """The summary's ``learning`` record: the trainable weights read before the attempt's first optimizer step
         and again after its last (a planned fault or an interruption included), outside the timed loop and on the
-        device they trained on, so before the final samples may move the model to the host. After any other failure
-        the device may be gone: no second reading, and no record. A reading never costs the attempt."""
+        device they trained on, so before the final samples may move the model to the host. A lost peer leaves this
+        process's device and weights as they were (the reading is local, no collective): read too. After any other
+        failure the device may be gone: no second reading, and no record. A reading never costs the attempt."""
         before = self._fingerprint()
         try:
             yield
         except (PlannedFault, _Interrupted):
             self._record_learning(before)
+            raise
+        except Exception as exc:
+            if peer_lost(exc):
+                self._record_learning(before)
             raise
         self._record_learning(before)
 

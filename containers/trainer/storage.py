@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from trainer.credentials import CredentialsRefused
 from trainer.json_types import JsonObject
 
 if TYPE_CHECKING:
@@ -17,10 +17,6 @@ if TYPE_CHECKING:
 
 class AlreadyExists(FileExistsError):
     """A write-once object (a checkpoint manifest) is already there."""
-
-
-class CredentialsRefused(RuntimeError):
-    """The plane's credentials function would not issue this job its trial's credentials (the reason is its own)."""
 
 
 @lru_cache(maxsize=1)
@@ -39,34 +35,30 @@ _ISSUED: JsonObject = {}
 def _scoped() -> tuple[str, S3Client] | None:
     """(bucket, client) with this job's own credentials for the artifacts bucket, refreshed before they expire, when
     the job definition names the plane's credentials function; None otherwise (a run outside AWS Batch, which uses
-    whatever credentials the environment has). See lambdas/domain/job_access.py."""
-    from lambdas.domain.job_access import FUNCTION_ENV, TOKEN_ENV
+    whatever credentials the environment has). A process of a node whose launcher shares the node's credentials
+    (``DUALTRACK_CREDENTIALS_FILE``) reads them from there; any other asks the function itself, proving who it is
+    (trainer.credentials, lambdas/domain/job_access.py)."""
+    from lambdas.domain.job_access import CREDENTIALS_FILE_ENV, FUNCTION_ENV
+    from trainer import credentials as job_credentials
 
     function = os.environ.get(FUNCTION_ENV)
     if not function:
         return None
-    job_id, token = os.environ.get("AWS_BATCH_JOB_ID"), os.environ.get(TOKEN_ENV)
-    if not job_id or not token:
+    shared, job_id = os.environ.get(CREDENTIALS_FILE_ENV), job_credentials.node_job_id()
+    if not shared and not job_id:
         raise CredentialsRefused(f"{FUNCTION_ENV} is set, so this job's artifacts need its own credentials, but "
-                                 f"{'AWS_BATCH_JOB_ID' if not job_id else TOKEN_ENV} is not set: the workflow sets "
-                                 f"{TOKEN_ENV} (or --run-token) on every job it submits")
+                                 "AWS_BATCH_JOB_ID is not set: only a Batch job can prove it is one")
     import boto3
     import botocore.session
     from botocore.credentials import RefreshableCredentials
 
-    invoker = boto3.client("lambda")
-
     def fetch() -> dict[str, str]:
-        response = invoker.invoke(FunctionName=function,
-                                  Payload=json.dumps({"job_id": job_id, "token": token}).encode())
-        answer = json.loads(response["Payload"].read() or b"{}")
-        if response.get("FunctionError") or "credentials" not in answer:
-            reason = answer.get("error") or answer.get("errorMessage") or answer
-            raise CredentialsRefused(f"{function} refused this job's credentials: {reason}")
+        answer = job_credentials.shared_or_fetched(Path(shared) if shared else None, function, job_id)
         _ISSUED.update(answer)
         c = answer["credentials"]
-        return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
-                "expiry_time": c["Expiration"]}
+        assert isinstance(c, dict)
+        return {"access_key": str(c["AccessKeyId"]), "secret_key": str(c["SecretAccessKey"]),
+                "token": str(c["SessionToken"]), "expiry_time": str(c["Expiration"])}
 
     credentials = RefreshableCredentials.create_from_metadata(metadata=fetch(), refresh_using=fetch,
                                                               method="dualtrack-job-credentials")
@@ -101,6 +93,11 @@ def may_write(uri: str) -> bool:
         return True
     prefix = _ISSUED.get("cache_write_prefix")
     return bool(prefix) and split_s3(join(uri, ""))[1].startswith(str(prefix))
+
+
+def issued() -> JsonObject:
+    """The credentials function's last answer to this process (empty before the first fetch, or outside a job)."""
+    return dict(_ISSUED)
 
 
 def reset_clients() -> None:

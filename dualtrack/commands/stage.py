@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dualtrack.client.display import align_markdown_tables
+from dualtrack.commands import _preflight as preflight
 from dualtrack.extras import EXIT_MISSING_EXTRA, extra_missing
 from dualtrack.output_option import add_json_option
 from dualtrack.stage_cost import (
@@ -30,6 +31,7 @@ from dualtrack.stage_cost import (
 from infra.config import ConfigInvalid, stage_config
 from infra.synth import REPO_ROOT, SynthFailed, synthesize
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.prices import load_price_table
 
 EXIT_OK, EXIT_SYNTH_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -42,6 +44,8 @@ the stage keeps resources that bill by the hour or the month regardless. The com
   interface VPC endpoints     per endpoint per Availability Zone per hour: one zone per subnet it lists, and
                               a partial hour bills as a full hour (gateway endpoints, S3's here, are free)
   NAT gateways, Elastic IPs   per hour
+  warm Batch capacity         per instance-hour: the instances a compute environment's min vCPUs keep running
+                              (the stage's <track>.warm_vcpus), at the instance rates its runs are billed at
   KMS customer managed keys   per key-month (a key with rotation adds a key-month per rotation)
   CloudWatch alarms           per alarm metric per month (a metric-math alarm counts each metric in it)
   CloudWatch dashboards       per dashboard-month
@@ -53,10 +57,11 @@ figure only from a volume you state: --log-gb-per-month, --flow-log-gb-per-month
 Not counted: the account-wide free tiers (3 dashboards, 10 alarm metrics, 5 GB of logs a month), what the stage
 stores (S3 objects, DynamoDB items, archived logs, the trainer images in the CDK asset repository), KMS requests,
 data transfer, and anything outside the stage's templates (the CDK bootstrap stack, CloudTrail). Anything in the
-templates the model cannot price (a provisioned DynamoDB table, min vCPUs above 0, a composite alarm) is listed
-under "not priced" rather than left out silently.
+templates the model cannot price (a provisioned DynamoDB table, min vCPUs on Spot capacity, a composite alarm) is
+listed under "not priced" rather than left out silently.
 
-The region is the stage's `region` in cdk.json, else its `price_region`; --region overrides it. Prices come
+The region is the stage's `region` in cdk.json, else its `price_region` (one that sets neither needs --region:
+no other region's rates stand in); --region overrides it. Prices come
 from the versioned table dualtrack/data/{SHIPPED_TABLE} (source and confidence per row): rows marked
 estimate were not confirmed from AWS's own text, so check them in the AWS Pricing Calculator or pass your rates
 with --prices.
@@ -74,10 +79,21 @@ examples:
 """
 
 
+STAGE_HELP = """\
+A stage of cdk.json (dualtrack:stages), before and after its deploy:
+
+  preflight   before `cdk deploy`, read-only with the deployer's credentials: images, zones, quotas, Lambda
+              concurrency, the Neuron AMI and prices, one row each with what to do (dualtrack stage preflight -h)
+  cost        what the deployed stage costs per month while no trial runs, from its synthesized templates
+              (dualtrack stage cost -h)
+"""
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("stage", help="what a deployed stage costs idle", description=HELP,
+    parser = sub.add_parser("stage", help="a stage's pre-deploy checks and idle cost", description=STAGE_HELP,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="stage_command", metavar="ACTION", required=True)
+    preflight.register(actions)
     cost = actions.add_parser("cost", help="the stage's monthly cost while no trial runs", description=HELP,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     cost.add_argument("--stage", help="a stage of cdk.json's dualtrack:stages (default: dualtrack:default-stage)")
@@ -130,8 +146,12 @@ def run_cost(args: argparse.Namespace) -> int:
         region, region_from = args.region, "--region"
     elif config.region:
         region, region_from = config.region, "cdk.json region"
-    else:
+    elif config.price_region:
         region, region_from = config.price_region, "cdk.json price_region; the stage sets no region"
+    else:
+        print(f"stage {stage} sets no region (nor price_region): pass --region, the region it deploys to; no other "
+              "region's rates stand in", file=sys.stderr)
+        return EXIT_USAGE
     try:
         table = load_platform_prices(args.prices)
         table.rates(region)
@@ -151,8 +171,12 @@ def run_cost(args: argparse.Namespace) -> int:
     assumptions = {LOG_GB: args.log_gb_per_month, FLOW_LOG_GB: args.flow_log_gb_per_month,
                    ENDPOINT_GB: args.endpoint_gb_per_month}
     try:
+        # Warm capacity bills at the rates the plane bills the stage's runs with: its price table and overrides, in
+        # the stage's own region.
         cost = idle_cost(templates, table, region,
-                         assumptions={k: v for k, v in assumptions.items() if v is not None})
+                         assumptions={k: v for k, v in assumptions.items() if v is not None},
+                         instance_prices=load_price_table(config.priced_overrides()),
+                         instance_region=config.pricing_region)
     except StageCostError as exc:
         print(f"stage {stage}: {exc}", file=sys.stderr)
         return EXIT_SYNTH_FAILED

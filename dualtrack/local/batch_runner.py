@@ -34,7 +34,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from dualtrack.local.aws.moto_shims import SubmittedFields, attempt_duration_s, job_status
+from dualtrack.local.aws.moto_shims import (
+    SubmittedFields,
+    assign_task,
+    attempt_duration_s,
+    job_status,
+    task_credentials,
+)
 from dualtrack.local.aws.network import JobNetwork
 from dualtrack.local.dockerfile import ImageConfig
 from dualtrack.local.json_shapes import integer, mapping, sequence
@@ -531,8 +537,11 @@ class LocalBatch:
                                               "attempt": attempt})
                 continue
             assert image is not None
-            launches.append((node, command, self._environment(job, image, node.props, node.overrides, node.env,
-                                                              attempt, port)))
+            env = self._environment(job, image, node.props, node.overrides, node.env, attempt, port)
+            # Each node's attempt is an ECS task, whose process holds a session of the job role named after it.
+            which = node.index if job.job_definition.type == "multinode" else None
+            env.update(task_credentials(job, which, assign_task(job, which)))
+            launches.append((node, command, env))
         return launches, None
 
     def _unreachable_nodes(self, job: Job, attempt: int, started: datetime, problem: str) -> AttemptResult:

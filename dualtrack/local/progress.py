@@ -168,7 +168,9 @@ def _event_text(kind: JsonIn, record: JsonMapping) -> str | None:
     if kind in ("compiling", "compiled", "compile"):
         return _compile_text(kind, record)
     if kind == "fault":
-        return (f"fault injected after step {record.get('step', record.get('at_step'))} "
+        node = record.get("node")
+        where = f" on node {node}, seen by the main node as a lost peer" if isinstance(node, int) else ""
+        return (f"fault injected after step {record.get('step', record.get('at_step'))}{where} "
                 f"(exit {record.get('exit_code', '')}) on attempt {attempt}")
     if kind == "retry":
         return f"attempt {attempt} exited {record.get('exit_code')}: Batch {record.get('action')}"

@@ -152,6 +152,7 @@ class Rehearsal:
         assembly = synthesize(self.options.stage)
         status, execution_arn = "FAILED", None
         with _library_output_to(self.out / PLANE_LOG), local_aws() as aws, _fresh_handler_state():
+            self._preflight(aws.region)
             self.progress.phase(f"deploying {len(assembly.stack_names())} stacks onto local AWS at {aws.endpoint_url}")
             templates = assembly.templates()
             deployment = deploy_locally(assembly, region=aws.region, templates=templates)
@@ -207,6 +208,20 @@ class Rehearsal:
             result.report = json.loads(report_path.read_text())
         self.progress.summary(result)
         return result
+
+    def _preflight(self, region: str) -> None:
+        """What `dualtrack stage preflight` checks before a deploy, read from the local plane before the stage is
+        deployed onto it: the rows go to preflight.json, one line to the console."""
+        from dualtrack.local.preflight import PREFLIGHT_FILE, rehearsal_preflight
+        from infra.synth import REPO_ROOT
+
+        try:
+            report = rehearsal_preflight(self.options.stage, region, REPO_ROOT, self.out)
+        except Exception as exc:  # the rehearsal does not depend on it
+            self.progress.warn(f"preflight: not run ({exc})")
+            return
+        self.progress.phase(f"preflight of stage {report.stage} on the local plane: {report.summary()} "
+                            f"({PREFLIGHT_FILE})")
 
     # ---- wiring ---------------------------------------------------------------------------------------------
     def _no_capacity_queues(self, deployment: LocalDeployment) -> set[str]:

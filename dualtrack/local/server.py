@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
 
 from dualtrack.local.aws.moto_shims import moto_settings, reset_moto
 from dualtrack.local.environment import overlay
@@ -69,6 +70,24 @@ def one_dynamodb_request_at_a_time(app: WSGIApplication) -> WSGIApplication:
     return serve
 
 
+def presigned_requests_reach_their_service(app: WSGIApplication) -> WSGIApplication:
+    """moto's server picks the service of a request from its ``Authorization`` header, and sends one without it to
+    S3; AWS accepts the same SigV4 signature in the query string (a presigned request: IAM user guide, "Signing AWS
+    API requests", query string parameters). A presigned request is routed by its ``X-Amz-Credential`` scope: the
+    header moto reads is derived from it (its signature is checked by the STS shim, from the query)."""
+
+    def serve(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        if "HTTP_AUTHORIZATION" not in environ:
+            query = dict(parse_qsl(str(environ.get("QUERY_STRING", ""))))
+            credential = query.get("X-Amz-Credential", "")
+            if credential.count("/") == 4 and "X-Amz-Signature" in query:
+                environ["HTTP_AUTHORIZATION"] = (f"AWS4-HMAC-SHA256 Credential={credential}, SignedHeaders=host, "
+                                                 f"Signature={query['X-Amz-Signature']}")
+        return app(environ, start_response)
+
+    return serve
+
+
 _SERVER: list[tuple[ThreadedMotoServer, str]] = []  # one loopback server per process: cached boto3 clients stay valid
 _LOCK = threading.Lock()
 
@@ -82,7 +101,7 @@ def _server() -> tuple[ThreadedMotoServer, str]:
             server.start()
             wsgi = server._server  # moto's werkzeug server: its app is replaced before the first request
             assert wsgi is not None
-            wsgi.app = one_dynamodb_request_at_a_time(wsgi.app)
+            wsgi.app = presigned_requests_reach_their_service(one_dynamodb_request_at_a_time(wsgi.app))
             host, port = server.get_host_and_port()
             _SERVER.append((server, f"http://{host}:{port}"))
         return _SERVER[0]

@@ -12,6 +12,7 @@ control plane refers to them by name, never by a cross-stack export.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +23,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from infra.config import ComputeFamily, Track, batch_name
+from infra.config import ComputeFamily, ConfigInvalid, Track, batch_name
 from infra.constructs.nag import acknowledge
 from lambdas.domain.catalogue import InstanceInfo, load_catalogue
-from lambdas.domain.neuron_stack import host_driver_check
+from lambdas.domain.neuron_stack import HOST_SHUTDOWN, host_driver_check, neuron_release
 from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,6 +45,11 @@ def image_versions(track: Track, family: ComputeFamily) -> dict[str, str]:
         found = SDK_IN_TAG.search(base.group(1)) if base else None
         if found:
             versions["neuron_sdk"] = found.group("sdk")
+            try:  # a release not on record would deploy hosts checked against a guess
+                neuron_release(versions["neuron_sdk"])
+            except ValueError as exc:
+                raise ConfigInvalid(f"{DOCKERFILES[track]}: BASE_IMAGE names Neuron SDK {versions['neuron_sdk']} "
+                                    f"(-sdk{versions['neuron_sdk']}-): {exc}") from None
     return versions
 
 
@@ -101,10 +107,10 @@ class AcceleratorCapacity(Construct):
                 f"{track}.ami_ssm_parameter is read again at every deploy; when it moves, Batch replaces the hosts "
                 f"(running jobs get the update timeout to finish). Set {track}.ami_id to pin the AMI.")
         zone = family.availability_zone
-        subnets = ec2.SubnetSelection(subnet_type=subnet_type, availability_zones=[zone] if zone else None)
-        # A cluster placement group lives in one zone; without a zone, hosts spread and multi-node jobs are off.
-        self.placement_group = (ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-                                if zone else None)
+        # The zones the compute environments launch hosts into (None: every zone of the VPC); the network puts its
+        # interface endpoints there and nowhere else.
+        self.zones: list[str] | None = [zone] if zone else None
+        subnets = ec2.SubnetSelection(subnet_type=subnet_type, availability_zones=self.zones)
         self.instance_role = iam.Role(
             self, "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
@@ -128,17 +134,28 @@ class AcceleratorCapacity(Construct):
             template = self._launch_template(f"Template{name}", info, family, security_group)
             ordered: list[batch.OrderedComputeEnvironment] = []
             for spot in (False, True) if family.spot else (False,):
+                env_id = f"Env{name}{'Spot' if spot else 'OnDemand'}"
+                # A cluster placement group lives in one zone (without a zone, hosts spread and multi-node jobs are
+                # off), and one per compute environment: EC2 advises one instance type per cluster placement group,
+                # and a group that an on-demand and a Spot environment (or two instance types) launch into raises
+                # the chance of an insufficient-capacity error for both.
+                placement_group = (ec2.PlacementGroup(self, f"PlacementGroup{env_id.removeprefix('Env')}",
+                                                      strategy=ec2.PlacementGroupStrategy.CLUSTER)
+                                   if zone else None)
                 environment = batch.ManagedEc2EcsComputeEnvironment(
-                    self, f"Env{name}{'Spot' if spot else 'OnDemand'}",
+                    self, env_id,
                     vpc=vpc, vpc_subnets=subnets,
                     security_groups=[security_group],
                     instance_types=[ec2.InstanceType(instance_type)],
                     use_optimal_instance_classes=False,
                     images=[batch.EcsMachineImage(image=image, image_type=_IMAGE_TYPE[track])],
                     launch_template=template,
-                    placement_group=self.placement_group,
+                    placement_group=placement_group,
                     instance_role=self.instance_role,
-                    minv_cpus=0, maxv_cpus=family.max_vcpus,
+                    # Warm capacity (off by default) keeps on-demand hosts running for the next job, the GPU
+                    # fallback's first of all; they bill every hour (`dualtrack stage cost` prices them).
+                    minv_cpus=0 if spot else family.warm_vcpus.get(instance_type, 0),
+                    maxv_cpus=family.max_vcpus,
                     spot=spot,
                     allocation_strategy=(batch.AllocationStrategy.SPOT_PRICE_CAPACITY_OPTIMIZED if spot
                                          else batch.AllocationStrategy.BEST_FIT_PROGRESSIVE),
@@ -199,6 +216,9 @@ class AcceleratorCapacity(Construct):
             self, construct_id,
             require_imdsv2=True,
             user_data=host_user_data(info.efa_interfaces, self.driver_check),
+            # A host whose boot checks fail shuts itself down (host_user_data): terminated, not stopped, so that the
+            # compute environment launches a replacement (lambdas.domain.neuron_stack.HOST_SHUTDOWN).
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
             block_devices=[ec2.BlockDevice(
                 device_name="/dev/xvda",
                 volume=ec2.BlockDeviceVolume.ebs(family.root_volume_gib, encrypted=True,
@@ -230,30 +250,38 @@ class AcceleratorCapacity(Construct):
 # ECS-optimized AL2023 AMIs (standard, GPU, Neuron) do not run the EFA installer; the AL2023 kernel carries the efa
 # and ib_uverbs modules, which create the /dev/infiniband/uverbs<N> devices the job definitions map. The hosts
 # load them at boot and check one device per EFA interface; a host where a device is missing says so on its
-# console and in /var/log/dualtrack-efa.log (a job mapping the device then fails to start, and the workflow falls
-# back). Batch takes launch template user data only as a MIME multi-part archive (AWS Batch, "Launch template
-# support").
-EFA_SETUP = """\
+# console and in /var/log/dualtrack-efa.log, and shuts itself down (HOST_SHUTDOWN, with the launch template's
+# InstanceInitiatedShutdownBehavior terminate) so that its compute environment replaces it instead of placing jobs
+# that cannot start there. Batch takes launch template user data only as a MIME multi-part archive (AWS Batch,
+# "Launch template support").
+def efa_setup(interfaces: int, *, device_dir: str = "/dev/infiniband", log_file: str = "/var/log/dualtrack-efa.log",
+              console: str = "/dev/console") -> str:
+    """The EFA part of the host set-up for an instance type with ``interfaces`` EFA interfaces (bash)."""
+    q = shlex.quote
+    return f"""\
 set -u
-log() {{ echo "dualtrack-efa: $*" | tee -a /var/log/dualtrack-efa.log > /dev/console; }}
+log() {{ echo "dualtrack-efa: $*" | tee -a {q(log_file)} > {q(console)}; }}
 modprobe efa || log "modprobe efa failed: this AMI's kernel has no EFA driver"
 modprobe ib_uverbs || log "modprobe ib_uverbs failed"
 udevadm settle --timeout=30 || true  # the device nodes appear once udev has handled the modules
 missing=0
-for index in $(seq 0 {last}); do
-  [ -e /dev/infiniband/uverbs$index ] || {{ log "/dev/infiniband/uverbs$index is missing"; missing=1; }}
+for index in $(seq 0 {interfaces - 1}); do
+  [ -e {q(device_dir)}/uverbs$index ] || {{ log "{device_dir}/uverbs$index is missing"; missing=1; }}
 done
-[ "$missing" = 0 ] && log "EFA driver loaded: {count} uverbs device(s)"
-exit "$missing"
+if [ "$missing" != 0 ]; then
+  log "EFA set-up failed; shutting this host down for its compute environment to replace it"
+  {HOST_SHUTDOWN}
+  exit 1
+fi
+log "EFA driver loaded: {interfaces} uverbs device(s)"
 """
 
 
 def host_user_data(efa_interfaces: int, driver_check: str = "") -> ec2.MultipartUserData | None:
     """The host set-up: for an EFA instance type, load the EFA driver and check every interface's device; on a
     Trainium2 host, check the Neuron driver (``driver_check``). Each is its own part, so one failing does not skip
-    the other. None when there is nothing to set up."""
-    scripts = ([EFA_SETUP.format(last=efa_interfaces - 1, count=efa_interfaces)] if efa_interfaces else []) \
-        + ([driver_check] if driver_check else [])
+    the other; a failed check shuts the host down. None when there is nothing to set up."""
+    scripts = ([efa_setup(efa_interfaces)] if efa_interfaces else []) + ([driver_check] if driver_check else [])
     if not scripts:
         return None
     archive = ec2.MultipartUserData()

@@ -47,7 +47,7 @@ TRAINER_COMMAND = ["launch"]
 # Parameters, never node overrides); Batch substitutes each Ref::name in the command. Optional ones default to
 # "none", which the trainer reads as not given.
 MULTI_NODE_PARAMETERS = {"spec_uri": "--spec", "run_dir": "--run-dir", "run": "--run", "trial_id": "--trial-id",
-                         "resume_from": "--resume-from", job_access.TOKEN_PARAMETER: "--run-token"}
+                         "resume_from": "--resume-from"}
 MULTI_NODE_DEFAULTS: dict[Track, dict[str, str]] = {"gpu": {"resume_from": "none"},
                                                      "trn2": {"resume_from": "none", "compile_cache_url": "none"}}
 
@@ -135,8 +135,11 @@ class TrainerJobDefinitions(Construct):
                                        description=f"dualtrack {track} trainer: image pull and logs")
         self.log_group = logs.LogGroup(self, "Logs", retention=log_retention, encryption_key=log_key)
         image = trainer_image(self, track, family)
+        # Each node fetches its credentials once and shares them with its processes (64 per trn2 node): a whole
+        # job's ranks calling the credentials function at once would meet a new account's Lambda concurrency.
         environment = {"DUALTRACK_TRACK": track, "DUALTRACK_BACKEND": trainer_backend(track, self.image_versions),
-                       job_access.FUNCTION_ENV: credentials_function, "PYTHONUNBUFFERED": "1"}
+                       job_access.FUNCTION_ENV: credentials_function, job_access.PER_NODE_ENV: "1",
+                       "PYTHONUNBUFFERED": "1"}
 
         def container(construct_id: str, instance_type: str, *, efa: bool,
                       command: list[str] | None = None) -> batch.EcsEc2ContainerDefinition:

@@ -45,7 +45,6 @@ from constructs import Construct
 
 from infra.config import Track
 from infra.constructs.nag import acknowledge, arn_prefix
-from lambdas.domain import job_access
 from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET
 
 # SubmitJob errors worth another try: Batch's transient server errors, and its throttle. Batch allows 50 SubmitJob
@@ -54,8 +53,6 @@ from lambdas.domain.vocabulary import COMPILE_RUN, COMPILE_TARGET
 # names Batch.TooManyRequestsException: a burst of submissions (docs/capacity.md) backs off instead of failing.
 BATCH_RETRY_ERRORS = ["Batch.AWSBatchException", "Batch.ServerException", "Batch.TooManyRequestsException"]
 JsonPath = sfn.JsonPath
-# Each job's one-off token (a v4 UUID; Step Functions' intrinsic functions page, States.UUID).
-RUN_TOKEN = "States.UUID()"
 # The rule Step Functions manages to learn when a .sync Batch job ends (Step Functions' Batch IAM page).
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForBatchJobsRule"
 
@@ -198,13 +195,11 @@ class TrialWorkflow(Construct):
             "DUALTRACK_TRACK": track,
             "DUALTRACK_SPEC_URI": "$.spec_uri",
             "DUALTRACK_RUN_DIR": run_dir,
-            # One-off per submission: the job proves with it that it is this job when it asks for credentials to
-            # its own trial's prefix (lambdas/domain/job_access.py). Only the job and Batch's DescribeJobs see it.
-            job_access.TOKEN_ENV: RUN_TOKEN,
+            # No secret: a job proves it is this job with its own task's role credentials, which no job setting
+            # holds (lambdas/domain/job_access.py), so reading job descriptions grants nothing.
             **(extra_env or {}),
         }
         job_parameters = {"spec_uri": "$.spec_uri", "run_dir": run_dir, "run": run, "trial_id": "$.trial_id",
-                          job_access.TOKEN_PARAMETER: RUN_TOKEN,
                           **({"resume_from": extra_env["DUALTRACK_RESUME_FROM"]}
                              if extra_env and "DUALTRACK_RESUME_FROM" in extra_env else {}),
                           **({"compile_cache_url": extra_env["NEURON_COMPILE_CACHE_URL"]}

@@ -48,6 +48,12 @@ class ComputeStack(cdk.Stack):
                 log_retention=retention, log_key=self.log_key,
             )
 
+        # Interface endpoints only where hosts run: a zone no compute environment uses would bill endpoint-hours
+        # for nothing (the zones of a track without a pinned zone are all the stage's).
+        zones = [capacity.zones for capacity in self.capacity.values()]
+        self.network.add_interface_endpoints(
+            None if any(z is None for z in zones) else sorted({zone for z in zones if z for zone in z}))
+
     @property
     def image_versions(self) -> dict[Track, dict[str, str]]:
         """Per track, the versions its trainer image pins (the control plane checks trials against them)."""

@@ -26,6 +26,9 @@ from infra.stacks import StackOptions
 from lambdas.domain import job_access
 from lambdas.domain.job_targets import JobTarget, job_targets_json
 
+# Domains reserved for documentation (RFC 2606): an address there is a placeholder, never read.
+PLACEHOLDER_DOMAINS = frozenset({"example.com", "example.net", "example.org"})
+
 
 class ControlStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: TrialStorage,
@@ -41,10 +44,19 @@ class ControlStack(cdk.Stack):
         definition_names = sorted({name for by_type in targets.values() for t in by_type.values()
                                    for name in (t.single_node, *t.multi_node.values())})
         key = kms.Key(self, "TopicKey", enable_key_rotation=True, description="dualtrack report topic")
+        # Only this account's alarms in this region may have CloudWatch act for them (confused-deputy conditions), on
+        # the key as on the topic.
+        alarms_of_this_account = {
+            "StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": f"arn:{cdk.Aws.PARTITION}:cloudwatch:{cdk.Aws.REGION}:"
+                                         f"{cdk.Aws.ACCOUNT_ID}:alarm:*"},
+        }
         # CloudWatch alarms publish to the encrypted topic, so the service must be able to use its key.
         key.add_to_resource_policy(iam.PolicyStatement(
+            sid="CloudWatchAlarmsUseTheTopicKey",
             actions=["kms:Decrypt", "kms:GenerateDataKey*"],
             principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")], resources=["*"],
+            conditions=alarms_of_this_account,
         ))
         self.topic = sns.Topic(self, "Reports", master_key=key, enforce_ssl=True,
                                display_name="dualtrack trial and cost reports")
@@ -55,12 +67,13 @@ class ControlStack(cdk.Stack):
             sid="CloudWatchAlarmsPublish",
             principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")], actions=["sns:Publish"],
             resources=[self.topic.topic_arn],
-            conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID},
-                        "ArnLike": {"aws:SourceArn": f"arn:{cdk.Aws.PARTITION}:cloudwatch:{cdk.Aws.REGION}:"
-                                                     f"{cdk.Aws.ACCOUNT_ID}:alarm:*"}},
+            conditions=alarms_of_this_account,
         ))
         if config.alarm_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+            subscription = self.topic.add_subscription(subscriptions.EmailSubscription(config.alarm_email))
+            acknowledge(subscription, "Serverless-SNSRedrivePolicy",
+                        "an email subscription for the alarms: a notification SNS cannot deliver would sit in a "
+                        "queue no one reads, while the alarm itself stays in ALARM state in CloudWatch")
 
         environment = {
             "TRIALS_TABLE": storage.trials.table_name,
@@ -71,7 +84,8 @@ class ControlStack(cdk.Stack):
             "ARTIFACTS_BUCKET": storage.artifacts.bucket_name,
             "CACHE_BUCKET": storage.compile_cache.bucket_name,
             "REPORT_TOPIC_ARN": self.topic.topic_arn,
-            "PRICE_REGION": config.price_region,
+            # The stage's own region (a stage that names none: the region it is deployed to), never another's.
+            "PRICE_REGION": config.pricing_region or cdk.Aws.REGION,
             "CACHE_RETENTION_DAYS": str(config.cache_retention_days),
         }
         # Where the API sends each run: per track and instance type, the queue and job definitions (by name).
@@ -160,6 +174,7 @@ class ControlStack(cdk.Stack):
                                 "DeliveryFailures": self.events.dead_letters},
             state_machine=machine,
         )
+        self._warn_unread_alarms(config, len(self.monitoring.alarms))
         cdk.CfnOutput(self, "ApiUrl", value=self.api.api.url)
         cdk.CfnOutput(self, "StateMachineArn", value=machine.state_machine_arn)
         cdk.CfnOutput(self, "ReportTopicArn", value=self.topic.topic_arn)
@@ -351,3 +366,19 @@ class ControlStack(cdk.Stack):
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
                     "Batch Describe* actions support no resource-level permissions; read-only, used to settle a "
                     "run from its job's own attempt record")
+
+    def _warn_unread_alarms(self, config: StageConfig, alarms: int) -> None:
+        """A stage whose alarms reach no one says so at synth (a warning: ``cdk synth --strict`` fails on it); a
+        stage with ``require_alarm_subscriber`` never gets here without a subscriber (infra.config)."""
+        if not config.alarm_email:
+            cdk.Annotations.of(self.topic).add_warning_v2(
+                "dualtrack:alarms-unsubscribed",
+                f"the report topic has no subscriber: the stage's {alarms} alarms (failed runs and trials, overdue "
+                "stops, function errors, dead letters) notify no one. Set dualtrack:stages."
+                f"{config.name}.alarm_email in cdk.json (SNS emails it a confirmation link), or subscribe to the "
+                "ReportTopicArn output yourself.")
+        elif config.alarm_email.rsplit("@", 1)[-1].lower() in PLACEHOLDER_DOMAINS:
+            cdk.Annotations.of(self.topic).add_warning_v2(
+                "dualtrack:alarms-placeholder-address",
+                f"alarm_email {config.alarm_email} is at a domain reserved for examples (RFC 2606): the stage's "
+                f"{alarms} alarms reach no one. Set dualtrack:stages.{config.name}.alarm_email to a real address.")

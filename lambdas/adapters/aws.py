@@ -7,6 +7,7 @@ from functools import cache
 from typing import Any
 
 import boto3
+from botocore import UNSIGNED
 from botocore.config import Config
 
 
@@ -15,9 +16,18 @@ def client(service: str) -> Any:
     return boto3.client(service, config=Config(retries={"mode": "adaptive", "max_attempts": 8}))  # type: ignore[call-overload]
 
 
+@cache
+def unsigned_client(service: str, region: str) -> Any:
+    """A client whose requests this function does not sign: it sends requests another principal signed (a job's
+    presigned STS GetCallerIdentity), with botocore's endpoint, retries and timeouts."""
+    return boto3.client(service, region_name=region, config=Config(  # type: ignore[call-overload]
+        signature_version=UNSIGNED, connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 3}))
+
+
 def reset_clients() -> None:
     """Drop cached clients (tests switch between mocked accounts)."""
     client.cache_clear()
+    unsigned_client.cache_clear()
 
 
 # The continuation token of each list operation the adapters page through: (request parameter, response field).

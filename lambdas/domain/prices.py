@@ -61,7 +61,7 @@ def _problems(exc: ValidationError) -> list[str]:
         if err["type"] == "extra_forbidden":
             parent = ("an instance row takes hourly_usd, confidence, note, capacity_block_hourly_usd, "
                       "savings_plan_hourly_usd, capacity") if loc[:1] == ["instances"] else (
-                "S3 rates take storage_gb_month_usd, put_per_1000_usd, get_per_1000_usd")
+                "S3 rates take storage_gb_month_usd, put_per_1000_usd, get_per_1000_usd, confidence, note")
             fix = f"unknown field; remove it ({parent})"
         elif err["type"] == "missing":
             fix = f"required for a region the table does not have; add it ({_FIXES.get(field, field)})"
@@ -132,6 +132,8 @@ class S3Rates(BaseModel):
     storage_gb_month_usd: Decimal = Field(ge=0)
     put_per_1000_usd: Decimal = Field(ge=0)
     get_per_1000_usd: Decimal = Field(ge=0)
+    confidence: Literal["list", "estimate", "override", "pricing-api"] = "list"
+    note: str = ""
 
 
 class PriceTable(BaseModel):
@@ -159,10 +161,15 @@ class PriceTable(BaseModel):
         return self.instance_price(instance_type, region).hourly_usd
 
     def s3_rates(self, region: str | None = None) -> S3Rates:
+        """The S3 rates of ``region`` (none named: the table's default region). A region the table lacks is
+        refused, never priced at another region's rates."""
         region = region or self.default_region
-        rates = self.s3.get(region) or self.s3.get(self.default_region)
+        rates = self.s3.get(region)
         if rates is None:
-            raise PriceMissing(f"no S3 rates for {region} in price table {self.version}; add an s3 override")
+            raise PriceMissing(
+                f"no S3 rates for {region} in price table {self.version} (it has: {', '.join(sorted(self.s3))}); "
+                f'add an override {{"s3": {{"{region}": {{"storage_gb_month_usd": "...", "put_per_1000_usd": "...", '
+                f'"get_per_1000_usd": "..."}}}}}}')
         return rates
 
     def with_overrides(self, overrides: JsonObject | None) -> PriceTable:
@@ -188,7 +195,11 @@ class PriceTable(BaseModel):
                     row = {**shipped, **row}
                 data["instances"].setdefault(region, {})[itype] = row
         for region, rates in _mapping(overrides.get("s3") or {}, "s3", _S3_SHAPE).items():
-            data["s3"][region] = {**data["s3"].get(region, {}), **_mapping(rates, f"s3.{region}", _S3_SHAPE)}
+            row = dict(_mapping(rates, f"s3.{region}", _S3_SHAPE))
+            if any(key.endswith("_usd") for key in row):  # a stated rate is the deployment's own
+                row.setdefault("confidence", "override")
+                row.setdefault("note", "")
+            data["s3"][region] = {**data["s3"].get(region, {}), **row}
         data["version"] = overrides.get("version", f"{self.version}+overrides")
         if "source" in overrides:
             data["source"] = overrides["source"]

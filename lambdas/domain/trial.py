@@ -218,6 +218,12 @@ class FaultInjection(_Model):
         description="retryable: attempt 1 exits with the reserved fault code and Batch retries it; "
         "permanent: every attempt fails, which exercises the GPU fallback.",
     )
+    node: Annotated[int, Field(ge=0, le=63)] | None = Field(
+        default=None,
+        description="the node of a multi-node run whose processes fault (its AWS_BATCH_JOB_NODE_INDEX); every node "
+        "when absent. A fault on a child node alone still ends the job as resumable: Batch takes a multi-node job's "
+        "status from its main node, whose processes find their peer gone and exit with the reserved fault code.",
+    )
 
 
 # Node counts a track may compare beside its main run's (``nodes: [1, 2]``): each is a full run of the trial.
@@ -818,6 +824,10 @@ def _fault_problems(spec: TrialSpec, names: list[TrackName]) -> list[Problem]:
             f"a permanent fault on the {fault.track} track has no track to fall back to (only a trn2 run falls "
             "back, onto the gpu track's instance): use mode 'retryable', or a trn2 fault in a trial with a gpu "
             "track")
+    elif fault.node is not None and fault.node >= (nodes := spec.track(fault.track).nodes):
+        add("fault_injection.node",
+            f"node {fault.node} is not a node of the {fault.track} track's run ({nodes} node(s): indexes 0 to "
+            f"{nodes - 1}); use one of those, or leave node out to fault every node")
     first_ckpt = spec.checkpoint_interval_steps
     if fault.at_step <= first_ckpt:
         add("fault_injection.at_step",

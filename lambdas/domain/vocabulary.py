@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Literal, get_args
 
+from lambdas.domain.neuron_stack import training_stack
+
 BatchStatus = Literal["SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED"]
 BATCH_STATUSES: tuple[str, ...] = get_args(BatchStatus)
 BATCH_TERMINAL: tuple[str, ...] = ("SUCCEEDED", "FAILED")  # in order of precedence: a success wins
@@ -98,16 +100,26 @@ PERMANENT_FAULT_EXIT_CODE = 76
 SIGTERM_EXIT_CODE = 143
 
 
-# The Trainium2 training stack an image's Neuron SDK release carries: TorchNeuron (the ``neuron`` backend), or up to
-# 2.31 the retired PyTorch/XLA path (the ``xla`` backend; "Neuron no longer supports PyTorch/XLA for training
-# starting with Neuron 2.30"), which reports carry with this label.
-LAST_XLA_SDK = (2, 31)
+# The Trainium2 training stack an image's Neuron SDK release carries (lambdas.domain.neuron_stack.NEURON_RELEASES):
+# TorchNeuron (the ``neuron`` backend) from 2.33, up to 2.31 the retired PyTorch/XLA path (the ``xla`` backend;
+# "Neuron no longer supports PyTorch/XLA for training starting with Neuron 2.30"), which reports carry with this
+# label, and neither in 2.32.
 XLA_LABEL = "PyTorch/XLA (end of support for training)"
 
 
+class NoTrainingStack(ValueError):
+    """A Neuron SDK release whose images carry no training stack the trainer runs."""
+
+
 def trn2_backend(neuron_sdk: str | None) -> Literal["neuron", "xla"]:
-    """The trainer backend a Trainium2 image with this Neuron SDK release runs (TorchNeuron when unknown)."""
+    """The trainer backend a Trainium2 image with this Neuron SDK release runs (TorchNeuron when unknown); a release
+    without a training stack (2.32) is refused."""
     if not neuron_sdk:
         return "neuron"
-    release = tuple(int(part) for part in neuron_sdk.split(".")[:2])
-    return "xla" if release <= LAST_XLA_SDK else "neuron"
+    stack = training_stack(neuron_sdk)
+    if stack is None:
+        raise NoTrainingStack(
+            f"Neuron SDK {neuron_sdk} ships neither TorchNeuron nor PyTorch/XLA for training (torch-neuronx is not "
+            "in its images, and TorchNeuron starts with 2.33.0): pin a Trainium2 image of Neuron SDK 2.33.0 or later "
+            "(TorchNeuron), or 2.31 or earlier (the retired PyTorch/XLA path)")
+    return stack

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
+from lambdas.adapters.caller_identity import StsCallerIdentity
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.writer_role import StsWriterRole
 from lambdas.domain.json_types import JsonObject
@@ -25,9 +26,10 @@ if TYPE_CHECKING:
 
 
 @per_environment
-def compose() -> tuple[BatchJobsApi, DynamoTrials, StsWriterRole]:
+def compose() -> tuple[BatchJobsApi, DynamoTrials, StsWriterRole, StsCallerIdentity]:
     settings = settings_for(CredentialSettings)
-    return BatchJobsApi(), DynamoTrials(settings.TRIALS_TABLE), StsWriterRole(settings.WRITER_ROLE_ARN)
+    return (BatchJobsApi(), DynamoTrials(settings.TRIALS_TABLE), StsWriterRole(settings.WRITER_ROLE_ARN),
+            StsCallerIdentity(settings.AWS_REGION))
 
 
 @lambda_handler(CredentialSettings)
@@ -36,14 +38,15 @@ def handler(event: JsonObject, context: LambdaContext) -> JsonObject:
         request = CredentialsRequest.model_validate(event)
     except ValidationError as exc:
         fields = ", ".join(sorted({str(err["loc"][0]) for err in exc.errors() if err["loc"]})) or "the request"
-        reason = f"malformed request ({fields}): send {{\"job_id\": AWS_BATCH_JOB_ID, \"token\": DUALTRACK_RUN_TOKEN}}"
+        reason = (f"malformed request ({fields}): send {{\"job_id\": AWS_BATCH_JOB_ID, \"identity\": a presigned STS "
+                  "GetCallerIdentity URL signed with the job's own credentials}}")
         count_refused_credentials(reason)
         return {"error": reason}
-    jobs, trials, writer = compose()
+    jobs, trials, writer, identity = compose()
     settings = settings_for(CredentialSettings)
     try:
-        answer = vend(request, jobs=jobs, trials=trials, writer=writer, bucket=settings.ARTIFACTS_BUCKET,
-                      duration_s=settings.CREDENTIALS_DURATION_S)
+        answer = vend(request, jobs=jobs, trials=trials, writer=writer, identity=identity,
+                      bucket=settings.ARTIFACTS_BUCKET, duration_s=settings.CREDENTIALS_DURATION_S)
     except CredentialsRefused as exc:
         count_refused_credentials(exc.reason, job_id=request.job_id)
         return {"error": exc.reason}

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from functools import cache, wraps
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
 from lambdas.domain.json_types import JsonObject
@@ -59,7 +59,10 @@ class LedgerSettings(_Settings):
     TRIALS_TABLE: str = name_field("name of the DynamoDB trials table (pk trial_id)")
     USAGE_TABLE: str = name_field("name of the DynamoDB usage table (pk usage_key): the teams' quota bookings")
     ARTIFACTS_BUCKET: str = name_field("name of the artifacts bucket holding trials/<id>/...")
-    PRICE_REGION: str = Field(default="us-east-1", description="region whose prices the cost model applies")
+    PRICE_REGION: str = Field(
+        min_length=1, validation_alias=AliasChoices("PRICE_REGION", "AWS_REGION"),
+        description="region whose prices the cost model applies: the stage's own (default: the function's region, "
+        "AWS_REGION); the price table must have it, no other region's rates stand in")
     PRICE_OVERRIDES: JsonObject | None = Field(
         default=None, description="JSON object of price-table overrides (negotiated rates, Savings Plans)"
     )
@@ -128,6 +131,8 @@ class ReconcileSettings(LedgerSettings):
 
 
 class CredentialSettings(_Settings):
+    AWS_REGION: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="the function's region, which Lambda "
+                            "sets: a job's identity proof is accepted only for this region's STS endpoint")
     TRIALS_TABLE: str = name_field("name of the DynamoDB trials table (pk trial_id)")
     ARTIFACTS_BUCKET: str = name_field("name of the artifacts bucket holding trials/<id>/...")
     WRITER_ROLE_ARN: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$",

@@ -225,6 +225,15 @@ class JobDescriptions(Protocol):
         ...
 
 
+class CallerIdentity(Protocol):
+    """Who signed a presigned STS GetCallerIdentity request (``lambdas.domain.job_access.identity_request``)."""
+
+    def caller(self, presigned_url: str) -> str:
+        """Make the request and return the signer's ARN; IdentityUnproven when the URL is not such a request to
+        STS, or STS refuses it (a bad or expired signature)."""
+        ...
+
+
 class WriterRole(Protocol):
     def assume(self, *, session_name: str, tags: dict[str, str], duration_s: int) -> dict[str, str]:
         """Temporary credentials of the trial writer role carrying ``tags`` as session tags: AccessKeyId,

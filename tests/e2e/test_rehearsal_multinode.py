@@ -3,7 +3,9 @@
 The local stage pins its tracks to one zone, so it has a multi-node job definition per node count; the workflow
 submits the 2-node definition with the run's settings as job parameters, the local Batch starts both nodes, and
 the ranks form one process group over gloo on loopback, training the layout's 16 data-parallel ranks. The example's
-planned fault stops both nodes after step 6; Batch retries the 2-node job, which resumes from the step-4 checkpoint.
+planned fault is on node 1 only, after step 6: Batch takes the job's status from its main node, whose process finds
+its peer gone at the next collective and exits with the resumable code (the step-4 checkpoint exists), so Batch
+retries the 2-node job, which resumes from that checkpoint: two attempts and a resume.
 
 The example's GPU track declares ``"nodes": [1, 2]``: beside the 2-node main run, the workflow's scaling branch (a Map
 state) submits one scaling run, ``gpu-n1``, on the single-node job definition. It trains the same trial on one node,
@@ -45,7 +47,7 @@ def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_is_billed_for_both_and_
     assert "-> SubmitGpuMultiNodeJob" in printed
     gpu = result.report["tracks"]["gpu"] if result.report else {}
     assert gpu["status"] == "succeeded" and gpu["steps_completed"] == 8, printed[-3000:]
-    assert "fault injected after step 6" in printed
+    assert "fault injected after step 6 on node 1, seen by the main node as a lost peer" in printed
     assert gpu["attempts"] == 2
     resume = gpu["resume"]
     assert (resume["injected_at_step"], resume["resumed_from_step"], resume["rerun_steps"]) == (6, 4, 2), resume
@@ -66,6 +68,10 @@ def test_a_two_node_gpu_run_trains_on_both_nodes_resumes_is_billed_for_both_and_
     # The scaling Map's and the multi-node job's IsPresent probes leave nothing in the plane's own log.
     plane_log = (result.out / "plane.log").read_text()
     assert not [line for line in plane_log.splitlines() if " ERROR " in line or " WARNING " in line], plane_log
+    # One credentials call per node of each attempt, shared with the node's processes (and the spec's read): the
+    # 2-node main run's two attempts make 4, the 1-node scaling run's one attempt 1.
+    issued = [line for line in plane_log.splitlines() if line.endswith(": job credentials issued")]
+    assert len(issued) == 2 * 2 + 1, issued
 
 
 def _assert_the_one_node_scaling_run(trial_id: str, out: Path, report: dict[str, Any], ledger: list[dict[str, Any]],

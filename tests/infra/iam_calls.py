@@ -467,6 +467,11 @@ def required_actions(call: Call, *, kms_buckets: bool, kms_topic: bool) -> list[
         return [Required("dynamodb:GetItem", DYNAMODB_TRANSACTIONS)]
     if call.service == "lambda" and op == "Invoke":
         return [Required("lambda:InvokeFunction", LAMBDA_ACTIONS)]
+    if call.service == "sts" and op == "GetCallerIdentity":
+        # "No permissions are required to perform this operation. If an administrator attaches a policy to your
+        # identity that explicitly denies access to the sts:GetCallerIdentity action, you can still perform this
+        # operation" (STS API reference, "GetCallerIdentity"); the credentials function sends a job's presigned one.
+        return []
     out = [Required(f"{prefix}:{op}", DYNAMODB_ACTIONS if prefix == "dynamodb" else SERVICE_AUTHORIZATION)]
     if call.service == "sts" and op == "AssumeRole" and "Tags" in call.keywords:
         out.append(Required("sts:TagSession", SESSION_TAGS))

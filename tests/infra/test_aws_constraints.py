@@ -137,8 +137,7 @@ def test_job_command_runs_the_trainer_under_the_image_entrypoint(compute_of: dic
                           [r["Container"] for r in properties["NodeProperties"]["NodeRangeProperties"]])
             defaults = properties.get("Parameters") or {}
             submitted = {"spec_uri": "s3://b/trials/t/spec.json", "run_dir": "s3://b/trials/t/gpu", "run": "gpu",
-                         "trial_id": "t", "compile_cache_url": "s3://c/neuron/x/",
-                         "run_token": "0b7e7f0c-3f1e-4c1a-9d55-6a0f3f7f9d2e"}
+                         "trial_id": "t", "compile_cache_url": "s3://c/neuron/x/"}
             for container in containers:
                 # Batch substitutes Ref::name from the submission's parameters over the definition's defaults
                 # (https://docs.aws.amazon.com/batch/latest/userguide/job_definition_parameters.html#parameters);
@@ -256,6 +255,22 @@ def test_multi_node_capacity_lives_in_one_zone_with_a_cluster_placement_group(pr
             assert environments[target]["Properties"]["ComputeResources"]["Type"] == "EC2", target
 
 
+def test_each_compute_environment_has_a_cluster_placement_group_of_its_own(prod_compute: dict[str, Any]) -> None:
+    """Amazon EC2, placement strategies (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html):
+    for a cluster placement group AWS recommends one launch request and "the same instance type for all instances in
+    the placement group"; launching more than one instance type into it, or adding instances later, increases "your
+    chances of getting an insufficient capacity error". prod's GPU track has two instance types, each with an
+    on-demand and a Spot environment: four environments, so four groups, one per environment (AWS Batch associates
+    a placement group with an environment's compute resources, https://docs.aws.amazon.com/batch/latest/userguide/mnp-ce.html),
+    each in the track's one zone."""
+    environments = props(prod_compute, "AWS::Batch::ComputeEnvironment")
+    groups = resources(prod_compute, "AWS::EC2::PlacementGroup")
+    used = [e["ComputeResources"]["PlacementGroup"]["Fn::GetAtt"][0] for e in environments]
+    assert len(environments) == 5  # p5 and p4d on-demand and Spot, trn2 on-demand
+    assert len(set(used)) == len(used) == len(groups)
+    assert all(g["Properties"]["Strategy"] == "cluster" for g in groups.values())
+
+
 def test_each_track_is_optional_per_stage() -> None:
     """trn2 is offered in few regions (https://aws.amazon.com/ec2/instance-types/trn2/): a stage may leave a track
     out, and then has none of its capacity."""
@@ -307,13 +322,14 @@ def test_capacity_reservations_go_through_the_launch_template() -> None:
     # A block is paid up front for its whole duration (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
     # capacity-blocks-pricing-billing.html): the functions are told, so they bill a job's queue time on it.
     control = Template.from_stack(stacks["control"]).to_json()
-    overrides = {json.loads(v["PRICE_OVERRIDES"])["instances"]["us-east-1"]["trn2.48xlarge"]["capacity"]
+    # ... at the stage's own region's rows (us-east-2), never another region's.
+    overrides = {json.loads(v["PRICE_OVERRIDES"])["instances"]["us-east-2"]["trn2.48xlarge"]["capacity"]
                  for f in props(control, "AWS::Lambda::Function")
                  if "PRICE_OVERRIDES" in (v := f.get("Environment", {}).get("Variables", {}))}
     assert overrides == {"capacity_block"}
     with pytest.raises(ValueError, match=r"trn2.48xlarge.capacity is 'on_demand', but the trn2 track runs"):
         StageConfig.model_validate({**config.model_dump(exclude_none=True), "price_overrides": {
-            "instances": {"us-east-1": {"trn2.48xlarge": {"capacity": "on_demand"}}}}})
+            "instances": {"us-east-2": {"trn2.48xlarge": {"capacity": "on_demand"}}}}})
     with pytest.raises(ValueError, match="spot cannot be combined"):
         StageConfig.model_validate({"name": "x", "region": "us-east-2", "availability_zones": ["us-east-2b"],
                                     "gpu": {"instance_types": ["p5.48xlarge"], "ami_id": "ami-0123456789abcdef0",

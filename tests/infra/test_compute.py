@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Match, Template
+from pydantic import ValidationError
 
+from infra.config import ComputeFamily
 from infra.constructs.network import INTERFACE_ENDPOINTS
 from lambdas.domain.catalogue import load_catalogue
 from tests.infra.conftest import props, resources
@@ -26,8 +29,9 @@ def test_network_is_private_with_the_job_endpoints(compute: dict[str, Any]) -> N
     assert len(gateway) == 1 and "s3" in str(gateway[0]["ServiceName"])
     assert len(interface) == len(INTERFACE_ENDPOINTS)
     names = " ".join(str(e["ServiceName"]) for e in interface)
-    for service in ("ecr.api", "ecr.dkr", "logs", "monitoring", "sts", "ecs-agent", "ecs-telemetry"):
+    for service in ("ecr.api", "ecr.dkr", "logs", "monitoring", "lambda", "ecs-agent", "ecs-telemetry"):
         assert f".{service}" in names, service
+    assert ".sts" not in names  # nothing in the VPC calls STS (tests/infra/test_idle_cost.py)
     assert all(e["PrivateDnsEnabled"] is True for e in interface)
 
 
@@ -146,3 +150,27 @@ def test_job_role_reads_and_writes_but_never_deletes(compute: dict[str, Any]) ->
                if s["Action"] == "cloudwatch:PutMetricData"]
     assert metrics and all(s["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Dualtrack"}}
                            for s in metrics)
+
+
+def test_warm_capacity_is_whole_on_demand_hosts_and_off_by_default(compute: dict[str, Any],
+                                                                   prod_compute: dict[str, Any]) -> None:
+    """AWS Batch, ComputeResource (https://docs.aws.amazon.com/batch/latest/APIReference/API_ComputeResource.html):
+    minvCpus is the minimum an environment "should maintain (even if the compute environment is DISABLED)", within
+    its maxvCpus. Warm hosts bill every hour, so none are kept unless a stage asks (``<track>.warm_vcpus``), only
+    on-demand (a Spot host can be taken back) and only whole hosts of a type the track runs, so the idle price is
+    exact."""
+    for template in (compute, prod_compute):
+        for environment in props(template, "AWS::Batch::ComputeEnvironment"):
+            assert environment["ComputeResources"]["MinvCpus"] == 0  # the shipped stages keep none warm
+    base = {"instance_types": ["g6e.48xlarge"], "max_vcpus": 384, "ami_id": "ami-0123456789abcdef0"}
+    assert ComputeFamily.model_validate(base).warm_vcpus == {}
+    assert ComputeFamily.model_validate({**base, "warm_vcpus": {"g6e.48xlarge": 384}}).warm_vcpus == {
+        "g6e.48xlarge": 384}
+    refused = {
+        "not a multiple of 192, the vCPUs of one g6e.48xlarge": {"g6e.48xlarge": 100},
+        "above max_vcpus 384": {"g6e.48xlarge": 576},
+        "not one of this track's instance_types": {"p5.48xlarge": 192},
+    }
+    for message, warm in refused.items():
+        with pytest.raises(ValidationError, match=message):
+            ComputeFamily.model_validate({**base, "warm_vcpus": warm})

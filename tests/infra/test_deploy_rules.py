@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigInvalid, stage_config
-from infra.constructs.batch_compute import EFA_SETUP
+from infra.constructs.batch_compute import efa_setup
 from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonObject
 from tests.infra.conftest import props, resources
@@ -151,7 +151,7 @@ def test_efa_hosts_load_the_efa_driver_and_check_every_device(prod_compute: dict
                          "/dev/infiniband/uverbs$index"):
                 assert line in text, (logical_id, line)
     assert seen >= 3
-    assert "exit \"$missing\"" in EFA_SETUP  # a host without the devices reports a failed set-up
+    assert "exit 1" in efa_setup(2)  # a host without the devices reports a failed set-up (and shuts down)
 
 
 def test_a_trainium2_image_of_your_own_states_its_neuron_sdk() -> None:

@@ -1,11 +1,12 @@
 """A training job reads its own trial and writes its own run, nothing else (``lambdas/domain/job_access.py``).
 
 The dev stage is deployed onto moto; a job is submitted to its GPU queue as the workflow submits one (its settings
-and token as container environment, its trial and run as tags) and kept RUNNING; the trainer's storage layer then
-runs in this process with the job's environment, so every request goes the deployed way: ``lambda:Invoke`` of the
-credentials function (its own handler, in-process), ``batch:DescribeJobs``, ``sts:AssumeRole`` with session tags,
-then S3 with the issued credentials, held to the writer role's synthesized policy by the local runtime's session
-policies (moto checks none).
+as container environment, its trial and run as tags) and kept RUNNING as an ECS task whose role session is named
+after the task; the trainer's storage layer then runs in this process with the job's environment and that session's
+credentials, so every request goes the deployed way: ``lambda:Invoke`` of the credentials function (its own handler,
+in-process) with a presigned GetCallerIdentity, which the function makes through STS (its signature checked by the
+local runtime, as STS does), ``batch:DescribeJobs``, ``sts:AssumeRole`` with session tags, then S3 with the issued
+credentials, held to the writer role's synthesized policy by the local runtime's session policies (moto checks none).
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from lambdas.runtime.composition import reset_environment
 from tests.infra.conftest import resources
 
 REGION = "us-east-1"
-TOKEN = "6f1c2a7e-0b7d-4e59-9a51-3c2f5d8e9b10"
-OTHER_TOKEN = "0a0b0c0d-1111-4222-8333-444455556666"
 
 
 @dataclass
@@ -49,8 +48,8 @@ class Plane:
         boto3.client("dynamodb", region_name=REGION).put_item(
             TableName=self.trials_table, Item={"trial_id": {"S": trial_id}, "status": {"S": status}})
 
-    def submit(self, trial_id: str, run: str, token: str = TOKEN, *, tag_trial: str | None = None) -> str:
-        environment = {"DUALTRACK_TRIAL_ID": trial_id, "DUALTRACK_RUN": run, job_access.TOKEN_ENV: token}
+    def submit(self, trial_id: str, run: str, *, tag_trial: str | None = None) -> str:
+        environment = {"DUALTRACK_TRIAL_ID": trial_id, "DUALTRACK_RUN": run}
         return boto3.client("batch", region_name=REGION).submit_job(  # type: ignore[no-any-return]
             jobName=f"{trial_id}-{run}", jobQueue=self.queue, jobDefinition=self.definition,
             containerOverrides={"environment": [{"name": k, "value": v} for k, v in environment.items()]},
@@ -87,12 +86,28 @@ def plane(assembly: Assembly, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plane
             reset_environment()
 
 
-def _as_job(monkeypatch: pytest.MonkeyPatch, job_id: str, token: str = TOKEN) -> None:
+def task_session(job_id: str, session: str | None = None) -> dict[str, str]:
+    """The job's task's role credentials as ECS hands them to the task: a session of the job's role (DescribeJobs'
+    ``container.jobRoleArn``) named after its task (``container.taskArn``); ``session`` names another session of the
+    same role instead."""
+    (job,) = boto3.client("batch", region_name=REGION).describe_jobs(jobs=[job_id])["jobs"]
+    container = job["container"]
+    credentials = boto3.client("sts", region_name=REGION).assume_role(
+        RoleArn=container["jobRoleArn"], RoleSessionName=session or container["taskArn"].rsplit("/", 1)[-1])
+    found = credentials["Credentials"]
+    return {"AWS_ACCESS_KEY_ID": found["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": found["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": found["SessionToken"], "AWS_SECURITY_TOKEN": found["SessionToken"]}
+
+
+def _as_job(monkeypatch: pytest.MonkeyPatch, job_id: str, credentials: dict[str, str] | None = None) -> None:
+    """This process becomes the job's container: its id, the credentials function, and its task's credentials
+    (``credentials`` instead, for a caller that is not the job)."""
     from trainer import storage
 
     monkeypatch.setenv("AWS_BATCH_JOB_ID", job_id)
-    monkeypatch.setenv(job_access.TOKEN_ENV, token)
     monkeypatch.setenv(job_access.FUNCTION_ENV, job_access.function_name("dev"))
+    for name, value in (credentials if credentials is not None else task_session(job_id)).items():
+        monkeypatch.setenv(name, value)
     storage.reset_clients()
 
 
@@ -159,7 +174,6 @@ def test_the_gpu_fallback_reads_the_trainium_run_it_resumes(plane: Plane, monkey
 
 
 @pytest.mark.parametrize(("case", "reason"), [
-    ("wrong token", "the token is not the one the workflow gave this job"),
     ("finished job", "credentials go only to STARTING or RUNNING jobs"),
     ("cancelled trial", "is CANCELLED; its jobs write nothing more"),
     ("unknown trial", "is not one this plane holds"),
@@ -174,13 +188,55 @@ def test_a_job_that_cannot_prove_who_it_is_gets_nothing(plane: Plane, monkeypatc
     plane.trial("alpha", status="CANCELLED" if case == "cancelled trial" else "SUBMITTED")
     trial = "ghost" if case == "unknown trial" else "alpha"
     job_id = plane.submit(trial, "gpu", tag_trial="beta" if case == "tags disagree" else None)
+    credentials = task_session(job_id)
     if case == "finished job":
         boto3.client("batch", region_name=REGION).terminate_job(jobId=job_id, reason="done")
     if case == "unknown job":
         job_id = "00000000-0000-4000-8000-000000000000"
-    _as_job(monkeypatch, job_id, OTHER_TOKEN if case == "wrong token" else TOKEN)
+    _as_job(monkeypatch, job_id, credentials)
     with pytest.raises(storage.CredentialsRefused, match=reason):
         storage.write_bytes(f"s3://{plane.bucket}/trials/alpha/gpu/x", b"x")
+    assert plane.policies.sessions == {}
+
+
+def _reader(name: str = "curious-reader") -> dict[str, str]:
+    """An IAM user allowed batch:DescribeJobs and lambda:InvokeFunction, and holding no job role."""
+    iam = boto3.client("iam", region_name=REGION)
+    iam.create_user(UserName=name)
+    iam.put_user_policy(UserName=name, PolicyName="describe-and-invoke", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*",
+                                               "Action": ["batch:DescribeJobs", "lambda:InvokeFunction"]}]}))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_SESSION_TOKEN": "", "AWS_SECURITY_TOKEN": ""}
+
+
+def test_reading_a_jobs_description_and_invoking_the_function_grants_nothing(
+        plane: Plane, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A principal with ``batch:DescribeJobs`` and ``lambda:InvokeFunction`` and no job role reads everything the
+    job's description holds (no setting of it is a secret any more) and asks for the job's credentials: the proof
+    it can sign is its own (STS's GetCallerIdentity names the signer: STS API reference, "GetCallerIdentity"), so
+    it gets nothing; nor does another session of the job's own role, nor a proof whose signature was altered (STS
+    refuses it: "SignatureDoesNotMatch")."""
+    from trainer import storage
+
+    plane.trial("alpha")
+    job_id = plane.submit("alpha", "gpu")
+    described = json.dumps(boto3.client("batch", region_name=REGION).describe_jobs(jobs=[job_id])["jobs"])
+    assert "TOKEN" not in described.upper()
+    for credentials, reason in ((_reader(), "signed by arn:aws:iam::123456789012:user/curious-reader"),
+                                (task_session(job_id, session="not-its-task"), "not by this job's role")):
+        _as_job(monkeypatch, job_id, credentials)
+        with pytest.raises(storage.CredentialsRefused, match=reason):
+            storage.write_bytes(f"s3://{plane.bucket}/trials/alpha/gpu/x", b"x")
+    _as_job(monkeypatch, job_id)
+    from trainer.credentials import identity_proof
+
+    forged = identity_proof(REGION)[:-4] + "0000"
+    answer = json.loads(boto3.client("lambda", region_name=REGION).invoke(
+        FunctionName=job_access.function_name("dev"),
+        Payload=json.dumps({"job_id": job_id, "identity": forged}))["Payload"].read())
+    assert "SignatureDoesNotMatch" in answer["error"]
     assert plane.policies.sessions == {}
 
 
@@ -189,7 +245,8 @@ def test_a_malformed_request_is_refused_naming_what_to_send(plane: Plane) -> Non
         FunctionName=job_access.function_name("dev"), Payload=json.dumps({"job_id": "x; rm -rf", "token": 1}))
     body = json.loads(answer["Payload"].read())
     assert "FunctionError" not in answer
-    assert body["error"].startswith("malformed request (job_id, token)")
+    assert body["error"].startswith("malformed request (identity, job_id, token)")
+    assert "presigned STS GetCallerIdentity" in body["error"]
 
 
 # ---- the synthesized policies ------------------------------------------------------------------------------

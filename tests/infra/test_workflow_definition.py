@@ -95,9 +95,7 @@ def test_gpu_branch(control: dict[str, Any]) -> None:
         {"Name": "DUALTRACK_TRACK", "Value": "gpu"},
         {"Name": "DUALTRACK_SPEC_URI", "Value.$": "$.spec_uri"},
         {"Name": "DUALTRACK_RUN_DIR", "Value.$": "$.run_dirs.gpu"},
-        # Evaluated per submission: each job's own token for its trial's credentials.
-        {"Name": "DUALTRACK_RUN_TOKEN", "Value.$": "States.UUID()"},
-    ]
+    ]  # no secret: a job proves who it is with its own task's credentials (lambdas/domain/job_access.py)
     assert submit["Catch"][0]["Next"] == "GpuRunFailed"
 
 
@@ -118,7 +116,7 @@ def test_trn2_branch_falls_back_to_gpu(control: dict[str, Any]) -> None:
     env = _environment(fallback)
     assert env == {"DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "gpu-fallback", "DUALTRACK_TRACK": "gpu",
                    "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.run_dirs['gpu-fallback']",
-                   "DUALTRACK_RUN_TOKEN": "States.UUID()", "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
+                   "DUALTRACK_RESUME_FROM": "$.run_dirs.trn2"}
     assert fallback["Parameters"]["JobQueue.$"] == "$.jobs.fallback.queue"
     assert fallback["Parameters"]["JobDefinition.$"] == "$.jobs.fallback.definition"
     assert fallback["ResultSelector"]["fallback"] is True and fallback["Retry"] == [BATCH_RETRY]
@@ -143,7 +141,7 @@ def test_multi_node_runs_pass_their_settings_as_job_parameters(control: dict[str
         run = single["Tags"]["dualtrack:run"]
         assert multi["Parameters"] == {"spec_uri.$": "$.spec_uri", "run": run, "trial_id.$": "$.trial_id",
                                        "run_dir.$": _environment(states[f"Submit{prefix}Job"])["DUALTRACK_RUN_DIR"],
-                                       "run_token.$": "States.UUID()", **extra}
+                                       **extra}
         assert {k: v for k, v in multi.items() if k != "Parameters"} == {
             k: v for k, v in single.items() if k != "ContainerOverrides"}
 
@@ -202,13 +200,11 @@ def test_each_scaling_run_is_submitted_under_its_own_run_name(control: dict[str,
         assert state["ResultPath"] == "$.result" and state["Next"] == "ScalingRunSucceeded"
     assert _environment(single) == {
         "DUALTRACK_TRIAL_ID": "$.trial_id", "DUALTRACK_RUN": "$.scaling.run", "DUALTRACK_TRACK": "$.scaling.track",
-        "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.scaling.run_dir",
-        "DUALTRACK_RUN_TOKEN": "States.UUID()"}
+        "DUALTRACK_SPEC_URI": "$.spec_uri", "DUALTRACK_RUN_DIR": "$.scaling.run_dir"}
     # Every value is evaluated: a static "Value" here would give each scaling run the same literal.
     assert all("Value.$" in e for e in single["Parameters"]["ContainerOverrides"]["Environment"])
     assert multi["Parameters"]["Parameters"] == {"spec_uri.$": "$.spec_uri", "run_dir.$": "$.scaling.run_dir",
-                                                 "run.$": "$.scaling.run", "trial_id.$": "$.trial_id",
-                                                 "run_token.$": "States.UUID()"}
+                                                 "run.$": "$.scaling.run", "trial_id.$": "$.trial_id"}
     assert "ContainerOverrides" not in multi["Parameters"] and "Parameters" not in single["Parameters"]
 
 

@@ -253,7 +253,9 @@ def _secret_looking(name: str, value: Any) -> bool:
             return any(_secret_looking(key, leaf) for key, leaf in _json_leaves(document, name))
     if any(p.search(value) for p in SECRET_VALUE):
         return True
-    if SECRET_NAME.search(name) and value and not value.startswith(("arn:", "{{resolve:")):
+    # A secret-named switch (DUALTRACK_CREDENTIALS_PER_NODE=1) holds a number or a boolean, never a secret.
+    flag = value.isdigit() or value.lower() in ("true", "false", "yes", "no", "on", "off")
+    if SECRET_NAME.search(name) and value and not flag and not value.startswith(("arn:", "{{resolve:")):
         return True
     return len(value) >= 32 and " " not in value and "/" not in value and _entropy(value) > 4.5
 

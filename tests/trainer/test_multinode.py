@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainer import FAULT_EXIT_CODE
 
 from dualtrack.local.processes import stop_nodes
 from tests.trainer.conftest import ROOT
@@ -116,10 +117,11 @@ KILL_STEPS = 40
 KILL_TRACKS = {"gpu": {"instance_type": "g6e.12xlarge", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 1}}
 
 
-def _start_nodes(spec: str, run_dir: Path, attempt: int, per_node: int = 2) -> list[subprocess.Popen[str]]:
+def _start_nodes(spec: str, run_dir: Path, attempt: int, per_node: int = 2,
+                 **extra: str) -> list[subprocess.Popen[str]]:
     nodes = {"AWS_BATCH_JOB_NUM_NODES": "2", "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
              "DUALTRACK_RENDEZVOUS_PORT": str(_free_port()), "DUALTRACK_STANDIN_PROCESSES_PER_NODE": str(per_node),
-             "AWS_BATCH_JOB_ATTEMPT": str(attempt)}
+             "AWS_BATCH_JOB_ATTEMPT": str(attempt), **extra}
     # Each node in its own session, so a node can be killed whole (launcher and ranks), as a lost host would be. Its
     # output goes to a file: a pipe nobody reads while the test waits would fill up (the failing ranks' tracebacks)
     # and block the launcher on its write, which would then look like a node that never noticed its lost peer.
@@ -161,8 +163,9 @@ def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninte
     """AWS Batch, "Multi-node parallel jobs" (https://docs.aws.amazon.com/batch/latest/userguide/
     multi-node-parallel-jobs.html): the job's final status is its main node's, the job ends only when the main node
     exits, and a child node's failure causes no further attempt by itself. So when a child node is lost, the main
-    node's ranks must notice the missing peer and exit non-zero on their own; only then does the retry strategy
-    start a new attempt of every node, which resumes from the sharded checkpoint."""
+    node's ranks must notice the missing peer and exit on their own, with the code the retry strategy retries
+    (a lost peer after a checkpoint is resumable); only then does Batch start a new attempt of every node, which
+    resumes from the sharded checkpoint."""
     spec = write_spec(max_steps=KILL_STEPS, checkpoint_interval_steps=4, fault_injection=None, tracks=KILL_TRACKS,
                       evaluation={"interval_steps": KILL_STEPS, "prompts": [], "max_new_tokens": 1})
     single = subprocess.run([sys.executable, "-m", "trainer", "run", "--quiet"], env=_env(spec, tmp_path / "one"),
@@ -184,9 +187,11 @@ def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninte
         for proc in first:
             _kill_node(proc)
             proc.wait()
-    assert code != 0
+    # A lost peer after a checkpoint is resumable: the main node exits with the code the job definitions retry.
+    assert code == FAULT_EXIT_CODE, _log(run_dir, 1, 0).read_text()[-3000:]
     killed = json.loads((run_dir / "attempt-1" / "summary.json").read_text())
-    assert killed["status"] == "failed" and killed["global_step"] < KILL_STEPS
+    assert killed["status"] == "interrupted" and killed["global_step"] < KILL_STEPS
+    assert killed["exit_code"] == FAULT_EXIT_CODE and "peer" in killed["error"].lower()
 
     _run_nodes(spec, run_dir, 2, per_node=2, timeout=240)  # Batch retries the whole job: every node, attempt 2
     resumed = json.loads((run_dir / "attempt-2" / "summary.json").read_text())
@@ -198,3 +203,32 @@ def test_a_node_lost_mid_run_fails_the_job_and_the_retry_resumes_like_the_uninte
     assert sorted(after) == list(range(resumed["resumed_from_step"] + 1, KILL_STEPS + 1))
     for step, value in after.items():
         assert value == pytest.approx(expected[step], abs=1e-5), (step, expected[step], value)
+
+
+def test_a_planned_fault_on_a_child_node_alone_ends_the_job_as_resumable_and_the_retry_resumes(
+        write_spec: Any, tmp_path: Path) -> None:
+    """AWS Batch, "Multi-node parallel jobs" (https://docs.aws.amazon.com/batch/latest/userguide/
+    multi-node-parallel-jobs.html): the job's status is its main node's. A fault planned on node 1 only
+    (``fault_injection.node``) makes node 1 exit with the reserved code; node 0 finds its peer gone at the next
+    collective and, with the fault's checkpoint committed, exits with the same resumable code and records the
+    planned fault as fired, so the retry strategy starts attempt 2, which resumes from that checkpoint."""
+    spec = write_spec(max_steps=STEPS, checkpoint_interval_steps=4, tracks=TRACKS,
+                      fault_injection={"track": "gpu", "at_step": 6, "mode": "retryable", "node": 1},
+                      evaluation={"interval_steps": STEPS, "prompts": [], "max_new_tokens": 1})
+    run_dir = tmp_path / "child-fault"
+    # A collective timeout far beyond the wait below: node 0 must learn of its lost peer at once, not time out.
+    first = _start_nodes(spec, run_dir, 1, per_node=1, DUALTRACK_COLLECTIVE_TIMEOUT_S="1800")
+    try:
+        codes = [proc.wait(timeout=120) for proc in first]
+    finally:
+        for proc in first:
+            _kill_node(proc)
+    assert codes == [FAULT_EXIT_CODE, FAULT_EXIT_CODE], [_log(run_dir, 1, i).read_text()[-3000:] for i in (0, 1)]
+    faulted = json.loads((run_dir / "attempt-1" / "summary.json").read_text())
+    assert faulted["status"] == "faulted" and faulted["fault"]["fired"] is True
+    assert faulted["global_step"] == 6  # node 0 completed step 6 with node 1, then lost it
+    assert faulted["learning"]["weights_changed"] is True  # its own weights were read: the run counts as evidence
+    _run_nodes(spec, run_dir, 2, per_node=1, timeout=180)
+    resumed = json.loads((run_dir / "attempt-2" / "summary.json").read_text())
+    assert resumed["status"] == "succeeded" and resumed["resumed_from_step"] == 4
+    assert resumed["continuity"]["global_step_continuous"] is True

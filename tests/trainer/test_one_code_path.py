@@ -18,7 +18,7 @@ import pytest
 from trainer.backends import CPU, CUDA, NEURON, TRACK_DEVICES, make_backend
 from trainer.launch import NEURON_EFA, launch_plan
 
-from lambdas.domain.vocabulary import XLA_LABEL, trn2_backend
+from lambdas.domain.vocabulary import XLA_LABEL, NoTrainingStack, trn2_backend
 from tests.trainer.conftest import ROOT, tiny_trial
 from tests.trainer.helpers import launched, losses, summary_of
 
@@ -49,12 +49,31 @@ def test_the_trainium2_stand_in_follows_the_trials_execution_mode() -> None:
 
 
 def test_an_image_up_to_neuron_2_31_runs_the_retired_xla_path() -> None:
-    """"Neuron no longer supports PyTorch/XLA for training starting with Neuron 2.30" and the PyTorch/XLA training
-    DLC is no longer published from 2.31: an image pinning 2.31 or older carries the retired stack (run, labelled,
-    on the xla backend); anything newer is TorchNeuron."""
+    """"Neuron no longer supports PyTorch/XLA for training starting with Neuron 2.30", and the PyTorch/XLA-based
+    torch-neuronx "last shipped in Neuron 2.31" ("Update a manual PyTorch installation", Neuron 2.33.0,
+    https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/setup/pytorch/update-manual.html): an image pinning 2.31
+    or older carries the retired stack (run, labelled, on the xla backend); from 2.33.0 it is TorchNeuron ("Neuron
+    2.33.0 introduces the native torch-neuronx backend", "Release Notes for Neuron Component: TorchNeuron",
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html)."""
     assert trn2_backend("2.26.0") == trn2_backend("2.31") == "xla"
-    assert trn2_backend("2.33.0") == trn2_backend("2.34") == trn2_backend(None) == "neuron"
+    assert trn2_backend("2.33.0") == trn2_backend("2.33.1") == trn2_backend("2.34") == "neuron"
+    assert trn2_backend("2.34.0") == trn2_backend(None) == "neuron"
     assert XLA_LABEL == "PyTorch/XLA (end of support for training)"
+
+
+@pytest.mark.parametrize("release", ["2.32", "2.32.0"])
+def test_neuron_sdk_2_32_carries_no_training_stack_and_is_refused(release: str) -> None:
+    """Neuron 2.32.0 ships neither stack: "torch-neuronx (PyTorch/XLA) is not included in Neuron 2.32.0. To update to
+    torch-neuronx, use the latest Neuron release that ships it, Neuron 2.31" ("Update a manual PyTorch installation",
+    Neuron 2.32.0, https://awsdocs-neuron.readthedocs-hosted.com/en/v2.32.0/setup/pytorch/update-manual.html), and
+    TorchNeuron's first release is 2.33.0 ("Release Notes for Neuron Component: TorchNeuron",
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/components/torchneuron.html). An image
+    pinning it is refused, with the releases to pin instead, rather than run as TorchNeuron."""
+    with pytest.raises(NoTrainingStack) as refused:
+        trn2_backend(release)
+    message = str(refused.value)
+    assert f"Neuron SDK {release} ships neither TorchNeuron nor PyTorch/XLA" in message
+    assert "2.33.0 or later" in message and "2.31 or earlier" in message
 
 
 def test_a_torchneuron_rank_gets_the_neuron_device_process_group_and_compile_settings(tmp_path: Path) -> None:
@@ -84,10 +103,44 @@ def test_a_torchneuron_rank_gets_the_neuron_device_process_group_and_compile_set
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["device"] == "neuron:3" and seen["pg"] == "neuron" and seen["stand_in"] is False
+    assert seen["device"] == "neuron" and seen["pg"] == "neuron" and seen["stand_in"] is False
     assert seen["ddp"] is True and seen["in_graph"] is False and seen["execution"] == "compiled"
     assert seen["env"] == {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"), "NEURON_CC_FLAGS": "--optlevel=2",
                            "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1"}
+
+
+@pytest.mark.parametrize("local_rank", ["0", "5"])
+def test_a_torchneuron_rank_takes_the_neuron_device_without_an_index(tmp_path: Path, local_rank: str) -> None:
+    """"How to use torch.distributed on Neuron"
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html) runs its torchrun
+    workers with ``torch.tensor([float(rank + 1)], device=torch.device("neuron"))``: no device index, ``LOCAL_RANK``
+    only printed. Which logical NeuronCore a worker gets is TorchNeuron's to decide, and so is the runtime's placement:
+    "Neuron framework extensions set most of these on your behalf, so set them explicitly only when you need a
+    specific behavior" ("Reference: Neuron Runtime environment variables",
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/api/nrt-env-var-reference.html). So
+    every local rank names ``neuron`` (not ``neuron:<LOCAL_RANK>``, the CUDA pattern) and the backend sets no
+    ``NEURON_RT_VISIBLE_CORES`` / ``NEURON_RT_NUM_CORES``."""
+    fake = tmp_path / "fake"
+    (fake / "torch_neuronx").mkdir(parents=True)
+    (fake / "torch_neuronx" / "__init__.py").write_text(
+        "import torch\ntorch.utils.rename_privateuse1_backend('neuron')\n")
+    script = textwrap.dedent("""
+        import json, os
+        from trainer.backends import make_backend
+        backend = make_backend("neuron", "bf16", execution="eager")
+        print(json.dumps({"device": str(backend.device), "index": backend.device.index,
+                          "collective": str(backend.collective_device()),
+                          "placement": {k: os.environ.get(k) for k in ("NEURON_RT_VISIBLE_CORES",
+                                                                       "NEURON_RT_NUM_CORES")}}))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_RT_")}
+    env.update({"LOCAL_RANK": local_rank, "RANK": local_rank, "WORLD_SIZE": "8",
+                "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT), str(ROOT / "containers")])})
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"device": "neuron", "index": None, "collective": "neuron",
+                    "placement": {"NEURON_RT_VISIBLE_CORES": None, "NEURON_RT_NUM_CORES": None}}
 
 
 def test_a_trainium2_node_launches_one_rank_per_logical_core_with_efa_between_nodes() -> None:

@@ -20,6 +20,16 @@ Use ``with moto_shims(lambdas=..., batch=...):`` inside an active ``mock_aws(con
   the shim hands them to the runner (``start(job, submitted)``, ``queue_created``).
 * **DescribeJobs** - describes a copy of the submitted environment overrides: moto appends ``AWS_BATCH_JOB_ID`` to
   the job's own list on every describe, so it grows without bound while Step Functions polls a running job.
+* **Each job's ECS task** - Batch runs every job (every node of a multi-node job) as an ECS task whose role
+  session is named after the task, and DescribeJobs reports the task (``container.taskArn``) and the role
+  (``container.jobRoleArn``); a node is described as ``<job id>#<node index>``. moto reports the job definition's ARN
+  as the task and no role, and knows no node ids. A runner calls :func:`assign_task` for each node's attempt (the
+  session's credentials for that node's process come from :func:`task_credentials`), and DescribeJobs reports them.
+* **GetCallerIdentity signed in the query string** - AWS accepts a SigV4 signature in the query string (a presigned
+  request, as a job proves who it is to the credentials function); moto reads the caller only from an
+  ``Authorization`` header, checks no signature, and answers an unknown key with a made-up user. The shim verifies
+  the presigned signature with the key's secret (an assumed role's or an IAM user's), its expiry and its session
+  token, and answers with the key's own identity or STS's 403.
 * **EventBridge Lambda targets** - moto matches events against rules but cannot deliver to a Lambda target
   without Docker, and matches a scheduled rule (no pattern) to every event on the bus. ``deliver_rule_targets``
   hands each matching Lambda target to the caller (the local event router) and leaves the others to moto.
@@ -71,6 +81,7 @@ if TYPE_CHECKING:
         HeartbeatEndpoint,
     )
     from moto.stepfunctions.parser.asl.eval.environment import Environment
+    from moto.sts.responses import TokenResponse
 
 MOTO_CONFIG: DefaultConfig = {
     "stepfunctions": {"execute_state_machine": True},
@@ -281,6 +292,11 @@ class ScriptedJobs:
     def start(self, job: Job, submitted: SubmittedFields) -> None:
         self.submitted.append(job)
         start_attempt(job)
+        if job.job_definition.type == "multinode":
+            for node in range(int((job.job_definition.node_properties or {}).get("numNodes", 1))):
+                assign_task(job, node)
+        else:
+            assign_task(job, None)
         code = self.exit_codes.get(job_environment(job).get("DUALTRACK_RUN", ""), 0)
         if code is not None:
             finish_job(job, exit_code=code, reason=None if code == 0 else f"Essential container exited {code}")
@@ -516,6 +532,169 @@ def _eval_sync(original: _EvalSync) -> _EvalSync:
     return eval_sync
 
 
+# ---- 8. each job's ECS task -----------------------------------------------------------------------------------
+_TASKS = "_dualtrack_tasks"  # on a moto Job: node index (None for a single-node job) -> its current task ARN
+
+
+def job_role(job: Job, node: int | None) -> str | None:
+    """The job role of the job's container (a multi-node job: of the node range that names ``node``)."""
+    definition = job.job_definition
+    if node is None or definition.type != "multinode":
+        return (definition.container_properties or {}).get("jobRoleArn")
+    role = None
+    for node_range in (definition.node_properties or {}).get("nodeRangeProperties", []):
+        start, _, end = str(node_range.get("targetNodes", "0:")).partition(":")
+        if int(start or 0) <= node and (not end or node <= int(end)):
+            role = (node_range.get("container") or {}).get("jobRoleArn", role)
+    return role
+
+
+def assign_task(job: Job, node: int | None) -> str:
+    """A new ECS task for this attempt of the job (``node`` of a multi-node job): its ARN, reported by DescribeJobs
+    from now on (each attempt gets a task of its own when it reaches STARTING: Batch API reference,
+    "ContainerDetail", ``taskArn``)."""
+    task = f"arn:aws:ecs:{job.backend.region_name}:{job.backend.account_id}:task/dualtrack-local/{uuid.uuid4().hex}"
+    job.__dict__.setdefault(_TASKS, {})[node] = task
+    return task
+
+
+def task_credentials(job: Job, node: int | None, task_arn: str) -> dict[str, str]:
+    """The environment that gives the task's process its role's credentials, as ECS does: a session of the job role
+    named after the task ("tasks assume the task role and the session ID is the task ID", aws/amazon-ecs-agent#3498).
+    Empty for a job without a role."""
+    from moto.sts.models import sts_backends
+
+    role = job_role(job, node)
+    if not role:
+        return {}
+    backend = sts_backends[job.backend.account_id]["aws"]
+    session = backend.assume_role(region_name=job.backend.region_name, role_session_name=task_arn.rsplit("/", 1)[-1],
+                                  role_arn=role, policy="", duration=12 * 3600, external_id="")
+    # botocore reads AWS_SECURITY_TOKEN before AWS_SESSION_TOKEN: both, so no older token of the parent wins.
+    return {"AWS_ACCESS_KEY_ID": session.access_key_id, "AWS_SECRET_ACCESS_KEY": session.secret_access_key,
+            "AWS_SESSION_TOKEN": session.session_token, "AWS_SECURITY_TOKEN": session.session_token}
+
+
+def _node_view(job: Job, node: int, task: str | None) -> JsonObject:
+    container: JsonObject = {"jobRoleArn": job_role(job, node)}
+    if task:
+        container["taskArn"] = task
+    return {"jobId": f"{job.job_id}#{node}", "jobName": job.job_name, "jobArn": f"{job.arn}#{node}",
+            "status": job.status or "SUBMITTED", "container": container, "nodeDetails": {"nodeIndex": node}}
+
+
+_Describe = Callable[["Job"], dict[str, Any]]
+_DescribeJobs = Callable[["BatchBackend", "list[str] | None"], "list[dict[str, Any]]"]
+
+
+def _describe(original: _Describe) -> _Describe:
+    def describe(job: Job) -> dict[str, Any]:
+        result = original(job)
+        if job.job_definition.type != "multinode":
+            container = result.setdefault("container", {})
+            container["jobRoleArn"] = job_role(job, None)
+            task = job.__dict__.get(_TASKS, {}).get(None)
+            if task:
+                container["taskArn"] = task
+        return result
+
+    return describe
+
+
+def _describe_jobs(original: _DescribeJobs) -> _DescribeJobs:
+    def describe_jobs(self: BatchBackend, jobs: list[str] | None) -> list[dict[str, Any]]:
+        nodes = [j for j in jobs or [] if "#" in j]
+        found = original(self, [j for j in jobs or [] if "#" not in j]) if jobs is None or len(nodes) < len(jobs) \
+            else []
+        for node_id in nodes:
+            parent, _, index = node_id.partition("#")
+            job = self.get_job_by_id(parent)
+            if job is not None and index.isdigit() and job.job_definition.type == "multinode":
+                found.append(_node_view(job, int(index), job.__dict__.get(_TASKS, {}).get(int(index))))
+        return found
+
+    return describe_jobs
+
+
+# ---- 9. GetCallerIdentity signed in the query string ---------------------------------------------------------
+_STS_ERROR = "https://sts.amazonaws.com/doc/2011-06-15/"
+
+
+def presigned_caller(query: Mapping[str, list[str]], host: str, now: float | None = None) -> tuple[str, str]:
+    """The access key a presigned STS GET was signed with, and the host it was signed for, once its SigV4 query
+    signature, expiry and session token check out against the key's secret; STSClientError (403) otherwise, as STS
+    answers (``SignatureDoesNotMatch``, ``ExpiredToken``, ``InvalidClientTokenId``)."""
+    from datetime import UTC, datetime
+    from urllib.parse import quote, urlencode
+
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from moto.sts.exceptions import STSClientError
+
+    plain = {name: values[0] for name, values in query.items()}
+    scope = plain.get("X-Amz-Credential", "").split("/")
+    if len(scope) != 5 or scope[3] != "sts":
+        raise STSClientError("IncompleteSignature", "the request's X-Amz-Credential is not an STS scope")
+    key, region = scope[0], scope[2]
+    secret, token = _secret_of(key)
+    if secret is None:
+        raise STSClientError("InvalidClientTokenId", "The security token included in the request is invalid.")
+    if token is not None and plain.get("X-Amz-Security-Token") != token:
+        raise STSClientError("InvalidClientTokenId", "The security token included in the request is invalid.")
+    signed_at = datetime.strptime(plain.get("X-Amz-Date", "19700101T000000Z"), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    expires = int(plain.get("X-Amz-Expires", "0") or 0)
+    if (now if now is not None else time.time()) > signed_at.timestamp() + expires:
+        raise STSClientError("ExpiredToken", "The security token included in the request is expired")
+    rest = [(name, value) for name, value in plain.items() if name != "X-Amz-Signature"]
+    auth = SigV4QueryAuth(Credentials(key, secret, token), "sts", region, expires=expires)
+    # The proof was signed for STS's regional (or global) host; the request may reach this server under its own.
+    for signed_host in (f"sts.{region}.amazonaws.com", "sts.amazonaws.com", host):
+        request = AWSRequest(method="GET", url=f"https://{signed_host}/?{urlencode(rest, quote_via=quote)}",
+                             headers={"host": signed_host})
+        request.context["timestamp"] = plain.get("X-Amz-Date", "")
+        expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+        if expected == plain.get("X-Amz-Signature"):
+            return key, signed_host
+    raise STSClientError("SignatureDoesNotMatch", "The request signature we calculated does not match the "
+                         "signature you provided.")
+
+
+def _secret_of(key: str) -> tuple[str | None, str | None]:
+    """(secret, session token) of a key moto issued: an assumed role's, or an IAM user's (no token)."""
+    from moto.iam.models import iam_backends
+    from moto.sts.models import sts_backends
+
+    for account in list(sts_backends):
+        for backend in list(sts_backends[account].values()):
+            role = backend.get_assumed_role_from_access_key(key)
+            if role is not None:
+                return role.secret_access_key, role.session_token
+    for account in list(iam_backends):
+        for iam in list(iam_backends[account].values()):
+            for user in list(iam.users.values()):
+                for access_key in iam.list_access_keys(user.name):
+                    if access_key.access_key_id == key:
+                        return access_key.secret_access_key, None
+    return None, None
+
+
+_CallerIdentity = Callable[["TokenResponse"], Any]
+
+
+def _get_caller_identity(original: _CallerIdentity) -> _CallerIdentity:
+    def get_caller_identity(self: TokenResponse) -> Any:
+        if "X-Amz-Credential" not in self.querystring:
+            return original(self)
+        from moto.core.responses import ActionResult
+
+        key, _ = presigned_caller(self.querystring, str(self.headers.get("Host", "")))
+        user_id, arn, account_id = self.backend.get_caller_identity(key, self.region)
+        return ActionResult({"UserId": user_id, "Account": account_id, "Arn": arn})
+
+    return get_caller_identity
+
+
 # ---- the bundle ---------------------------------------------------------------------------------------------
 @dataclass
 class Shims:
@@ -534,6 +713,7 @@ def moto_shims(*, lambdas: Invoker | None = None,
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_batch import (
         StateTaskServiceBatch,
     )
+    from moto.sts.responses import TokenResponse
 
     invoker = lambdas or InProcessLambdas()
     runner = batch or ScriptedJobs()
@@ -555,4 +735,8 @@ def moto_shims(*, lambdas: Invoker | None = None,
                                      _create_job_queue(BatchResponse.createjobqueue, runner)))
         stack.enter_context(_patched(Job, "_get_container_property",
                                      _container_property(Job._get_container_property)))
+        stack.enter_context(_patched(Job, "describe", _describe(Job.describe)))
+        stack.enter_context(_patched(BatchBackend, "describe_jobs", _describe_jobs(BatchBackend.describe_jobs)))
+        stack.enter_context(_patched(TokenResponse, "get_caller_identity",
+                                     _get_caller_identity(TokenResponse.get_caller_identity)))
         yield Shims(lambdas=invoker, batch=runner)

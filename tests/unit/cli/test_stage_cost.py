@@ -18,6 +18,7 @@ from dualtrack.stage_cost import (
     idle_cost,
     load_platform_prices,
 )
+from lambdas.domain.prices import load_price_table
 
 RATE_KEYS = ("interface_endpoint_az_hour", "interface_endpoint_gb", "nat_gateway_hour", "nat_gateway_gb",
              "public_ipv4_hour", "kms_key_month", "alarm_metric_month", "alarm_high_resolution_metric_month",
@@ -148,6 +149,31 @@ def test_what_the_model_cannot_price_is_named_not_dropped() -> None:
     assert "S-Control/Table: provisioned-capacity table" in unpriced
     assert "S-Control/Composite: a composite alarm" in unpriced
     assert "S-Compute/Env: min vCPUs 8" in unpriced
+
+
+def test_warm_capacity_bills_every_hour_at_the_instance_rate() -> None:
+    """AWS Batch, ComputeResource (https://docs.aws.amazon.com/batch/latest/APIReference/API_ComputeResource.html):
+    minvCpus is the minimum "a compute environment should maintain (even if the compute environment is DISABLED)",
+    so its instances run, and bill per hour at their on-demand rate (https://aws.amazon.com/ec2/pricing/on-demand/),
+    whether or not a job runs: whole instances x the instance table's hourly rate x 730 h. A Spot environment's
+    minimum is named as not priced (the table has no Spot rates)."""
+    docs = templates()
+    compute = docs["S-Compute"]["Resources"]
+    compute["Env"]["Properties"]["ComputeResources"] = {"Type": "EC2", "MinvCpus": 384,
+                                                       "InstanceTypes": ["g6e.48xlarge"]}
+    compute["SpotEnv"] = {"Type": "AWS::Batch::ComputeEnvironment", "Properties": {"ComputeResources": {
+        "Type": "SPOT", "MinvCpus": 192, "InstanceTypes": ["g6e.48xlarge"]}}}
+    prices = load_price_table({"instances": {"xx-test-1": {"g6e.48xlarge": {"hourly_usd": "10"}}}})
+    cost = idle_cost(docs, table(), "xx-test-1", instance_prices=prices)
+    warm = line(cost, "warm_capacity:g6e.48xlarge")
+    assert (warm.quantity, warm.quantity_unit, warm.periods) == (2, "g6e.48xlarge instances", HOURS_PER_MONTH)
+    assert warm.rate.usd == Decimal("10") and warm.rate.confidence == "override"
+    assert warm.monthly_usd == 2 * Decimal("10") * 730 == Decimal("14600")
+    assert cost.fixed_total_usd == Decimal("74.95") + Decimal("14600")  # on top of the other fixed lines
+    assert [u for u in cost.unpriced if "SpotEnv" in u] == [
+        "S-Compute/SpotEnv: min vCPUs 192 keeps instances running (SPOT capacity: only on-demand instance rates "
+        "are in the price table)"]
+    assert not [f for f in cost.free if f.service == "AWS Batch"]  # neither environment is free when idle
 
 
 def test_errors_name_what_to_fix() -> None:

@@ -58,22 +58,22 @@ def test_summaries_that_never_recorded_the_count_get_no_data_check() -> None:
 
 
 def test_the_neuron_sdk_the_trn2_run_ran_is_checked_against_the_declared_one() -> None:
-    spec = _spec()  # tracks.trn2.neuron_sdk 2.33.0
-    ran = _report(spec, {"gpu": [_summary("gpu")], "trn2": [_summary("trn2", neuron_sdk="2.33.0")]})
+    spec = _spec()  # tracks.trn2.neuron_sdk 2.34.0
+    ran = _report(spec, {"gpu": [_summary("gpu")], "trn2": [_summary("trn2", neuron_sdk="2.34.0")]})
     check = _check(ran, "Neuron SDK as declared")
     assert check is not None and check.status == "pass"
-    assert check.detail == "the trn2 run ran Neuron SDK 2.33.0; the trial declared 2.33.0"
-    assert ran.tracks["trn2"].environment["neuron_sdk"] == "2.33.0"
+    assert check.detail == "the trn2 run ran Neuron SDK 2.34.0; the trial declared 2.34.0"
+    assert ran.tracks["trn2"].environment["neuron_sdk"] == "2.34.0"
 
-    other = _report(spec, {"gpu": [_summary("gpu")], "trn2": [_summary("trn2", neuron_sdk="2.34.0")]})
+    other = _report(spec, {"gpu": [_summary("gpu")], "trn2": [_summary("trn2", neuron_sdk="2.33.1")]})
     check = _check(other, "Neuron SDK as declared")
     assert check is not None and check.status == "fail"
-    assert check.detail == "the trn2 run ran Neuron SDK 2.34.0; the trial declared 2.33.0"
+    assert check.detail == "the trn2 run ran Neuron SDK 2.33.1; the trial declared 2.34.0"
 
     short_form = _spec(tracks={**json.loads(EXAMPLE.read_text())["tracks"],
-                               "trn2": {**json.loads(EXAMPLE.read_text())["tracks"]["trn2"], "neuron_sdk": "2.33"}})
-    check = _check(_report(short_form, {"trn2": [_summary("trn2", neuron_sdk="2.33.0")]}), "Neuron SDK as declared")
-    assert check is not None and check.status == "pass"  # 2.33 and 2.33.0 are one release
+                               "trn2": {**json.loads(EXAMPLE.read_text())["tracks"]["trn2"], "neuron_sdk": "2.34"}})
+    check = _check(_report(short_form, {"trn2": [_summary("trn2", neuron_sdk="2.34.0")]}), "Neuron SDK as declared")
+    assert check is not None and check.status == "pass"  # 2.34 and 2.34.0 are one release
 
     unrecorded = _report(spec, {"gpu": [_summary("gpu")], "trn2": [_summary("trn2")]})
     assert _check(unrecorded, "Neuron SDK as declared") is None  # a stand-in records no Neuron SDK

@@ -347,7 +347,7 @@ def test_effective_batch_size_has_an_upper_bound_named_in_the_schema_and_the_mes
 
 
 # ---- scaling runs: a track at several node counts (``nodes: [1, 2]``) -----------------------------------------
-EXAMPLE_TRIAL_ID = "llama31-8b-lora-pilot-f4c8f62ae7"  # the example's id before scaling runs existed
+EXAMPLE_TRIAL_ID = "llama31-8b-lora-pilot-0b283c61aa"  # the example's id (Neuron SDK 2.34.0), as before scaling runs
 
 
 def test_a_trial_without_scaling_runs_keeps_its_id(example_trial: dict[str, Any]) -> None:

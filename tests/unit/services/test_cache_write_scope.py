@@ -11,9 +11,9 @@ import pytest
 
 from lambdas.domain.job_access import CACHE_TAG
 from lambdas.domain.trial_record import TrialRecord
-from lambdas.services.job_credentials import CredentialsRequest, vend
+from lambdas.services.job_credentials import vend
 from tests.fakes import InMemoryTrials
-from tests.unit.services.test_job_credentials import JOB, TOKEN, Jobs, Writer, single_node
+from tests.unit.services.test_job_credentials import JOB, Jobs, Signed, Writer, request, session, single_node
 
 KEY = "c" * 64
 PREFIX = f"neuron/m/c/{KEY}/"
@@ -30,7 +30,7 @@ def _vend(run: str, writer: str | None) -> tuple[dict[str, object], Writer]:
     role = Writer()
     job = single_node(DUALTRACK_RUN=run)
     job["tags"]["dualtrack:run"] = run
-    answer = vend(CredentialsRequest(job_id=JOB, token=TOKEN), jobs=Jobs(job), trials=_trials(writer), writer=role,
+    answer = vend(request(), jobs=Jobs(job), trials=_trials(writer), writer=role, identity=Signed(session(JOB)),
                   bucket="artifacts", duration_s=3600)
     return answer, role
 

@@ -15,7 +15,7 @@ from lambdas.domain.json_types import JsonObject
 from lambdas.domain.prices import load_price_table
 from lambdas.domain.trial import parse_trial
 from lambdas.domain.trial_record import TrialRecord
-from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequest, identify, vend
+from lambdas.services.job_credentials import CredentialsRefused, identify, vend
 from lambdas.services.run_settlement import ForeignEvent, JobIdentity, RunSettlement, identify_job
 from lambdas.services.trial_reporting import gather, report_stopped_trial, run_names, write_report
 from lambdas.services.trial_status import Stopper, finish_stop, live_jobs
@@ -23,10 +23,9 @@ from lambdas.services.trial_submission import trial_status
 from tests import fakes
 from tests.builders import run_cost, run_summary, stored_cost
 from tests.stage import ACCOUNT, GOVERNANCE, principal
+from tests.unit.services.test_job_credentials import JOB, Jobs, Signed, Writer, request, session, single_node
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
-TOKEN = "6f1c2a7e-0b7d-4e59-9a51-3c2f5d8e9b10"
-JOB = "3f2b8c1e-5d4a-4b6f-9e7d-1a2b3c4d5e6f"
 T0 = datetime(2026, 12, 4, 10, 0, tzinfo=UTC)
 PLACED: JsonObject = {"gpu": {"queue": "q-gpu", "definition": "d-gpu-2", "nodes": 2, "instance_type": "p5.48xlarge"},
           "gpu-n1": {"queue": "q-gpu", "definition": "d-gpu-1", "nodes": 1, "instance_type": "p5.48xlarge"}}
@@ -40,32 +39,16 @@ def placed_record(trial_id: str = "alpha", **item: Any) -> TrialRecord:
                                   "runs": PLACED, **item})
 
 
-class Jobs:
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.job = job
-
-    def describe_job(self, job_id: str) -> dict[str, Any] | None:
-        return self.job
-
-
-class Writer:
-    def assume(self, *, session_name: str, tags: dict[str, str], duration_s: int) -> dict[str, str]:
-        return {"AccessKeyId": "ASIA", "SecretAccessKey": "s", "SessionToken": "t",
-                "Expiration": "2026-12-05T20:00:00+00:00"}
-
-
 def scaling_job(run: str) -> dict[str, Any]:
     """DescribeJobs of a single-node job of ``run``, as the workflow's Map state submits a scaling run's."""
-    variables = {"DUALTRACK_TRIAL_ID": "alpha", "DUALTRACK_RUN": run, "DUALTRACK_RUN_TOKEN": TOKEN}
-    return {"jobId": JOB, "status": "RUNNING", "tags": {"dualtrack:trial": "alpha", "dualtrack:run": run},
-            "container": {"environment": [{"name": k, "value": v} for k, v in variables.items()]}, "parameters": {}}
+    return single_node(run=run)
 
 
 def test_a_scaling_run_the_trial_was_placed_with_gets_credentials_for_its_own_prefix() -> None:
     trials = fakes.InMemoryTrials()
     trials.create(placed_record())
-    answer = vend(CredentialsRequest(job_id=JOB, token=TOKEN), jobs=Jobs(scaling_job("gpu-n1")), trials=trials,
-                  writer=Writer(), bucket="artifacts", duration_s=3600)
+    answer = vend(request(), jobs=Jobs(scaling_job("gpu-n1")), trials=trials, writer=Writer(),
+                  identity=Signed(session(JOB)), bucket="artifacts", duration_s=3600)
     assert (answer["run"], answer["write_prefix"]) == ("gpu-n1", "trials/alpha/gpu-n1/")
 
 
@@ -74,12 +57,12 @@ def test_a_scaling_run_the_trial_was_not_placed_with_gets_none(run: str) -> None
     trials = fakes.InMemoryTrials()
     trials.create(placed_record())
     with pytest.raises(CredentialsRefused, match=f"trial alpha has no run {run} "):
-        identify(CredentialsRequest(job_id=JOB, token=TOKEN), Jobs(scaling_job(run)), trials)
+        identify(request(), Jobs(scaling_job(run)), trials, Signed(session(JOB)))
 
 
 def test_a_run_name_of_no_form_is_refused_before_the_trial_is_read() -> None:
     with pytest.raises(CredentialsRefused, match="name no trial and run of this plane"):
-        identify(CredentialsRequest(job_id=JOB, token=TOKEN), Jobs(scaling_job("gpu-n0")), fakes.InMemoryTrials())
+        identify(request(), Jobs(scaling_job("gpu-n0")), fakes.InMemoryTrials(), Signed(session(JOB)))
 
 
 def test_a_scaling_runs_job_is_known_by_its_settings_or_its_name() -> None:

@@ -104,10 +104,10 @@ def test_other_recoveries_keep_the_fallback_of_a_trial_with_both_tracks(
 
 def test_a_neuron_sdk_the_stage_image_does_not_carry_is_refused_naming_the_field_and_the_version_it_has(
         example_trial: dict[str, Any]) -> None:
-    spec = _trial(example_trial)  # tracks.trn2.neuron_sdk 2.33.0
+    spec = _trial(example_trial)  # tracks.trn2.neuron_sdk 2.34.0
     with pytest.raises(SubmissionRefused) as refused:
-        _admit(spec, image_versions={"trn2": {"neuron_sdk": "2.34.0"}})
+        _admit(spec, image_versions={"trn2": {"neuron_sdk": "2.33.1"}})
     (error,) = arr(refused.value.detail["errors"])
     assert obj(error)["path"] == "tracks.trn2.neuron_sdk"
-    assert "image pins 2.34.0: set tracks.trn2.neuron_sdk to 2.34.0" in obj(error)["message"]
-    assert _admit(spec, image_versions={"trn2": {"neuron_sdk": "2.33.0"}}).jobs
+    assert "image pins 2.33.1: set tracks.trn2.neuron_sdk to 2.33.1" in obj(error)["message"]
+    assert _admit(spec, image_versions={"trn2": {"neuron_sdk": "2.34.0"}}).jobs

@@ -337,12 +337,12 @@ def test_jobs_per_queue_are_a_quota_of_their_own(spec: TrialSpec, ports: dict[st
 def test_a_trial_declaring_another_neuron_sdk_than_the_image_is_refused_naming_both(
         spec: TrialSpec, ports: dict[str, Any]) -> None:
     with pytest.raises(SubmissionRefused) as refused:
-        _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.34.0"}})
+        _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.33.1"}})
     (error,) = arr(refused.value.detail["errors"])
     assert error["path"] == "tracks.trn2.neuron_sdk"
-    assert "declares Neuron SDK 2.33.0, but this stage's Trainium2 image pins 2.34.0" in error["message"]
+    assert "declares Neuron SDK 2.34.0, but this stage's Trainium2 image pins 2.33.1" in error["message"]
     assert ports["trials"].get(spec.trial_id) is None  # nothing stored, nothing started
-    assert _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.33.0"}}).created is True
+    assert _submit(spec, ports, image_versions={"trn2": {"neuron_sdk": "2.34.0"}}).created is True
 
 
 def test_a_trial_that_follows_an_earlier_one_of_the_same_model_shows_its_change_class(
