@@ -70,7 +70,7 @@ test-unit: install
 	$(BIN)/python -m pytest -q --durations=10 tests/unit tests/trainer
 
 test-infra: install
-	$(BIN)/python -m pytest -q --durations=10 tests/infra
+	$(BIN)/python -m pytest -q --durations=10 tests/stacks
 
 test-integration: install
 	$(BIN)/python -m pytest -q --durations=10 tests/integration tests/client tests/reliability tests/security

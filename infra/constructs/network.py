@@ -15,7 +15,7 @@ Two groups carry the jobs' traffic, and both must work:
 An interface endpoint bills for every hour it is provisioned in each zone (AWS PrivateLink pricing), whether or not
 anything calls it, so the network has one only for a service something in these subnets calls, and only in the
 zones the compute environments launch hosts into (:meth:`TrainingNetwork.add_interface_endpoints`). What calls what:
-``tests/infra/iam_calls.py`` lists the trainer's AWS calls (S3, CloudWatch ``PutMetricData``, Lambda ``Invoke``);
+``tests/stacks/iam_calls.py`` lists the trainer's AWS calls (S3, CloudWatch ``PutMetricData``, Lambda ``Invoke``);
 the hosts' ECS agent calls ECS, ECR and CloudWatch Logs (the ``awslogs`` driver). Nothing in the VPC calls STS: a
 job's role credentials come from the ECS agent's credential endpoint, the instance role's from the instance
 metadata service, and a job's own write credentials from the job-credentials function (a Lambda ``Invoke``). The

@@ -38,7 +38,7 @@ What the local runtime reads or resets in moto's own state is here too: ``emit_s
 their events on the default bus; PutEvents refuses ``aws.*`` sources to callers, so they go through moto's events
 backend), ``lambda_function``, ``moto_settings`` and ``reset_moto``.
 
-``tests/infra/test_moto_shims.py`` checks each gap still exists in plain moto, so a moto upgrade that closes one
+``tests/stacks/test_moto_shims.py`` checks each gap still exists in plain moto, so a moto upgrade that closes one
 fails a test that names the patch to delete.
 """
 

@@ -1,5 +1,5 @@
 """The stage's DynamoDB tables as the Stateful stack defines them (``infra/constructs/storage.py``), for the tests
-and benchmarks that stand them up on moto without synthesizing. ``tests/infra/test_stateful.py`` compares this with
+and benchmarks that stand them up on moto without synthesizing. ``tests/stacks/test_stateful.py`` compares this with
 the synthesized template, so the two cannot drift; the rehearsal creates its tables from the template itself."""
 
 from __future__ import annotations

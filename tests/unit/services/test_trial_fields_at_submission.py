@@ -83,7 +83,7 @@ def test_gpu_fallback_with_both_tracks_runs_the_fallback_on_the_gpu_tracks_targe
 
 def test_failure_recovery_none_gives_the_workflow_no_fallback_to_run(example_trial: dict[str, Any]) -> None:
     """Without ``jobs.fallback`` in its input the workflow's HasGpuFallback choice ends a failed Trainium2 run
-    (tests/infra/test_workflow_execution.py runs it); nothing is booked or priced for a fallback either."""
+    (tests/stacks/test_workflow_execution.py runs it); nothing is booked or priced for a fallback either."""
     spec = _trial(example_trial, failure_recovery="none")
     admission = _admit(spec)
     assert not falls_back(spec)

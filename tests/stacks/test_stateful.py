@@ -7,7 +7,7 @@ from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
-from tests.infra.conftest import resources
+from tests.stacks.conftest import resources
 
 # Renaming any of these replaces a bucket or table holding trial history; change them only with a migration.
 PINNED = {

@@ -15,7 +15,7 @@ from infra.config import ConfigInvalid, stage_config
 from infra.constructs.batch_compute import efa_setup
 from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonObject
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]
 

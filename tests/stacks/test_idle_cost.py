@@ -8,7 +8,7 @@ from typing import Any
 
 from dualtrack.stage_cost import HOURS_PER_MONTH, idle_cost, load_platform_prices
 from lambdas.domain.prices import load_price_table
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 
 def _all(templates: dict[str, dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -81,12 +81,12 @@ def test_every_endpoint_has_a_caller_in_the_vpc_and_every_call_an_endpoint(compu
     ``ecs-telemetry`` and ``ecs``), Amazon ECR interface VPC endpoints
     (https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html: ``ecr.api``, ``ecr.dkr``, layers from
     S3 through the gateway endpoint, and ``logs`` for the awslogs driver); what the trainer calls comes from the
-    static inventory in tests/infra/iam_calls.py. STS is not among them (its endpoint billed $14.60 a month in dev):
+    static inventory in tests/stacks/iam_calls.py. STS is not among them (its endpoint billed $14.60 a month in dev):
     a presigned URL is computed locally by the SDK ("Presigned URLs", Boto3,
     https://boto3.amazonaws.com/v1/documentation/api/latest/guide/s3-presigned-urls.html) and called by whoever
     fetches it."""
-    from tests.infra.iam_calls import trainer_calls
-    from tests.infra.test_deploy_rules import _endpoint_services
+    from tests.stacks.iam_calls import trainer_calls
+    from tests.stacks.test_deploy_rules import _endpoint_services
 
     interface = _endpoint_services({"Resources": {
         k: v for k, v in resources(compute, "AWS::EC2::VPCEndpoint").items()

@@ -252,7 +252,7 @@ def test_hosts_check_at_boot_and_terminate_on_a_failed_check(compute: dict[str, 
     ``InstanceInitiatedShutdownBehavior: terminate``, so a host that shuts itself down after a failed check is
     terminated and replaced, not left stopped ("Change instance initiated shutdown behavior",
     https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/Using_ChangingInstanceInitiatedShutdownBehavior.html)."""
-    from tests.infra.conftest import resources
+    from tests.stacks.conftest import resources
 
     need = minimum_driver("2.34.0")
     templates = resources(compute, "AWS::EC2::LaunchTemplate")

@@ -27,8 +27,8 @@ from dualtrack.local.aws.template import deploy_locally
 from infra.synth import Assembly
 from lambdas.domain import job_access
 from lambdas.runtime.composition import reset_environment
-from tests.infra.conftest import resources
-from tests.infra.test_job_credentials import REGION, Plane, _as_job, _denied, _one, _writer
+from tests.stacks.conftest import resources
+from tests.stacks.test_job_credentials import REGION, Plane, _as_job, _denied, _one, _writer
 
 KEY, OTHER = "a" * 64, "b" * 64
 PREFIX, OTHER_PREFIX = f"neuron/m/c/{KEY}/", f"neuron/m/c/{OTHER}/"

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from infra.config import ComputeFamily
 from infra.constructs.network import INTERFACE_ENDPOINTS
 from lambdas.domain.catalogue import load_catalogue
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 
 def _by_prefix(template: dict[str, Any], kind: str, prefix: str) -> list[dict[str, Any]]:
@@ -31,7 +31,7 @@ def test_network_is_private_with_the_job_endpoints(compute: dict[str, Any]) -> N
     names = " ".join(str(e["ServiceName"]) for e in interface)
     for service in ("ecr.api", "ecr.dkr", "logs", "monitoring", "lambda", "ecs-agent", "ecs-telemetry"):
         assert f".{service}" in names, service
-    assert ".sts" not in names  # nothing in the VPC calls STS (tests/infra/test_idle_cost.py)
+    assert ".sts" not in names  # nothing in the VPC calls STS (tests/stacks/test_idle_cost.py)
     assert all(e["PrivateDnsEnabled"] is True for e in interface)
 
 

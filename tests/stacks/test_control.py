@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk.assertions import Match, Template
 
 from infra.constructs.trial_api import ROUTES
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 HANDLERS = {"on_trial_api", "resolve_compile_cache", "on_batch_job_state", "on_artifact_created",
             "close_trial_costs", "build_trial_report", "set_trial_status", "scheduled_cost_report",

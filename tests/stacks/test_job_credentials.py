@@ -28,7 +28,7 @@ from dualtrack.local.aws.template import LocalDeployment, deploy_locally
 from infra.synth import Assembly
 from lambdas.domain import job_access
 from lambdas.runtime.composition import reset_environment
-from tests.infra.conftest import resources
+from tests.stacks.conftest import resources
 
 REGION = "us-east-1"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from infra.config import StageConfig
-from tests.infra.conftest import props
+from tests.stacks.conftest import props
 
 TRN2 = {"instance_types": ["trn2.48xlarge"], "ami_id": "ami-0123456789abcdef0", "availability_zone": "us-east-2b"}
 GPU = {"instance_types": ["g6e.48xlarge"], "ami_id": "ami-0123456789abcdef0"}

@@ -12,7 +12,7 @@ import pytest
 
 from infra.config import ConfigInvalid, stage_config
 from infra.synth import Assembly
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]
 

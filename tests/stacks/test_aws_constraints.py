@@ -17,7 +17,7 @@ import pytest
 
 from infra.config import ConfigInvalid, StageConfig, stage_config
 from lambdas.domain.catalogue import load_catalogue
-from tests.infra.conftest import props, resources
+from tests.stacks.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("dev", "prod")

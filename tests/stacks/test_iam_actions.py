@@ -1,7 +1,7 @@
 """Every AWS call the deployed code makes is granted, by the synthesized IAM policies, to the role that makes it.
 
 A missing grant otherwise shows up only in AWS, as AccessDenied at run time. The inventory of calls, the reach of
-each Lambda handler and the operation -> action mapping live in ``tests.infra.iam_calls``; this module pairs them
+each Lambda handler and the operation -> action mapping live in ``tests.stacks.iam_calls``; this module pairs them
 with the roles of the synthesized dev stage:
 
 * Lambda functions (Control template): the calls reachable from ``lambdas.handlers.<module>.handler``, plus what
@@ -45,8 +45,8 @@ from typing import Any
 
 import pytest
 
-from tests.infra import iam_calls
-from tests.infra.conftest import resources
+from tests.stacks import iam_calls
+from tests.stacks.conftest import resources
 
 LAMBDA_LOGS = "https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs.html"
 LAMBDA_XRAY = "https://docs.aws.amazon.com/lambda/latest/dg/services-xray.html"
