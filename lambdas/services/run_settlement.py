@@ -118,10 +118,12 @@ class RunSettlement(RunFolds):
     def check_started(self, trial_id: str, run: str) -> TrialRecord | None:
         """Raise ForeignEvent unless ``run`` is a run of a trial the plane started. A run once confirmed is kept for
         the life of the execution environment, so a trial's events cost one trials-table read per environment.
-        Returns the record when this call read it (None when the run was already confirmed)."""
+        Returns the record when this call read it from the table (None when it used what this environment read
+        before, which may be stale: a caller that needs the trial's current status reads it again)."""
         if (trial_id, run) in self._started:
             return None
-        record = self._trials.get(trial_id) or self.trials.get(trial_id)
+        cached = self._trials.get(trial_id)  # another run of the trial confirmed in this environment: no read
+        record = cached or self.trials.get(trial_id)
         if record is None:
             raise ForeignEvent(f"no trial {trial_id!r} in the trials table")
         runs = runs_of(record.tracks, record.runs)  # the scaling runs it was placed with (gpu-n1) included
@@ -132,7 +134,7 @@ class RunSettlement(RunFolds):
             raise ForeignEvent(f"trial {trial_id} never started (status {status})", trial_id=trial_id)
         self._trials[trial_id] = record
         self._started.add((trial_id, run))
-        return record
+        return None if cached else record
 
     def record_job_state(self, detail: BatchJobStateChangeDetail, at: datetime) -> JobRecorded | None:
         """The ledger facts of one Batch job state change, each appended once (None: not a dualtrack job). Raises

@@ -355,3 +355,22 @@ def test_a_running_execution_is_not_closed(spec: TrialSpec) -> None:
     submit_trial(ports, spec)
     swept = reconcile(ports.stopper(jobs=True), NOW + timedelta(minutes=5), overdue_after_s=900)
     assert swept.ended_closed == [] and ports.trials.items[spec.trial_id]["status"] == "SUBMITTED"
+
+
+def test_a_late_job_is_terminated_even_when_the_environment_read_its_trial_before_the_close(
+        spec: TrialSpec) -> None:
+    """The run-events function keeps the trial it read for the life of its execution environment; the closed-trial
+    check reads the trial afresh, so a job of another run first seen after the close is ended, not judged by the
+    copy read while the trial was running."""
+    ports, telemetry = Ports(), Counted()
+    submit_trial(ports, spec)
+    events = _events(ports, telemetry)
+    ports.jobs.statuses["job-gpu"] = "RUNNING"
+    events.on_job_state(_detail(spec.trial_id, "gpu", "job-gpu", "RUNNING"), NOW)  # the trial read: SUBMITTED
+    cancel(spec.trial_id, caller=who(NLP), stopper=ports.stopper(), now=STAMP, reason="no")
+    ports.jobs.statuses["job-gpu"] = "FAILED"
+    events.on_job_state(_detail(spec.trial_id, "gpu", "job-gpu", "FAILED"), NOW)  # the stop completes
+    assert ports.trials.items[spec.trial_id]["status"] == "CANCELLED"
+    ports.jobs.statuses["late-trn2"] = "RUNNING"
+    events.on_job_state(_detail(spec.trial_id, "trn2", "late-trn2", "RUNNING"), NOW)  # same environment
+    assert ports.jobs.terminated == ["late-trn2"]
