@@ -9,13 +9,13 @@ STAMP  := $(VENV)/.installed
 OUT    ?= out/rehearsal
 LOCK   := requirements/lock.txt
 
-.PHONY: help install demo check lint typecheck test test-fast test-unit test-infra test-integration test-e2e bench \
+.PHONY: help install demo check lint typecheck test test-fast test-unit test-trainer test-infra test-integration test-e2e bench \
         check-xla check-gpu synth clean lock
 
 help:
 	@echo "make demo       rehearse examples/trial-rehearsal.json end to end on this machine (reports in $(OUT)/latest/)"
 	@echo "make check      ruff + import layers + mypy + hadolint + the full test suite (what CI runs)"
-	@echo "make test-unit | test-infra | test-integration | test-e2e   one layer of the suite (docs/README.md)"
+	@echo "make test-unit | test-trainer | test-infra | test-integration | test-e2e   one layer of the suite (docs/README.md)"
 	@echo "make bench      benchmarks: ratios measured side by side in one run"
 	@echo "make check-xla  the retired PyTorch/XLA Trainium2 path on XLA:CPU in its own venv (.venv-xla, ~7 GB)"
 	@echo "make check-gpu  the cuda backend's tests on this machine's NVIDIA GPU (skipped without one)"
@@ -59,15 +59,20 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-# The 25 slowest tests are listed at the end, so a test that grows slow shows in CI's output.
+# Every test, in two groups side by side (scripts/test-tiers.sh): the tiers that start subprocesses (trainer, e2e)
+# beside the in-process ones, each group's 15 slowest tests listed, so a test that grows slow shows in CI's output.
 test: install
-	$(BIN)/python -m pytest -q --durations=25
+	bash scripts/test-tiers.sh $(BIN)/python
 
-# One layer each: unit (no AWS, no network; the trainer's CPU tests and the CLI's), infra (synthesized templates,
-# one synthesis per session), integration (handlers and adapters on moto, the CLI against the API, faults and bad
-# input), e2e (the local rehearsal end to end).
+# One layer each: unit (pure code, no AWS, no network, nothing that trains or synthesizes: the all-day tier),
+# trainer (the trainer on CPU, multi-process with gloo), infra (synthesized templates, one synthesis per session),
+# integration (handlers and adapters on moto, the CLI against the API, faults and bad input), e2e (the local
+# rehearsal end to end).
 test-unit: install
-	$(BIN)/python -m pytest -q --durations=10 tests/unit tests/trainer
+	$(BIN)/python -m pytest -q --durations=10 tests/unit
+
+test-trainer: install
+	$(BIN)/python -m pytest -q --durations=10 tests/trainer
 
 test-infra: install
 	$(BIN)/python -m pytest -q --durations=10 tests/stacks
