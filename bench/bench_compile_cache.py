@@ -63,7 +63,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from lambdas.domain.prices import load_price_table
+    from lambdas.domain.money.prices import load_price_table
 
     hourly = float(load_price_table().instance_hourly_usd("trn2.48xlarge"))
     figures: dict[str, list[float]] = {name: [] for name in (

@@ -34,7 +34,8 @@ INSTANCE = "g6e.12xlarge"  # 4 GPUs on one node: data_parallel 4
 
 def _spec(steps: int, workdir: Path) -> Path:
     sys.path[:0] = [str(ROOT)]
-    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
+    from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+    from lambdas.domain.trial.rules import parse_trial
 
     trial = json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text())
     trial.pop("fault_injection", None)

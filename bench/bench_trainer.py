@@ -58,7 +58,8 @@ def bare_loop(spec_path: Path, backend: str) -> Result:
     from trainer.modeling import build_model, build_tokenizer, token_loss_sum, trainable_parameters
     from trainer.runner import lr_lambda
 
-    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
+    from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+    from lambdas.domain.trial.rules import parse_trial
 
     spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
     layout = track_layout(spec, "gpu")
@@ -123,7 +124,7 @@ def hf_trainer(spec_path: Path, workdir: Path, index: int, backend: str) -> Resu
         def on_step_end(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             times.append(time.perf_counter() - self.t)
 
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.trial.rules import parse_trial
 
     spec = parse_trial(spec_path.read_text(), allow_local_paths=True)
     tok = build_tokenizer(spec)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from dualtrack import __version__
-from lambdas.domain.prices import PricesInvalid
+from lambdas.domain.money.prices import PricesInvalid
 
 # Order here is the order in --help.
 COMMAND_MODULES: tuple[str, ...] = (

@@ -17,10 +17,10 @@ from datetime import UTC, date, datetime
 from typing import Literal
 
 from infra.config import StageConfig, Track
-from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.money.prices import PriceMissing, PriceTable
 from lambdas.domain.neuron_stack import NEURON_RELEASES, RELEASED, minimum_driver
-from lambdas.domain.prices import PriceMissing, PriceTable
+from lambdas.domain.trial.catalogue import load_catalogue
 
 Status = Literal["ok", "warn", "fail"]
 Market = Literal["on-demand", "spot"]

@@ -37,7 +37,7 @@ from dualtrack.preflight import (
     stage_needs,
 )
 from infra.config import StageConfig, Track
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 
 # Where the ECR Public registry is reached (a pull-through mirror, or a stand-in in tests).
 PUBLIC_ECR_URL_ENV = "DUALTRACK_PUBLIC_ECR_URL"

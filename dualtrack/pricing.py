@@ -13,9 +13,9 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Unpack
 
-from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonIn, JsonMapping, JsonObject
-from lambdas.domain.prices import PricesInvalid, PriceTable, load_price_table
+from lambdas.domain.money.prices import PricesInvalid, PriceTable, load_price_table
+from lambdas.domain.trial.catalogue import load_catalogue
 
 if TYPE_CHECKING:
     from mypy_boto3_pricing.type_defs import FilterTypeDef, GetProductsRequestTypeDef, GetProductsResponseTypeDef

@@ -26,9 +26,9 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonIn, JsonMapping
-from lambdas.domain.prices import PriceMissing, PriceTable
+from lambdas.domain.money.prices import PriceMissing, PriceTable
+from lambdas.domain.trial.catalogue import load_catalogue
 
 HOURS_PER_MONTH = 730
 CENT = Decimal("0.01")

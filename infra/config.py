@@ -13,11 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from lambdas.domain.catalogue import InstanceInfo, load_catalogue
-from lambdas.domain.governance import Governance
 from lambdas.domain.json_types import JsonMapping, JsonObject
+from lambdas.domain.money.periods import SCHEDULES, Period
 from lambdas.domain.neuron_stack import neuron_release
-from lambdas.domain.periods import SCHEDULES, Period
+from lambdas.domain.trial.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.trial.governance import Governance
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS, trn2_backend
 
 STAGE_NAME = r"^[a-z][a-z0-9-]{0,15}$"
@@ -218,7 +218,7 @@ class StageConfig(_Model):
         "time so a malformed one fails the synth, not the functions after deploy")
     governance: Governance = Field(
         default_factory=Governance, description="teams, their members and approvers, platform admins and quotas "
-        "(lambdas.domain.governance.Governance); a caller in no team can submit nothing")
+        "(lambdas.domain.trial.governance.Governance); a caller in no team can submit nothing")
     vpc_cidr: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")] = "10.40.0.0/16"
     require_alarm_subscriber: bool = Field(
         default=False, description="refuse to synthesize without a subscriber to the alarms' topic (alarm_email); "
@@ -231,7 +231,7 @@ class StageConfig(_Model):
     @classmethod
     def _overrides_apply(cls, value: JsonObject | None) -> JsonObject | None:
         if value:
-            from lambdas.domain.prices import load_price_table
+            from lambdas.domain.money.prices import load_price_table
 
             try:
                 load_price_table(value)
@@ -319,7 +319,7 @@ class StageConfig(_Model):
                 raise ValueError(f"{held[0]} runs on {self.capacity(held[0])} capacity, whose price rows name a "
                                  "region: set region (or price_region to the region the stage deploys to)")
             return
-        from lambdas.domain.prices import PriceMissing, load_price_table
+        from lambdas.domain.money.prices import PriceMissing, load_price_table
 
         table = load_price_table(self.priced_overrides())
         missing = []
@@ -362,7 +362,7 @@ class StageConfig(_Model):
                             "capacity (the stage sets it from the track)")
 
     def capacity(self, track: Track) -> str:
-        """What the track's hosts run on, as the price table names it (``lambdas.domain.prices.Capacity``): a
+        """What the track's hosts run on, as the price table names it (``lambdas.domain.money.prices.Capacity``): a
         Capacity Block and a reservation are paid while held, so a job's queue time is billed there."""
         family = self.family(track)
         if family.capacity_block:

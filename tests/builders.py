@@ -7,9 +7,9 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from lambdas.domain.cost import RunCost
-from lambdas.domain.ledger import SettledUsage, StoredCost
-from lambdas.domain.run_summary import RunSummary
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.ledger import SettledUsage, StoredCost
 from lambdas.domain.vocabulary import track_of
 
 _ENVIRONMENT = {"python": "3.11.9", "torch": "2.5.1", "hostname": "test-host"}

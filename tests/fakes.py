@@ -14,13 +14,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from lambdas.domain.booking import Booking
+from lambdas.domain.cache.compile_cache import RegistryEntry
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.compile_cache import RegistryEntry
 from lambdas.domain.events import BatchJobStateChangeDetail
 from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.ledger import LedgerEntry, LedgerRow, RowKind, StoredCost, fact_of
-from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+from lambdas.domain.money.booking import Booking
+from lambdas.domain.money.ledger import LedgerEntry, LedgerRow, RowKind, StoredCost, fact_of
+from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.ports import Outcome, Started
 
 

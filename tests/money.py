@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lambdas.domain import ledger as L
-from lambdas.domain.governance import Governance
-from lambdas.domain.job_targets import parse_job_targets
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.governance import Governance
+from lambdas.domain.trial.job_targets import parse_job_targets
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.services.trial_status import Stopper
 from lambdas.services.trial_submission import Plane, Stage, Submitted, submit
 from tests import fakes

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lambdas.domain.compile_cache import ENTRY_MARKER as MARKER
-from lambdas.domain.compile_cache import (
+from lambdas.domain.cache.compile_cache import ENTRY_MARKER as MARKER
+from lambdas.domain.cache.compile_cache import (
     QUARANTINE,
     EntryRejected,
     check_digest,

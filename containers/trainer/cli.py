@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launch(cfg: RunConfig, argv: list[str]) -> int:
-    from lambdas.domain.trial import parse_trial
-    from lambdas.domain.trial import track_layout as layout_of
+    from lambdas.domain.trial.layout import track_layout as layout_of
+    from lambdas.domain.trial.rules import parse_trial
     from trainer import storage
     from trainer.launch import LaunchError, launch_plan
 

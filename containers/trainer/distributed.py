@@ -48,8 +48,8 @@ def _sample_every(backend: Backend) -> int:
 
 
 class CommunicationRecord(TypedDict):
-    """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``) as the collective
-    statistics give it."""
+    """The summary's ``communication`` block (``lambdas.domain.evidence.run_summary.CommunicationRecord``) as the
+    collective statistics give it."""
 
     world_size: int
     process_group: str | None
@@ -128,7 +128,7 @@ class CollectiveStats:
             self._pending.pop(0)
 
     def record(self, world_size: int) -> CommunicationRecord:
-        """The summary's ``communication`` block (``lambdas.domain.run_summary.CommunicationRecord``)."""
+        """The summary's ``communication`` block (``lambdas.domain.evidence.run_summary.CommunicationRecord``)."""
         self._resolve(wait=True)
         skews = self.skews
         return {"world_size": world_size, "process_group": self.process_group, "measured": self.measured,

@@ -11,7 +11,7 @@ import socket
 import urllib.request
 from importlib import metadata
 
-from lambdas.domain.run_summary import EnvironmentRecord
+from lambdas.domain.evidence.run_summary import EnvironmentRecord
 
 IMDS = "http://169.254.169.254"
 IMDS_TIMEOUT_S = 1.0

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from types import FrameType
 
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import scaling_nodes
 from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE
 

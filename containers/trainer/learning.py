@@ -22,7 +22,7 @@ import torch
 
 
 class LearningRecord(TypedDict):
-    """The summary's ``learning`` block (``lambdas.domain.run_summary.LearningRecord``)."""
+    """The summary's ``learning`` block (``lambdas.domain.evidence.run_summary.LearningRecord``)."""
 
     weights_changed: bool
     steps: int

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.spec import TrialSpec
 from trainer import storage
 from trainer.data import IGNORE_INDEX, Tokenizer
 from trainer.json_types import JsonObject

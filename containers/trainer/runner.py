@@ -18,7 +18,9 @@ from functools import partial
 
 import torch
 
-from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, parse_trial, track_layout
+from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 from trainer import (
     FAILURE_EXIT_CODE,
     FAULT_EXIT_CODE,

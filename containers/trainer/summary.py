@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypedDict
 
-from lambdas.domain.run_summary import STAND_IN_BACKENDS, RunSummary
-from lambdas.domain.trial import Layout, TrialSpec
+from lambdas.domain.evidence.run_summary import STAND_IN_BACKENDS, RunSummary
+from lambdas.domain.trial.layout import Layout
+from lambdas.domain.trial.spec import TrialSpec
 from trainer import storage
 from trainer.backends import Backend
 from trainer.cache import CompileCache
@@ -36,7 +37,7 @@ PHASES = ("environment_s", "data_load_s", "compile_s", "train_s", "checkpoint_sa
           "eval_s")
 
 
-# The summary's blocks as the trainer builds them (``lambdas.domain.run_summary`` validates the whole).
+# The summary's blocks as the trainer builds them (``lambdas.domain.evidence.run_summary`` validates the whole).
 class FinalSample(TypedDict):
     prompt: str
     completion: str
@@ -203,7 +204,7 @@ def _cache_key(spec: TrialSpec, track: str, url: str | None, run: str | None = N
     last = (url or "").rstrip("/").rsplit("/", 1)[-1]
     if HEX_KEY.match(last):
         return last
-    from lambdas.domain.compile_cache import cache_key
+    from lambdas.domain.cache.compile_cache import cache_key
 
     return cache_key(spec, run=run).key
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from lambdas.domain.trial import tensor_parallel_problems
+from lambdas.domain.trial.layout import tensor_parallel_problems
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -35,8 +35,8 @@ class TrialApi:
         return _object(self.http.request("GET", f"/trials/{_id(trial_id)}").body, "GET /trials/{id}")
 
     def report(self, trial_id: str) -> JsonObject:
-        """The report JSON as stored (``lambdas.domain.report_model.TrialReport.model_validate`` reads it for
-        ``lambdas.domain.report_render``'s Markdown and HTML)."""
+        """The report JSON as stored (``lambdas.domain.report.model.TrialReport.model_validate`` reads it for
+        ``lambdas.rendering``'s Markdown and HTML)."""
         got = self.http.request("GET", f"/trials/{_id(trial_id)}/report", query={"format": "json"})
         return _object(got.body, "GET /trials/{id}/report")
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TypeAlias
 
 from lambdas.domain.json_types import JsonScalar, JsonValue
-from lambdas.domain.trial import Problem, TrialInvalid, TrialSpec, duplicate_key_problems, parse_trial
+from lambdas.domain.trial.rules import Problem, TrialInvalid, duplicate_key_problems, parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 
 # JSON whose numbers may be Decimals and whose arrays may be tuples: what :func:`to_jsonable` turns into JSON.
 WithDecimals: TypeAlias = (Decimal | JsonScalar | list["WithDecimals"] | tuple["WithDecimals", ...]

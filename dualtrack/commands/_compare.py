@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dualtrack.client.display import RUN_ORDER, align_markdown_tables
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.markdown_table import md_cell, md_row
-from lambdas.domain.report_model import IntervalView, TrialReport
-from lambdas.domain.report_render import REHEARSAL_COLOUR, VERDICT_COLOURS
+from lambdas.domain.report.model import IntervalView, TrialReport
+from lambdas.rendering.markdown_table import md_cell, md_row
+from lambdas.rendering.report_text import REHEARSAL_COLOUR, VERDICT_COLOURS
 
 Cell = str | int | float | bool | None
 CHECK_CLASSES = ("pass", "fail", "not_evidenced")  # a check's status, coloured as report.html colours it

@@ -12,8 +12,8 @@ from dualtrack.client.display import cache_lines
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 from dualtrack.commands._common import CommandError, load_trial
 from dualtrack.output_option import add_json_option
-from lambdas.domain.compile_cache import cache_key, explain
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.cache.compile_cache import cache_key, explain
+from lambdas.domain.trial.spec import TrialSpec
 
 HELP = describe(
     """\

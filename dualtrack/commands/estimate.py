@@ -8,7 +8,7 @@ import json
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from dualtrack.output_option import add_json_option
 from dualtrack.pricing import load_table_file
-from lambdas.domain.prices import PriceMissing, worst_case_usd
+from lambdas.domain.money.prices import PriceMissing, worst_case_usd
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = """\

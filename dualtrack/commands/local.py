@@ -14,7 +14,8 @@ from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
 from dualtrack.output_option import add_json_option
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.trial import Problem, TrialSpec, s3_inputs
+from lambdas.domain.trial.rules import Problem, s3_inputs
+from lambdas.domain.trial.spec import TrialSpec
 
 HELP = """\
 Rehearse a trial on this machine before spending on capacity: the same state machine `cdk synth` produces runs on

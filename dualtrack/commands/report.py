@@ -18,8 +18,9 @@ from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, ClientFailure
 from dualtrack.commands._compare import compared, comparison_json, render_comparison, render_comparison_html
 from lambdas.domain.canonical import json_text
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.report_model import TrialReport
-from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.domain.report.model import TrialReport
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
 from lambdas.services.cost_reporting import CostReport, TeamSection, render_cost_markdown, team_row
 
 HELP = describe(

@@ -31,7 +31,7 @@ from dualtrack.stage_cost import (
 from infra.config import ConfigInvalid, stage_config
 from infra.synth import REPO_ROOT, SynthFailed, synthesize
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 
 EXIT_OK, EXIT_SYNTH_FAILED, EXIT_USAGE = 0, 1, 2
 

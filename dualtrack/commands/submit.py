@@ -12,9 +12,9 @@ from dualtrack.client.cli_support import add_connection_arguments, describe, emi
 from dualtrack.client.errors import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_TRIAL_FAILED
 from dualtrack.commands._common import CommandError, load_trial, print_problems, read_trial_text, usd
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
-from lambdas.domain.triage import TriageResult, submission_refusal, triage
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.money.prices import PriceMissing, load_price_table, worst_case_usd
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.triage import TriageResult, submission_refusal, triage
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = describe(

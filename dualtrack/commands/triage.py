@@ -7,7 +7,7 @@ import json
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems
 from dualtrack.output_option import add_json_option
-from lambdas.domain.triage import submission_refusal, triage
+from lambdas.domain.trial.triage import submission_refusal, triage
 
 HELP = """\
 Route a trial: gpu, trn2_trial or dual_track, with the matched scenario, its scores (table 3: higher = better

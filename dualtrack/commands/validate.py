@@ -8,9 +8,10 @@ from decimal import Decimal
 
 from dualtrack.commands._common import CommandError, add_trial_argument, load_trial, print_problems, usd
 from dualtrack.output_option import add_json_option
-from lambdas.domain.budget import budget_problem
-from lambdas.domain.prices import PriceMissing, load_price_table, worst_case_usd
-from lambdas.domain.trial import TrialSpec, gradient_accumulation_steps, track_layout
+from lambdas.domain.money.prices import PriceMissing, load_price_table, worst_case_usd
+from lambdas.domain.trial.budget import budget_problem
+from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import DEFAULT_MAX_ATTEMPTS
 
 HELP = """\

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from dualtrack.local.aws.lambda_context import StaticContext
 from dualtrack.local.json_shapes import integer, json_object, mapping
+from lambdas.domain.evidence.run_summary import RunSummary
 from lambdas.domain.json_types import JsonMapping, JsonObject, JsonValue
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import track_of
 
 if TYPE_CHECKING:

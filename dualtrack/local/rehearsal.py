@@ -32,10 +32,10 @@ from dualtrack.local.progress import Progress, progress_for
 from dualtrack.local.server import ACCOUNT as MOTO_ACCOUNT
 from dualtrack.local.staging import REHEARSAL_STAGE, rehearsal_data_bucket, staged_trial
 from lambdas.domain import telemetry
-from lambdas.domain.compile_cache import EntryRejected, entry_name
+from lambdas.domain.cache.compile_cache import EntryRejected, entry_name
 from lambdas.domain.job_access import RUN_TAG, TRIAL_TAG
 from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import COMPILE_RUN, EXECUTION_TERMINAL
 
 if TYPE_CHECKING:

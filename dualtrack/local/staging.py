@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 
 REHEARSAL_STAGE = "local"  # the cdk.json stage `dualtrack local run` stands up
 STAGED_FIELDS = ("train_uri", "validation_uri")

@@ -25,8 +25,8 @@ from constructs import Construct
 
 from infra.config import ComputeFamily, ConfigInvalid, Track, batch_name
 from infra.constructs.nag import acknowledge
-from lambdas.domain.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.neuron_stack import HOST_SHUTDOWN, host_driver_check, neuron_release
+from lambdas.domain.trial.catalogue import InstanceInfo, load_catalogue
 from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -26,8 +26,8 @@ from infra.config import ComputeFamily, Track, batch_name
 from infra.constructs.batch_compute import DOCKERFILES, REPO_ROOT, QueueTarget, image_versions
 from infra.constructs.nag import GrantFindings, acknowledge
 from lambdas.domain import job_access, telemetry
-from lambdas.domain.catalogue import InstanceInfo, load_catalogue
-from lambdas.domain.job_targets import JobTarget
+from lambdas.domain.trial.catalogue import InstanceInfo, load_catalogue
+from lambdas.domain.trial.job_targets import JobTarget
 from lambdas.domain.vocabulary import FAULT_EXIT_CODE, trn2_backend
 
 

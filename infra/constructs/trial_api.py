@@ -13,7 +13,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.constructs.nag import acknowledge
-from lambdas.domain.trial import BATCH_SAFE_NAME, TrialSpec
+from lambdas.domain.trial.spec import BATCH_SAFE_NAME, TrialSpec
 
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/trials"),

@@ -18,7 +18,7 @@ from infra.constructs.network import TrainingNetwork
 from infra.constructs.retention import log_key, retention_days
 from infra.constructs.storage import TrialStorage
 from infra.stacks import StackOptions
-from lambdas.domain.job_targets import JobTarget
+from lambdas.domain.trial.job_targets import JobTarget
 
 
 class ComputeStack(cdk.Stack):

@@ -24,7 +24,7 @@ from infra.constructs.trial_api import TrialApi
 from infra.constructs.trial_workflow import TrialWorkflow
 from infra.stacks import StackOptions
 from lambdas.domain import job_access
-from lambdas.domain.job_targets import JobTarget, job_targets_json
+from lambdas.domain.trial.job_targets import JobTarget, job_targets_json
 
 # Domains reserved for documentation (RFC 2606): an address there is a placeholder, never read.
 PLACEHOLDER_DOMAINS = frozenset({"example.com", "example.net", "example.org"})

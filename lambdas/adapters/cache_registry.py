@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lambdas.adapters.aws import client, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
-from lambdas.domain.cache_entries import RegistryEntry
+from lambdas.domain.cache.cache_entries import RegistryEntry
 from lambdas.domain.json_types import JsonObject
 from lambdas.services.ports import Outcome
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from lambdas.adapters.aws import client, pages, written
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.ledger import COST_ENTRY_KEY, LedgerEntry, LedgerRow, RowKind, StoredCost, fact_of
+from lambdas.domain.money.ledger import COST_ENTRY_KEY, LedgerEntry, LedgerRow, RowKind, StoredCost, fact_of
 
 
 class DynamoLedger:

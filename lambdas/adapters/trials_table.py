@@ -1,5 +1,5 @@
 """The trials table: one item per trial (frozen spec hash, status, workflow execution, triage, worst case), and the
-usage table beside it: one item per team holding what its trials' bookings hold (``lambdas.domain.booking``), and
+usage table beside it: one item per team holding what its trials' bookings hold (``lambdas.domain.money.booking``), and
 one marker per object a trial's write quota has counted.
 
 Admission, release and counting each write both tables in one ``TransactWriteItems`` call: the transaction
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 
 from lambdas.adapters.aws import client, error_code, pages, written
 from lambdas.adapters.dynamo_items import from_item, to_item
-from lambdas.domain.booking import Booking
 from lambdas.domain.json_types import JsonValue
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money.booking import Booking
+from lambdas.domain.trial.trial_record import TrialRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lambdas.adapters.aws import client, error_code
-from lambdas.domain.trial_record import ExecutionInput
+from lambdas.domain.trial.trial_record import ExecutionInput
 from lambdas.services.ports import Started
 
 

@@ -1,7 +1,7 @@
 """JSON as the plane writes it. ``canonical_json``: one text per value (sorted keys, no spaces, UTF-8 as is), what
 hashes and conditional writes compare. ``json_text``: any JSON the plane stores or prints. Both are strict JSON:
 NaN and Infinity are not JSON (RFC 8259, section 6), so a non-finite float is written as null (the physics checks,
-``lambdas.domain.physics``, have already named it) and ``allow_nan=False`` refuses anything left."""
+``lambdas.domain.evidence.physics``, have already named it) and ``allow_nan=False`` refuses anything left."""
 
 from __future__ import annotations
 

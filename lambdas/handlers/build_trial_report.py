@@ -13,7 +13,7 @@ from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.sources import UriSources
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import PriceTable, load_price_table
+from lambdas.domain.money.prices import PriceTable, load_price_table
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import logger
 from lambdas.runtime.settings import ReportSettings, per_environment, settings_for

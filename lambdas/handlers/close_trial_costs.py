@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lambdas.adapters.batch_jobs import BatchJobsApi
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
-from lambdas.domain.branches import BranchOutput, runs_to_settle
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.trial.branches import BranchOutput, runs_to_settle
 from lambdas.runtime.composition import settlement
 from lambdas.runtime.function import lambda_handler
 from lambdas.runtime.observability import count_run_outcomes, logger, record_trial_cost

@@ -25,10 +25,10 @@ from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.run_metrics import CloudWatchRunMetrics
 from lambdas.adapters.trials_table import DynamoTrials
 from lambdas.adapters.workflow import StepFunctionsWorkflow
-from lambdas.domain.governance import NotPermitted
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import PriceTable, load_price_table
-from lambdas.domain.trial import TrialInvalid, duplicate_key_problems, problems_from_errors
+from lambdas.domain.money.prices import PriceTable, load_price_table
+from lambdas.domain.trial.governance import NotPermitted
+from lambdas.domain.trial.rules import TrialInvalid, duplicate_key_problems, problems_from_errors
 from lambdas.handlers.trial_api import compile_cache, reports, trials
 from lambdas.handlers.trial_api.models import ErrorBody, Problem
 from lambdas.runtime.api_settings import ApiSettings

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from lambdas.domain.governance import Governance
-from lambdas.domain.job_targets import JobTargets
+from lambdas.domain.trial.governance import Governance
+from lambdas.domain.trial.job_targets import JobTargets
 from lambdas.runtime.settings import ArtifactEventSettings, image_versions, json_text
 
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -43,7 +43,7 @@ class ApiSettings(ArtifactEventSettings):
                               "a trial's worst case counts every one")
     GOVERNANCE: Governance = Field(
         default_factory=Governance, description="JSON: the stage's teams, their members, approvers and quotas, and "
-        "its platform admins (the stage setting governance, lambdas.domain.governance.Governance)")
+        "its platform admins (the stage setting governance, lambdas.domain.trial.governance.Governance)")
     IMAGE_VERSIONS: dict[str, dict[str, str]] = image_versions()
 
     @field_validator("JOB_TARGETS", "GOVERNANCE", "IMAGE_VERSIONS", mode="before")

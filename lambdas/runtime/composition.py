@@ -7,7 +7,7 @@ from lambdas.adapters.aws import reset_clients
 from lambdas.adapters.ledger_table import DynamoLedger
 from lambdas.adapters.objects import S3Objects
 from lambdas.adapters.trials_table import DynamoTrials
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 from lambdas.runtime.settings import LedgerSettings, reset_settings
 from lambdas.services.ports import BatchJobs, RunMetrics
 from lambdas.services.run_settlement import RunSettlement

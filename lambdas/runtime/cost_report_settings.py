@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from lambdas.domain.governance import Governance
-from lambdas.domain.periods import Period
+from lambdas.domain.money.periods import Period
+from lambdas.domain.trial.governance import Governance
 from lambdas.runtime.settings import LedgerSettings, json_text, name_field
 
 

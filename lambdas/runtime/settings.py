@@ -22,7 +22,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from lambdas.domain.job_access import MAX_SESSION_S, MIN_SESSION_S
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 
 if TYPE_CHECKING:
     from functools import _lru_cache_wrapper

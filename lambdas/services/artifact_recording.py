@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected
-from lambdas.domain.cache_entries import ENTRY_MARKER, QUARANTINE, EntryRejected, entry_name
-from lambdas.domain.ledger import LedgerEntry
+from lambdas.domain.cache.cache_entries import ENTRY_MARKER, QUARANTINE, EntryRejected, entry_name
+from lambdas.domain.evidence.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected
+from lambdas.domain.money.ledger import LedgerEntry
 from lambdas.services.ports import CacheRegistry
 from lambdas.services.run_settlement import RunSettlement
 

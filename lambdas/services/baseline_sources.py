@@ -1,14 +1,15 @@
 """Whether a trial may read the GPU baseline it declares (``baseline_logs_uri``): checked when the trial is
 submitted, and again when its report reads the baseline (a trial stored before the check, or one whose baseline
-trial changed hands, never shows another team's losses). The rule is ``lambdas.domain.baseline.baseline_refusal``;
-the team of a trial the URI points into is the one the trials table booked it to."""
+trial changed hands, never shows another team's losses). The rule is
+``lambdas.domain.evidence.baseline.baseline_refusal``; the team of a trial the URI points into is the one the trials
+table booked it to."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from lambdas.domain.baseline import baseline_refusal
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.evidence.baseline import baseline_refusal
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.services.ports import Trials
 
 

@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from lambdas.domain.cache_entries import claim_refusal
-from lambdas.domain.ledger import LedgerEntry, SummaryFact, facts_of, run_key
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.cache.cache_entries import claim_refusal
+from lambdas.domain.money.ledger import LedgerEntry, SummaryFact, facts_of, run_key
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import scaling_nodes
 from lambdas.services.ports import CacheRegistry, Ledger, Outcome, Trials
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from lambdas.domain.cache_entries import ENTRY_MARKER, EntryRejected, RegistryEntry, check_entry, compile_writer
-from lambdas.domain.compile_cache import cache_key, cache_url
+from lambdas.domain.cache.cache_entries import ENTRY_MARKER, EntryRejected, RegistryEntry, check_entry, compile_writer
+from lambdas.domain.cache.compile_cache import cache_key, cache_url
 from lambdas.domain.vocabulary import COMPILE_RUN, TRIAL_ACTIVE
 from lambdas.services.cache_retention import expired_entries
 from lambdas.services.clock import now_iso

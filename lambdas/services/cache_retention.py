@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.cache_entries import EntryStatus, RegistryEntry
+from lambdas.domain.cache.cache_entries import EntryStatus, RegistryEntry
 from lambdas.domain.json_types import JsonObject
 
 

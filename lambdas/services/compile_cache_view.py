@@ -8,8 +8,8 @@ trial of the team touched (their components name other teams' weights) stay hidd
 
 from __future__ import annotations
 
-from lambdas.domain.cache_entries import RegistryEntry
-from lambdas.domain.governance import Caller, NotPermitted
+from lambdas.domain.cache.cache_entries import RegistryEntry
+from lambdas.domain.trial.governance import Caller, NotPermitted
 from lambdas.services.ports import CacheRegistry, Trials
 
 

@@ -11,12 +11,12 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.cache_entries import RegistryEntry
-from lambdas.domain.cost import COMPONENTS, RunCost
-from lambdas.domain.governance import month_start
-from lambdas.domain.ledger import LedgerRow, StoredCost, SummaryFact
-from lambdas.domain.periods import LATEST, label, last_whole, previous
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.cache.cache_entries import RegistryEntry
+from lambdas.domain.money.cost import COMPONENTS, RunCost
+from lambdas.domain.money.ledger import LedgerRow, StoredCost, SummaryFact
+from lambdas.domain.money.periods import LATEST, label, last_whole, previous
+from lambdas.domain.trial.governance import month_start
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.cache_retention import CacheGroup, group_stats
 from lambdas.services.ports import CacheRegistry, Ledger, Notifier, Objects, Trials
 
@@ -285,7 +285,7 @@ class Published:
 def publish_cost_report(*, ledger: Ledger, trials: Trials, registry: CacheRegistry, artifacts: Objects,
                         notifier: Notifier | None, at: datetime, period: str,
                         budgets: Mapping[str, Decimal | None] | None = None) -> Published:
-    """The report over the last whole ``period`` before ``at`` (``lambdas.domain.periods``), compared with the one
+    """The report over the last whole ``period`` before ``at`` (``lambdas.domain.money.periods``), compared with the one
     before it: JSON and Markdown under reports/cost/<label>/ (and the JSON as reports/cost/latest.json), and a
     one-line summary to the notifier when there is one."""
     start, end = last_whole(period, at)

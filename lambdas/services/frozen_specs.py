@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lambdas.domain.trial import TrialSpec, parse_trial, split_s3_uri
+from lambdas.domain.trial.rules import parse_trial, split_s3_uri
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.services.ports import Objects
 
 

@@ -29,8 +29,8 @@ from lambdas.domain.job_access import (
     task_id,
     write_prefix,
 )
-from lambdas.domain.trial import BATCH_SAFE_NAME
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.spec import BATCH_SAFE_NAME
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import TRIAL_TERMINAL, is_run
 from lambdas.services.ports import CallerIdentity, JobDescriptions, Trials, WriterRole
 

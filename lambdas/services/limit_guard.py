@@ -1,7 +1,7 @@
 """Holding running trials to their limits as their facts arrive.
 
 After each Batch job event and each object a trial's job writes, the ledger's view of the trial is checked against
-the limits frozen on its item at submission (``lambdas.domain.run_limits``): the run's spend projected to the
+the limits frozen on its item at submission (``lambdas.domain.money.run_limits``): the run's spend projected to the
 fact's time is kept on the trial item (one attribute per run, so the trial's spend is their sum), writes are
 counted on it once per object version (a redelivered event counts nothing), and a run's failed attempts are counted
 from its ledger. A trial over a limit is stopped through the cancel path (STOPPING, its execution stopped, which
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from lambdas.domain import ledger as L
-from lambdas.domain.cost import compute_run_cost
-from lambdas.domain.run_limits import (
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.cost import compute_run_cost
+from lambdas.domain.money.run_limits import (
     SPEND_ATTRIBUTE,
     WRITTEN_BYTES,
     WRITTEN_OBJECTS,
@@ -29,7 +29,7 @@ from lambdas.domain.run_limits import (
     RunLimits,
     crossed,
 )
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL
 from lambdas.services.ports import Workflow
 from lambdas.services.run_settlement import RunSettlement

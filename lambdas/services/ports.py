@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from lambdas.domain.json_types import JsonObject, JsonValue
 
 if TYPE_CHECKING:  # the ports only name these types: a function loads the modules its own path uses
-    from lambdas.domain.booking import Booking, UsageItem
-    from lambdas.domain.cache_entries import RegistryEntry
+    from lambdas.domain.cache.cache_entries import RegistryEntry
     from lambdas.domain.events import BatchJobStateChangeDetail
-    from lambdas.domain.ledger import LedgerEntry, LedgerRow, RowKind, StoredCost
-    from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+    from lambdas.domain.money.booking import Booking, UsageItem
+    from lambdas.domain.money.ledger import LedgerEntry, LedgerRow, RowKind, StoredCost
+    from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 
 
 class Ledger(Protocol):

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from lambdas.domain import ledger as L
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import EXECUTION_TERMINAL
 from lambdas.services.ports import Ledger, Started
 from lambdas.services.trial_status import (

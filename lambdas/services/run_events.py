@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from lambdas.domain import ledger as ledger_facts
-from lambdas.domain.artifacts import RUN_OBJECT, ArtifactRejected
-from lambdas.domain.ledger import LedgerEntry
-from lambdas.domain.run_limits import LimitCrossed
+from lambdas.domain.evidence.artifacts import RUN_OBJECT, ArtifactRejected
+from lambdas.domain.money import ledger as ledger_facts
+from lambdas.domain.money.ledger import LedgerEntry
+from lambdas.domain.money.run_limits import LimitCrossed
 from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_TERMINAL
 from lambdas.services.artifact_recording import record_artifact, record_cache_object
 from lambdas.services.cache_observation import RefusedClaim, observe_run
@@ -39,7 +39,7 @@ from lambdas.services.run_settlement import ForeignEvent, RunSettlement
 
 if TYPE_CHECKING:
     from lambdas.domain.events import BatchJobStateChangeDetail
-    from lambdas.domain.trial_record import TrialRecord
+    from lambdas.domain.trial.trial_record import TrialRecord
 
 class Telemetry(Protocol):
     """Where the run events' counts go (CloudWatch metrics and logs in the functions)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from lambdas.domain import ledger as L
-from lambdas.domain.prices import PriceTable
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.prices import PriceTable
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.ports import Ledger, Objects, Trials
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from lambdas.domain.ledger import CheckpointFact, LedgerEntry, SummaryFact, TransitionFact, facts_of
+from lambdas.domain.money.ledger import CheckpointFact, LedgerEntry, SummaryFact, TransitionFact, facts_of
 from lambdas.services.ports import RunMetrics
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from lambdas.domain import ledger as L
-from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
-from lambdas.domain.cost import compute_run_cost
-from lambdas.domain.prices import PriceTable
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.evidence.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, ArtifactRejected, artifact_fact
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.cost import compute_run_cost
+from lambdas.domain.money.prices import PriceTable
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, RUNS, SCALING_RUN, is_run, runs_of
 from lambdas.services.ports import BatchJobs, Ledger, Objects, RunMetrics, Trials
 from lambdas.services.run_folds import RunFolds

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from pydantic import ConfigDict
 
-from lambdas.domain.cost import RunCost, compute_run_cost
+from lambdas.domain.money.cost import RunCost, compute_run_cost
 from lambdas.services.run_settlement import RunSettlement
 
 

@@ -9,23 +9,24 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from lambdas.domain.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvalid, parse_baseline
-from lambdas.domain.cost import RunCost
+from lambdas.domain.evidence.baseline import MAX_BASELINE_BYTES, Baseline, BaselineInvalid, parse_baseline
+from lambdas.domain.evidence.run_summary import RunSummary, parse_summary
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.ledger import LedgerEntry, run_key
-from lambdas.domain.prices import PriceTable
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import UnreadableSummary
-from lambdas.domain.report_render import render_html, render_markdown
-from lambdas.domain.run_summary import RunSummary, parse_summary
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.ledger import LedgerEntry, run_key
+from lambdas.domain.money.prices import PriceTable
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import UnreadableSummary
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import RUNS
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
 from lambdas.services.baseline_sources import baseline_refused
 from lambdas.services.frozen_specs import load_spec
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Sources, Trials
 
 if TYPE_CHECKING:  # the report function builds reports from the spec; only the API passes a trial item
-    from lambdas.domain.trial_record import TrialRecord
+    from lambdas.domain.trial.trial_record import TrialRecord
 
 _SUMMARY = re.compile(r"/attempt-(\d+)/summary\.json$")
 

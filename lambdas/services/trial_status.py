@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from lambdas.domain import ledger as L
 from lambdas.domain.json_types import JsonValue
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_ACTIVE, TRIAL_STOPPABLE, TRIAL_TERMINAL
 from lambdas.services.ports import JobTerminator, Ledger, Started, Trials, Workflow
 

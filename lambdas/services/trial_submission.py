@@ -21,12 +21,15 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from lambdas.domain import ledger as L
-from lambdas.domain.booking import Booking, UsageCounts, month_attribute, room
-from lambdas.domain.budget import budget_problem
-from lambdas.domain.compile_cache import compare_components, key_components
-from lambdas.domain.cost import compute_run_cost
-from lambdas.domain.governance import (
+from lambdas.domain.cache.compile_cache import compare_components, key_components
+from lambdas.domain.json_types import JsonObject, JsonValue
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.booking import Booking, UsageCounts, month_attribute, room
+from lambdas.domain.money.cost import compute_run_cost
+from lambdas.domain.money.prices import PriceMissing, PriceTable, worst_case_usd
+from lambdas.domain.money.run_limits import RunLimits, tighter
+from lambdas.domain.trial.budget import budget_problem
+from lambdas.domain.trial.governance import (
     Caller,
     Governance,
     NotPermitted,
@@ -35,13 +38,11 @@ from lambdas.domain.governance import (
     approval_reasons,
     quota_breaches,
 )
-from lambdas.domain.job_targets import JobTarget
-from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.prices import PriceMissing, PriceTable, worst_case_usd
-from lambdas.domain.run_limits import RunLimits, tighter
-from lambdas.domain.triage import TriageResult, effective_route, planned_tracks, submission_refusal, triage
-from lambdas.domain.trial import MIN_ATTEMPT_TIMEOUT_S, TrialInvalid, TrialSpec, check_rules, unreadable_inputs
-from lambdas.domain.trial_record import (
+from lambdas.domain.trial.job_targets import JobTarget
+from lambdas.domain.trial.rules import TrialInvalid, check_rules, unreadable_inputs
+from lambdas.domain.trial.spec import MIN_ATTEMPT_TIMEOUT_S, TrialSpec
+from lambdas.domain.trial.triage import TriageResult, effective_route, planned_tracks, submission_refusal, triage
+from lambdas.domain.trial.trial_record import (
     RUN_OF_TARGET,
     Approval,
     ExecutionInput,

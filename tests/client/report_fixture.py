@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lambdas.domain.report_model import TrialReport
+    from lambdas.domain.report.model import TrialReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trial-llama31-8b-lora.json"
 
@@ -51,11 +51,11 @@ def _summary(run: str, attempt: int, start: int, end: int, **extra: Any) -> Any:
 def build_report(stand_in: bool = False) -> TrialReport:
     """The report; ``stand_in``: both runs on the rehearsal's stand-ins (cpu for the GPU, compiled for Trainium2),
     with the same figures, which on the tracks' devices make Trainium2 the cheaper track."""
-    from lambdas.domain.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
-    from lambdas.domain.ledger import transition_entry
-    from lambdas.domain.prices import load_price_table
-    from lambdas.domain.report import build_trial_report
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.money.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
+    from lambdas.domain.money.ledger import transition_entry
+    from lambdas.domain.money.prices import load_price_table
+    from lambdas.domain.report.build import build_trial_report
+    from lambdas.domain.trial.rules import parse_trial
 
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     on = {run: {"backend": backend, "stand_in": True} if stand_in else {}

@@ -88,8 +88,8 @@ def test_api_409_triage_refusal(served: Any, example_text: str) -> None:
     with pytest.raises(ClientFailure) as raised:
         api.submit(refused)
     assert raised.value.status == 409 and raised.value.exit_code == EXIT_REFUSED
-    from lambdas.domain.triage import submission_refusal, triage
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.trial.rules import parse_trial
+    from lambdas.domain.trial.triage import submission_refusal, triage
 
     spec = parse_trial(refused)
     # The API's answer is its own sentence; the triage's reason (the CLI's local words) is the problem it lists.

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.report_render import render_html, render_markdown
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
 from tests.client.report_fixture import build_report
 
 # What a verdict on cost says: no rendering of a rehearsal on stand-ins may say it.

@@ -22,7 +22,7 @@ from tests.client.png_pixels import decode_png
 from tests.client.report_fixture import build_report
 
 if TYPE_CHECKING:
-    from lambdas.domain.report_model import TrialReport
+    from lambdas.domain.report.model import TrialReport
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
@@ -63,7 +63,7 @@ def html_file(report: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) 
 @pytest.mark.slow
 @needs_chromium
 def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: dict[str, Any]) -> None:
-    from lambdas.domain.report_render import RUN_NAMES
+    from lambdas.rendering.report_text import RUN_NAMES
 
     done = run_chromium("--dump-dom", html_file.as_uri())
     assert done.returncode == 0, done.stderr.decode()[-2000:]
@@ -103,7 +103,7 @@ def test_the_html_report_dom_has_its_charts_and_tables(html_file: Path, report: 
 @pytest.mark.slow
 @needs_chromium
 def test_the_html_report_screenshot_is_legible(html_file: Path, tmp_path: Path) -> None:
-    from lambdas.domain.report_render import COLOURS, COMPONENT_COLOURS
+    from lambdas.rendering.report_text import COLOURS, COMPONENT_COLOURS
 
     shot = tmp_path / "report.png"
     done = run_chromium(f"--screenshot={shot}", "--window-size=1280,3200", html_file.as_uri())
@@ -132,11 +132,11 @@ def test_the_html_report_screenshot_is_legible(html_file: Path, tmp_path: Path) 
 def staged_report() -> TrialReport:
     """The fixture's trial after a warm-up compile stage (so the training run hit the cache), with a prompt both
     tracks answered with nothing: every section of the report has something to show."""
-    from lambdas.domain.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
-    from lambdas.domain.ledger import transition_entry
-    from lambdas.domain.prices import load_price_table
-    from lambdas.domain.report import build_trial_report
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.money.cost import AttemptUsage, Phases, RunUsage, compute_run_cost
+    from lambdas.domain.money.ledger import transition_entry
+    from lambdas.domain.money.prices import load_price_table
+    from lambdas.domain.report.build import build_trial_report
+    from lambdas.domain.trial.rules import parse_trial
     from tests.builders import run_summary
     from tests.client.report_fixture import EXAMPLE, _summary
 
@@ -250,7 +250,7 @@ def measure_layout(html: str, width: int, directory: Path) -> dict[str, Any]:
 @pytest.mark.slow
 @needs_chromium
 def test_the_page_fits_a_1400_px_screen_without_squeezed_columns_or_overlapping_labels(tmp_path: Path) -> None:
-    from lambdas.domain.report_render import render_html
+    from lambdas.rendering.report_html import render_html
 
     report = staged_report()
     assert report.compile.stage is not None and report.samples is not None and report.samples.empty == 1
@@ -271,7 +271,7 @@ def test_the_page_fits_a_1400_px_screen_without_squeezed_columns_or_overlapping_
 @needs_chromium
 def test_a_report_with_a_scaling_section_fits_1400_px_too(tmp_path: Path) -> None:
     """The scaling table's eleven columns and the scaling run's own column in the record table fit as the rest."""
-    from lambdas.domain.report_render import render_html
+    from lambdas.rendering.report_html import render_html
     from tests.unit.domain.test_scaling import scaled_report
 
     report = scaled_report()
@@ -322,9 +322,9 @@ def test_alignment_keeps_cells_and_handles_wide_characters() -> None:
 def test_the_scheduled_cost_report_markdown_aligns(report: dict[str, Any]) -> None:
     from datetime import UTC, datetime
 
-    from lambdas.domain.cost import COMPONENTS
-    from lambdas.domain.ledger import LedgerRow
-    from lambdas.domain.trial_record import TrialRecord
+    from lambdas.domain.money.cost import COMPONENTS
+    from lambdas.domain.money.ledger import LedgerRow
+    from lambdas.domain.trial.trial_record import TrialRecord
     from lambdas.services.cost_reporting import cost_report, render_cost_markdown
     from tests.builders import run_cost, stored_cost
 

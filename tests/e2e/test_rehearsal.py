@@ -21,7 +21,8 @@ import pytest
 
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 

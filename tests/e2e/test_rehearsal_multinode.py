@@ -23,7 +23,7 @@ import pytest
 
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -89,7 +89,7 @@ def _assert_the_one_node_scaling_run(trial_id: str, out: Path, report: dict[str,
     assert [(s["attempt"], s["global_step"]) for s in summaries] == [(1, 8)], summaries
     assert any(e["entry_key"] == "cost" for e in entries), [e["entry_key"] for e in entries]
     assert "gpu-n1" in report["cost"]["by_run"], sorted(report["cost"]["by_run"])
-    # The report's scaling section (lambdas.domain.report_model.ScalingView): one gpu view, points at 1 and 2 nodes.
+    # The report's scaling section (lambdas.domain.report.model.ScalingView): one gpu view, points at 1 and 2 nodes.
     (view,) = report.get("scaling") or [None]
     assert view is not None, sorted(report)
     assert (view["track"], view["instance_type"], view["base_nodes"]) == ("gpu", "p5.48xlarge", 1)

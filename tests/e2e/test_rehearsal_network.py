@@ -21,7 +21,7 @@ import pytest
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions, RehearsalResult
 from infra import synth
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.compile_cache import ENTRY_MARKER, RegistryEntry
+from lambdas.domain.cache.compile_cache import ENTRY_MARKER, RegistryEntry
 from tests.integration.conftest import Context, api_event, s3_event
 from tests.integration.test_metrics import published
 from tests.integration.test_run_events import summary

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.ledger import CheckpointFact, LedgerEntry, LedgerRow, StoredCost, SummaryFact
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money.ledger import CheckpointFact, LedgerEntry, LedgerRow, StoredCost, SummaryFact
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.ports import CacheRegistry, Ledger, Objects, Trials, Workflow
 from tests import fakes
 from tests.builders import run_cost, stored_cost

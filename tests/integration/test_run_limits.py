@@ -36,8 +36,8 @@ def _job(trial_id: str, run: str, *, running_at_min: int) -> list[dict[str, Any]
 
 def test_a_trial_over_its_dollar_limit_is_stopped_and_its_report_says_which_limit(
         aws: dict[str, Any], example: dict[str, Any]) -> None:
-    from lambdas.domain.prices import load_price_table, worst_case_usd
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.money.prices import load_price_table, worst_case_usd
+    from lambdas.domain.trial.rules import parse_trial
 
     # Six-minute attempts: the worst case (every run, both attempts at the timeout) fits under max_usd.
     example["limits"] = {"max_hours": 0.1}

@@ -42,7 +42,7 @@ def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[s
     assert first["triage"]["route"] in ("trn2_trial", "dual_track")
     from decimal import Decimal
 
-    from lambdas.domain.prices import load_price_table
+    from lambdas.domain.money.prices import load_price_table
 
     table = load_price_table()
     # Every attempt Batch may make (the stage's MAX_ATTEMPTS, 2) may run limits.max_hours (12 h).
@@ -66,7 +66,7 @@ def test_repeated_post_starts_one_execution(aws: dict[str, Any], example: dict[s
 
 
 def test_execution_already_exists_is_already_submitted(aws: dict[str, Any], example: dict[str, Any]) -> None:
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.trial.rules import parse_trial
 
     trial_id = parse_trial(example).trial_id
     aws["sfn"].start_execution(stateMachineArn=aws["state_machine"], name=trial_id, input="{}")

@@ -32,7 +32,7 @@ def test_resolve_cache_isolates_keys_and_records_failures(aws: dict[str, Any], e
     assert cold["cache_url"] == f"s3://compile-cache/{cold['prefix']}" and cold["prefix"].endswith(
         cold["cache_key"] + "/"
     )
-    from lambdas.domain.compile_cache import ENTRY_MARKER, completion_marker
+    from lambdas.domain.cache.compile_cache import ENTRY_MARKER, completion_marker
 
     aws["s3"].put_object(Bucket="compile-cache", Key=cold["prefix"] + "MODULE_1/model.neff", Body=b"x" * 1234)
     aws["s3"].put_object(Bucket="compile-cache", Key=cold["prefix"] + ENTRY_MARKER,

@@ -17,15 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lambdas.domain.catalogue import load_catalogue
-from lambdas.domain.trial import (
-    BATCH_SAFE_NAME,
-    TrialInvalid,
-    TrialSpec,
-    bucket_name_problem,
-    json_schema,
-    parse_trial,
-)
+from lambdas.domain.trial.catalogue import load_catalogue
+from lambdas.domain.trial.rules import TrialInvalid, json_schema, parse_trial
+from lambdas.domain.trial.spec import BATCH_SAFE_NAME, TrialSpec, bucket_name_problem
 from tests.reliability import figures
 from tests.security.jsonschema_strategies import from_schema
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigInvalid, StageConfig, stage_config
-from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.trial.catalogue import load_catalogue
 from tests.stacks.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]

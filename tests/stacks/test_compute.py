@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from infra.config import ComputeFamily
 from infra.constructs.network import INTERFACE_ENDPOINTS
-from lambdas.domain.catalogue import load_catalogue
+from lambdas.domain.trial.catalogue import load_catalogue
 from tests.stacks.conftest import props, resources
 
 

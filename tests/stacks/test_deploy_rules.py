@@ -13,8 +13,8 @@ import pytest
 
 from infra.config import ConfigInvalid, stage_config
 from infra.constructs.batch_compute import efa_setup
-from lambdas.domain.catalogue import load_catalogue
 from lambdas.domain.json_types import JsonObject
+from lambdas.domain.trial.catalogue import load_catalogue
 from tests.stacks.conftest import props, resources
 
 REPO = Path(__file__).resolve().parents[2]

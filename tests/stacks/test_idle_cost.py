@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from dualtrack.stage_cost import HOURS_PER_MONTH, idle_cost, load_platform_prices
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 from tests.stacks.conftest import props, resources
 
 

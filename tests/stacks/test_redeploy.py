@@ -34,7 +34,7 @@ IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache", ".pytest
 STAGE = "prod"
 # What each change appends: a comment, so behaviour is the same but every content hash moves.
 CHANGE = "\n# redeploy check: content changed, behaviour unchanged\n"
-CHANGED_FILES = ("lambdas/domain/cost.py", "lambdas/handlers/set_trial_status.py", "containers/trainer/cli.py")
+CHANGED_FILES = ("lambdas/domain/money/cost.py", "lambdas/handlers/set_trial_status.py", "containers/trainer/cli.py")
 # Resources whose identifier changes with their content; an export of one of them blocks redeploys.
 REVISIONED_TYPES = {"AWS::Batch::JobDefinition", "AWS::Batch::JobQueue", "AWS::Lambda::LayerVersion",
                     "AWS::Lambda::Version", "AWS::ECS::TaskDefinition"}
@@ -149,7 +149,7 @@ def test_both_synths_ran_from_the_copy(synths: Synths) -> None:
     assert synths.before.key != synths.after.key and synths.before.path != synths.after.path
     assert synths.before.method == synths.after.method == "python"
     # The Lambda code bundled into the second assembly is the copy's, with the change in it.
-    bundled = [p for p in synths.after.path.glob("asset.*/lambdas/domain/cost.py")
+    bundled = [p for p in synths.after.path.glob("asset.*/lambdas/domain/money/cost.py")
                if not (p.parents[2] / "containers").exists()]
     assert bundled and all(p.read_text().endswith(CHANGE) for p in bundled)
 

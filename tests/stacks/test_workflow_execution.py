@@ -15,8 +15,8 @@ from dualtrack.local.aws.moto_shims import MOTO_CONFIG, InProcessLambdas, Script
 from dualtrack.local.aws.template import LocalDeployment, deploy_locally
 from infra.config import batch_name
 from infra.synth import Assembly
-from lambdas.domain.job_targets import JobTarget
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.job_targets import JobTarget
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import track_of
 from lambdas.services.trial_submission import execution_input, job_targets
 from tests import fakes

@@ -10,7 +10,7 @@ from moto import mock_aws
 from trainer import storage
 from trainer.cache import MARKER, QUARANTINE, CompileCache
 
-from lambdas.domain.compile_cache import completion_marker
+from lambdas.domain.cache.compile_cache import completion_marker
 
 
 def _entry(root: Path, *, marker: bool) -> None:

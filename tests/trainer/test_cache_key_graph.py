@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from lambdas.domain.compile_cache import cache_key
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.cache.compile_cache import cache_key
+from lambdas.domain.trial.rules import parse_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 Signature = tuple[tuple[str, ...], ...]

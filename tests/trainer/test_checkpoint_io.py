@@ -230,7 +230,7 @@ def test_compile_cache_on_s3_syncs_down_and_up(s3_bucket: str, tmp_path: Path) -
 
     from trainer.cache import MARKER, CompileCache
 
-    from lambdas.domain.compile_cache import completion_marker
+    from lambdas.domain.cache.compile_cache import completion_marker
 
     url = "s3://artifacts/neuron/tiny/sdk-2.26.0/abc/"
     storage.write_bytes(storage.join(url, "graph-1.bin"), b"old")

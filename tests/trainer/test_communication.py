@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.run_summary import CommunicationRecord, parse_summary
+from lambdas.domain.evidence.run_summary import CommunicationRecord, parse_summary
 from tests.trainer.helpers import attempt
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from trainer import FAULT_EXIT_CODE
 
-from lambdas.domain.run_summary import parse_summary
+from lambdas.domain.evidence.run_summary import parse_summary
 from tests.trainer.helpers import attempt, losses
 
 pytestmark = [pytest.mark.slow,

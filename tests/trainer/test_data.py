@@ -19,7 +19,8 @@ from trainer.data import (
 )
 from trainer.tokenizer import ByteTokenizer
 
-from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
+from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+from lambdas.domain.trial.rules import parse_trial
 from tests.trainer.helpers import attempt, losses
 
 TOK = ByteTokenizer()

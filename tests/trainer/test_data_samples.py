@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.run_summary import parse_summary
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.evidence.run_summary import parse_summary
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.trial.rules import parse_trial
 from tests.builders import run_cost
 from tests.trainer.helpers import attempt
 

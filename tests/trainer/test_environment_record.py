@@ -18,7 +18,7 @@ import pytest
 from trainer import environment
 from trainer.environment import environment_record, image_from_ecs_metadata
 
-from lambdas.domain.run_summary import EnvironmentRecord
+from lambdas.domain.evidence.run_summary import EnvironmentRecord
 
 DIGEST = "sha256:" + "d6" * 32
 IMAGE = "111122223333.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-111122223333-us-east-1:abc123"

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from trainer import fsdp, sharded
 from trainer.modeling import build_model, build_tokenizer
 
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -12,7 +12,7 @@ from trainer import FAULT_EXIT_CODE
 from trainer.faults import FaultPlan, PlannedFault
 from trainer.peers import peer_lost
 
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 
 @pytest.mark.parametrize("message", [
@@ -72,7 +72,7 @@ def test_a_fault_without_a_node_fires_on_every_node(example_trial: dict[str, Any
 
 
 def test_a_fault_on_a_node_the_run_does_not_have_is_refused(example_trial: dict[str, Any]) -> None:
-    from lambdas.domain.trial import TrialInvalid
+    from lambdas.domain.trial.rules import TrialInvalid
 
     with pytest.raises(TrialInvalid, match=r"fault_injection.node: node 2 is not a node .* indexes 0 to 1"):
         _spec(example_trial, node=2)

@@ -14,9 +14,9 @@ from trainer.learning import fingerprint, learning_record
 from trainer.metrics import CloudWatchPublisher, MetricsLog, Progress, publishing_enabled
 from trainer.summary import MAX_STEP_TIMES, WARMUP_STEPS, steady_step_times
 
-from lambdas.domain.ledger import summary_entry
-from lambdas.domain.report import _merged_loss
-from lambdas.domain.run_summary import RunSummary, parse_summary
+from lambdas.domain.evidence.run_summary import RunSummary, parse_summary
+from lambdas.domain.money.ledger import summary_entry
+from lambdas.domain.report.records import _merged_loss
 from tests.json_access import obj
 from tests.trainer.helpers import attempt
 

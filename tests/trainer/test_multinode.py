@@ -79,7 +79,8 @@ WIDE_TRACKS = {"gpu": {"instance_type": "p5.48xlarge", "nodes": 2, "tensor_paral
 
 
 def test_two_processes_simulate_sixteen_data_parallel_ranks_like_one(write_spec: Any, tmp_path: Path) -> None:
-    from lambdas.domain.trial import gradient_accumulation_steps, parse_trial, track_layout
+    from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+    from lambdas.domain.trial.rules import parse_trial
 
     spec = write_spec(max_steps=WIDE_STEPS, checkpoint_interval_steps=4, fault_injection=None, tracks=WIDE_TRACKS,
                       effective_batch_size=32, micro_batch_size=1,

@@ -13,7 +13,7 @@ from trainer.cli import _launch, main
 from trainer.config import ConfigError, RunConfig
 from trainer.faults import FaultPlan
 
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 from tests.trainer.helpers import attempt, losses
 
 STEPS = 6

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 
 def _model(write_spec: Any, dropout: float) -> torch.nn.Module:

@@ -15,7 +15,7 @@ from trainer.optim import Optimizer
 from trainer.runner import lr_lambda
 from trainer.state import TrainState
 
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 
 def _state(write_spec: Any, seed: int) -> TrainState:

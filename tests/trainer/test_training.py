@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from trainer import FAULT_EXIT_CODE, PERMANENT_FAULT_EXIT_CODE, SIGTERM_EXIT_CODE
 
-from lambdas.domain.run_summary import parse_summary
+from lambdas.domain.evidence.run_summary import parse_summary
 from tests.trainer.helpers import attempt, losses
 
 pytestmark = pytest.mark.slow
@@ -71,8 +71,8 @@ def test_a_loop_whose_optimizer_step_never_reaches_the_weights_is_recorded_and_n
     says so, and the report's learning gate names the run as one that did not learn."""
     from trainer.optim import Optimizer
 
-    from lambdas.domain.learning import learning_problems
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.evidence.learning import learning_problems
+    from lambdas.domain.trial.rules import parse_trial
 
     monkeypatch.setattr(Optimizer, "step", lambda self, backend: None)
     spec = write_spec(fault_injection=None)

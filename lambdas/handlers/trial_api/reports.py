@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
-from lambdas.domain.governance import TEAM_NAME, NotPermitted
-from lambdas.domain.periods import LATEST
+from lambdas.domain.money.periods import LATEST
+from lambdas.domain.trial.governance import TEAM_NAME, NotPermitted
 from lambdas.handlers.trial_api.trials import COMMON, _error, caller
 
 router = Router()

@@ -10,8 +10,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from lambdas.domain.governance import Caller, NotPermitted
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.governance import Caller, NotPermitted
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.handlers.trial_api.models import (
     CancelBody,
     Cancelled,

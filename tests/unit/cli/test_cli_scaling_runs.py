@@ -13,7 +13,7 @@ import pytest
 from dualtrack.cli import main
 from dualtrack.commands._common import usd
 from dualtrack.local.staging import rehearsal_data_bucket, staged_trial
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 ROOT = Path(__file__).resolve().parents[3]
 TWO_NODE = ROOT / "examples" / "trial-rehearsal-2node.json"

@@ -18,7 +18,7 @@ from dualtrack.stage_cost import (
     idle_cost,
     load_platform_prices,
 )
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
 
 RATE_KEYS = ("interface_endpoint_az_hour", "interface_endpoint_gb", "nat_gateway_hour", "nat_gateway_gb",
              "public_ipv4_hour", "kms_key_month", "alarm_metric_month", "alarm_high_resolution_metric_month",

@@ -45,8 +45,8 @@ from dualtrack.preflight import (
 )
 from dualtrack.preflight_aws import Boto3Reads, Registry, dockerfile_texts, gather
 from infra.config import StageConfig, stage_config
-from lambdas.domain.catalogue import load_catalogue
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.catalogue import load_catalogue
 
 ROOT = Path(__file__).resolve().parents[3]
 CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -460,7 +460,7 @@ def test_a_rehearsal_writes_preflight_json_and_one_console_line(tmp_path: Path) 
     from dualtrack.local.progress import Progress
     from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
     from dualtrack.local.server import local_aws
-    from lambdas.domain.trial import parse_trial
+    from lambdas.domain.trial.rules import parse_trial
 
     spec = parse_trial(json.loads((ROOT / "examples" / "trial-rehearsal.json").read_text()), allow_local_paths=True)
     console = io.StringIO()

@@ -15,7 +15,7 @@ from dualtrack.cli import main
 from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
 from dualtrack.local.staging import rehearsal_data_bucket, staged_trial
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 ROOT = Path(__file__).resolve().parents[3]
 REHEARSAL_TRIAL = ROOT / "examples" / "trial-rehearsal.json"

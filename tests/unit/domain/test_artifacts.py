@@ -1,5 +1,5 @@
 """What a job writes under its trial's prefix becomes a ledger fact only if it is well formed and describes the
-object its key names (``lambdas.domain.artifacts``)."""
+object its key names (``lambdas.domain.evidence.artifacts``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.artifacts import ArtifactRejected, artifact_fact
-from lambdas.domain.ledger import CheckpointFact, SummaryFact
+from lambdas.domain.evidence.artifacts import ArtifactRejected, artifact_fact
+from lambdas.domain.money.ledger import CheckpointFact, SummaryFact
 from tests.builders import run_summary
 
 MANIFEST_KEY = "trials/t-1/gpu/checkpoints/step-200/manifest.json"
@@ -63,7 +63,7 @@ def test_forged_malformed_and_absurd_objects_are_refused_with_the_reason(key: st
 def test_every_run_writes_facts_and_counts_against_the_write_limits() -> None:
     """The warm-up compile stage's summaries are facts like any run's (its cache miss reaches the registry, which
     then serves the key as warm), and its objects count against the trial's write limits."""
-    from lambdas.domain.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, RUN_OBJECT
+    from lambdas.domain.evidence.artifacts import ATTEMPT_SUMMARY, CHECKPOINT_MANIFEST, RUN_OBJECT
     from lambdas.domain.vocabulary import RUNS
 
     for run in RUNS:

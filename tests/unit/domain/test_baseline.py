@@ -1,6 +1,6 @@
-"""The GPU baseline a trial declares (``lambdas.domain.baseline``): the three log formats teams have, refusals that
-say what is wrong and where, and the check that the trial's GPU track reproduces the baseline before Trainium2 is
-compared with it."""
+"""The GPU baseline a trial declares (``lambdas.domain.evidence.baseline``): the three log formats teams have,
+refusals that say what is wrong and where, and the check that the trial's GPU track reproduces the baseline before
+Trainium2 is compared with it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import math
 
 import pytest
 
-from lambdas.domain.baseline import MAX_BASELINE_BYTES, BaselineInvalid, baseline_refusal, compare, parse_baseline
+from lambdas.domain.evidence.baseline import (
+    MAX_BASELINE_BYTES,
+    BaselineInvalid,
+    baseline_refusal,
+    compare,
+    parse_baseline,
+)
 
 TRAINER_STATE = {"global_step": 30, "log_history": [
     {"epoch": 0.1, "learning_rate": 1e-4, "loss": 2.5, "step": 10},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lambdas.domain.branches import BranchOutput, runs_to_settle
+from lambdas.domain.trial.branches import BranchOutput, runs_to_settle
 
 
 def branch(run: str, status: str = "SUCCEEDED", fallback: bool = False) -> BranchOutput:

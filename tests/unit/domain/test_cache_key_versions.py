@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lambdas.domain.compile_cache import KEY_VERSION, compare_components, key_components
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.cache.compile_cache import KEY_VERSION, compare_components, key_components
+from lambdas.domain.trial.rules import parse_trial
 
 
 def test_an_older_record_differs_by_its_key_version_only(example_trial: dict[str, Any]) -> None:

@@ -11,14 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lambdas.domain.compile_cache import cache_key, cache_url, explain
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.cache.compile_cache import cache_key, cache_url, explain
+from lambdas.domain.trial.rules import parse_trial
 
 
 def test_key_is_stable_across_processes(example_trial: dict[str, Any]) -> None:
     key = cache_key(parse_trial(example_trial)).key
-    code = ("import json;from lambdas.domain.trial import parse_trial;from lambdas.domain.compile_cache import "
-            "cache_key;print(cache_key(parse_trial(json.load(open('examples/trial-llama31-8b-lora.json')))).key)")
+    code = ("import json;from lambdas.domain.trial.rules import parse_trial;"
+            "from lambdas.domain.cache.compile_cache import cache_key;"
+            "print(cache_key(parse_trial(json.load(open('examples/trial-llama31-8b-lora.json')))).key)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123", "PATH": ""}, cwd=str(__import__("pathlib").Path(
                              __file__).resolve().parents[3]))

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lambdas.domain.cost import COMPONENTS, QUANTUM, AttemptUsage, Phases, RunUsage, compute_run_cost, sum_costs
-from lambdas.domain.prices import PriceMissing, load_price_table
+from lambdas.domain.money.cost import COMPONENTS, QUANTUM, AttemptUsage, Phases, RunUsage, compute_run_cost, sum_costs
+from lambdas.domain.money.prices import PriceMissing, load_price_table
 
 TABLE = load_price_table()
 

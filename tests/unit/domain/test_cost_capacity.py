@@ -7,9 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from lambdas.domain.cost import COMPONENTS, QUANTUM, AttemptUsage, Phases, RunCost, RunUsage, compute_run_cost
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import PricesInvalid, PriceTable, load_price_table
+from lambdas.domain.money.cost import COMPONENTS, QUANTUM, AttemptUsage, Phases, RunCost, RunUsage, compute_run_cost
+from lambdas.domain.money.prices import PricesInvalid, PriceTable, load_price_table
 
 TYPE = "trn2.48xlarge"
 RATE = Decimal(36)  # USD per hour: 1 cent per second

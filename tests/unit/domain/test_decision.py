@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.cost import RunCost
-from lambdas.domain.decision import primary_of
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import BasisDecision, Decision, TrialReport
-from lambdas.domain.report_render import render_html, render_markdown
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.decision import primary_of
+from lambdas.domain.report.model import BasisDecision, Decision, TrialReport
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
 from tests.builders import run_cost, run_summary, steady_times, trained_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"

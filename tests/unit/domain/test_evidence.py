@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from lambdas.domain.evidence import (
+from lambdas.domain.evidence.evidence import (
     block_length,
     bootstrap,
     ratio_bootstrap,

@@ -1,4 +1,4 @@
-"""Who a caller is on a shared stage (``lambdas.domain.governance``).
+"""Who a caller is on a shared stage (``lambdas.domain.trial.governance``).
 
 The caller is ``requestContext.identity.userArn``, "the Amazon Resource Name (ARN) of the effective user identified
 after authentication" (API Gateway developer guide, "Variables for data transformations for API Gateway":
@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from pydantic import ValidationError
 
-from lambdas.domain.governance import Governance, NotPermitted, Principal, Quotas, approval_reasons
+from lambdas.domain.trial.governance import Governance, NotPermitted, Principal, Quotas, approval_reasons
 
 ACCOUNT = "123456789012"
 STAGE = Governance.model_validate({

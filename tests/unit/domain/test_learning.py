@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.learning import learning_problems
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import TrialReport
-from lambdas.domain.trial import TrialInvalid, TrialSpec, parse_trial
+from lambdas.domain.evidence.learning import learning_problems
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import TrialReport
+from lambdas.domain.trial.rules import TrialInvalid, parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 from tests.builders import run_summary
 from tests.unit.domain.test_report import EXAMPLE, cost, summary
 

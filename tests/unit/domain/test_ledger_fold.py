@@ -6,9 +6,9 @@ import random
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from lambdas.domain import ledger as L
-from lambdas.domain.cost import compute_run_cost
-from lambdas.domain.prices import load_price_table
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.cost import compute_run_cost
+from lambdas.domain.money.prices import load_price_table
 
 T0 = datetime(2026, 11, 20, 10, tzinfo=UTC)
 MS0 = int(T0.timestamp() * 1000)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from lambdas.domain.evidence import Interval, Method, bootstrap, ratio_bootstrap
+from lambdas.domain.evidence.evidence import Interval, Method, bootstrap, ratio_bootstrap
 
 RUNS = 40
 BAR = 34  # of RUNS: P[Binomial(40, 0.95) <= 33] = 0.0034

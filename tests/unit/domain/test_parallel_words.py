@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import ParallelView
-from lambdas.domain.run_summary import RunSummary, parse_summary
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.evidence.run_summary import RunSummary, parse_summary
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import ParallelView
+from lambdas.domain.trial.rules import parse_trial
 from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
@@ -69,7 +69,8 @@ def test_a_summary_written_before_the_process_group_was_recorded_says_so() -> No
 
 
 def test_the_markdown_and_html_reports_say_it_in_words() -> None:
-    from lambdas.domain.report_render import render_html, render_markdown
+    from lambdas.rendering.report_html import render_html
+    from lambdas.rendering.report_markdown import render_markdown
 
     summary = _summary("gpu", backend="cpu", stand_in=True, layout=TWO_NODES,
                        communication={"world_size": 2, "process_group": "gloo"})

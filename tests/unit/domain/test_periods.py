@@ -1,4 +1,4 @@
-"""Reporting periods (``lambdas.domain.periods``): a report covers the last whole period its schedule repeats at.
+"""Reporting periods (``lambdas.domain.money.periods``): a report covers the last whole period its schedule repeats at.
 
 EventBridge cron expressions have six fields (minutes, hours, day-of-month, month, day-of-week, year) and one of
 the two day fields must be ``?`` ("Schedule expressions for rules", EventBridge user guide:
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from lambdas.domain.periods import PERIODS, SCHEDULES, label, last_whole, previous
+from lambdas.domain.money.periods import PERIODS, SCHEDULES, label, last_whole, previous
 
 
 def at(year: int, month: int, day: int, hour: int = 0) -> datetime:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.physics import physics_problems
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import TrialReport
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.evidence.physics import physics_problems
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import TrialReport
+from lambdas.domain.trial.rules import parse_trial
 from tests.unit.domain.test_report import EXAMPLE, cost, summary
 
 RESUMED = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}

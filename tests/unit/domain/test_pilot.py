@@ -1,4 +1,4 @@
-"""A Trainium2 pilot (``lambdas.domain.pilot``): a trial with a trn2 run and no GPU track is judged against the
+"""A Trainium2 pilot (``lambdas.domain.report.pilot``): a trial with a trn2 run and no GPU track is judged against the
 team's GPU baseline, every figure marked as measured on the trn2 run or read from the baseline."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.baseline import parse_baseline
-from lambdas.domain.pilot import NO_INSTANCE, NO_STEP_TIME, PILOT_CHECK
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import BaselineUncompared, PilotComparison, TrialReport
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.evidence.baseline import parse_baseline
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import BaselineUncompared, PilotComparison, TrialReport
+from lambdas.domain.report.pilot import NO_INSTANCE, NO_STEP_TIME, PILOT_CHECK
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
@@ -165,7 +166,7 @@ def test_a_failed_trn2_run_stays_on_gpu_and_an_unread_baseline_names_the_pilot()
 
 
 def test_the_markdown_report_shows_the_pilot_beside_its_baseline() -> None:
-    from lambdas.domain.report_render import render_markdown
+    from lambdas.rendering.report_markdown import render_markdown
 
     text = render_markdown(pilot_report(MATCHING, pilot_spec(gpu_declared=False)))
     assert "## Trainium2 pilot against the GPU baseline" in text
@@ -178,7 +179,7 @@ def test_the_markdown_report_shows_the_pilot_beside_its_baseline() -> None:
 
 
 def test_the_html_report_shows_the_pilot_beside_its_baseline() -> None:
-    from lambdas.domain.report_render import render_html
+    from lambdas.rendering.report_html import render_html
 
     html = render_html(pilot_report(MATCHING, pilot_spec(gpu_declared=False)))
     assert "<h2>Trainium2 pilot against the GPU baseline</h2>" in html
@@ -190,8 +191,9 @@ def test_a_pilot_on_a_stand_in_gives_no_verdict_and_says_cheaper_nowhere() -> No
     """The figures that make a pilot on Trainium2 cheaper than its baseline, measured on a stand-in, give the pilot
     no verdict: its reasons, its rule and every rendering of the report leave cheaper, not cheaper and pays back
     unsaid, while the losses are still checked against the baseline and the cost per step is still shown."""
-    from lambdas.domain.pilot import STAND_IN_RULE
-    from lambdas.domain.report_render import render_html, render_markdown
+    from lambdas.domain.report.pilot import STAND_IN_RULE
+    from lambdas.rendering.report_html import render_html
+    from lambdas.rendering.report_markdown import render_markdown
 
     assert pilot_of(pilot_report(MATCHING)).verdict == "trn2_viable_cheaper"  # the same figures on Trainium2
     report = pilot_report(MATCHING, backend="compiled", stand_in=True)

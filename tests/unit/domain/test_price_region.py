@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigInvalid, stage_config
-from lambdas.domain.cost import AttemptUsage, RunUsage, compute_run_cost
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import PriceMissing, load_price_table
+from lambdas.domain.money.cost import AttemptUsage, RunUsage, compute_run_cost
+from lambdas.domain.money.prices import PriceMissing, load_price_table
 from lambdas.runtime.settings import LedgerSettings, SettingsInvalid
 
 ROOT = Path(__file__).resolve().parents[3]

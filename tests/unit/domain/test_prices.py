@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.prices import PricesInvalid, load_price_table, worst_case_usd
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.money.prices import PricesInvalid, load_price_table, worst_case_usd
+from lambdas.domain.trial.rules import parse_trial
 
 
 @pytest.mark.parametrize(("overrides", "path", "fix"), [

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.cost import RunCost
+from lambdas.domain.evidence.run_summary import RunSummary
 from lambdas.domain.json_types import JsonMapping
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import (
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import (
     BaselineCompared,
     BaselineUnread,
     Booking,
@@ -20,9 +21,9 @@ from lambdas.domain.report_model import (
     ParallelView,
     TrialReport,
 )
-from lambdas.domain.report_render import render_html, render_markdown
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
 from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"
@@ -109,7 +110,7 @@ def test_a_trn2_job_that_found_no_capacity_is_its_own_outcome_not_a_training_fai
     trained, so the verdict cannot be "stay on GPU" on Trainium2's account."""
     from datetime import UTC, datetime
 
-    from lambdas.domain.ledger import transition_entry
+    from lambdas.domain.money.ledger import transition_entry
 
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     at = datetime(2026, 12, 3, 12, tzinfo=UTC)
@@ -211,7 +212,7 @@ def test_a_tensor_parallel_layout_the_trainer_does_not_shard_reads_as_the_device
 def test_the_gpu_track_is_checked_against_the_baseline_before_trainium2_against_it() -> None:
     """A trial with a baseline: a GPU track that reproduces it passes the check; one that does not makes a viable
     verdict inconclusive and says why first; a baseline that could not be read is named; no baseline is said."""
-    from lambdas.domain.baseline import parse_baseline
+    from lambdas.domain.evidence.baseline import parse_baseline
 
     resumed = {"resumed_from_step": 2, "continuity": {"global_step_continuous": True, "loss_continuous": True}}
     data = json.loads(EXAMPLE.read_text())
@@ -544,7 +545,7 @@ def test_an_attempt_billed_from_its_transitions_instead_of_its_record_is_a_cavea
     a record, the report says the attempt was billed from the job's transitions instead."""
     from datetime import UTC, datetime, timedelta
 
-    from lambdas.domain.ledger import attempt_entry, transition_entry
+    from lambdas.domain.money.ledger import attempt_entry, transition_entry
 
     spec = parse_trial(json.loads(EXAMPLE.read_text()))
     at = datetime(2026, 12, 3, 12, tzinfo=UTC)

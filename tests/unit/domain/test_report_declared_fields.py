@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import Check, TrialReport
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import Check, TrialReport
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"

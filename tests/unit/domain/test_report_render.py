@@ -14,20 +14,16 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.ledger import transition_entry
-from lambdas.domain.markdown_table import md_cell
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import TrialReport
-from lambdas.domain.report_render import (
-    _environment,
-    _number,
-    _usd,
-    render_html,
-    render_markdown,
-    run_label,
-)
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.money.ledger import transition_entry
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import TrialReport
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.rendering.figures import significant as _number
+from lambdas.rendering.markdown_table import md_cell
+from lambdas.rendering.report_html import _environment, render_html
+from lambdas.rendering.report_markdown import render_markdown
+from lambdas.rendering.report_text import _usd, run_label
 from tests.builders import run_cost, run_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"

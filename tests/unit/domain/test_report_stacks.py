@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lambdas.domain.report import stack_label, torch_mismatch
+from lambdas.domain.report.records import stack_label, torch_mismatch
 from lambdas.domain.vocabulary import XLA_LABEL
 
 

@@ -1,4 +1,4 @@
-"""The limits a running trial is held to (``lambdas.domain.run_limits``) and the fold's projection of an open run.
+"""The limits a running trial is held to (``lambdas.domain.money.run_limits``) and the fold's projection of an open run.
 
 Batch's attempt timeout "is measured from the job attempt's startedAt timestamp"
 (https://docs.aws.amazon.com/batch/latest/APIReference/API_JobTimeout.html), so time a node spends STARTING (image
@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from lambdas.domain import ledger as L
-from lambdas.domain.run_limits import Limit, LimitCrossed, RunLimits, TrialUse, crossed, tighter
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.run_limits import Limit, LimitCrossed, RunLimits, TrialUse, crossed, tighter
 
 T0 = datetime(2026, 12, 4, 10, tzinfo=UTC)
 AT = "2026-12-04T11:00:00Z"

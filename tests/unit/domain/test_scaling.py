@@ -14,13 +14,16 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.cost import RunCost
-from lambdas.domain.ledger import transition_entry
-from lambdas.domain.report import build_trial_report
-from lambdas.domain.report_model import ScalingPoint, ScalingView, TrialReport
-from lambdas.domain.report_render import render_html, render_markdown, run_label
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.ledger import transition_entry
+from lambdas.domain.report.build import build_trial_report
+from lambdas.domain.report.model import ScalingPoint, ScalingView, TrialReport
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.rendering.report_html import render_html
+from lambdas.rendering.report_markdown import render_markdown
+from lambdas.rendering.report_text import run_label
 from tests.builders import run_cost, steady_times, trained_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "trial-llama31-8b-lora.json"

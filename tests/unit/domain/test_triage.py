@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.triage import SCENARIOS, best_route, planned_tracks, route_refusal, submission_refusal, triage
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.triage import SCENARIOS, best_route, planned_tracks, route_refusal, submission_refusal, triage
 
 TABLE_3 = {  # scenario: (gpu, trn2 trial, dual track) exactly as published
     "standard_lora": (4, 4, 5),

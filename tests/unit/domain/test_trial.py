@@ -8,13 +8,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.trial import (
-    TrialInvalid,
-    gradient_accumulation_steps,
-    json_schema,
-    parse_trial,
-    track_layout,
-)
+from lambdas.domain.trial.layout import gradient_accumulation_steps, track_layout
+from lambdas.domain.trial.rules import TrialInvalid, json_schema, parse_trial
 from tests.json_access import obj
 
 
@@ -187,7 +182,7 @@ def test_pipeline_parallel_is_refused_naming_what_runs(example_trial: dict[str, 
 def test_byte_tokenizer_vocab_matches_the_trainer() -> None:
     from trainer.tokenizer import ByteTokenizer
 
-    from lambdas.domain.trial import BYTE_TOKENIZER_VOCAB_SIZE, TinyModelConfig
+    from lambdas.domain.trial.spec import BYTE_TOKENIZER_VOCAB_SIZE, TinyModelConfig
 
     assert ByteTokenizer().vocab_size == BYTE_TOKENIZER_VOCAB_SIZE
     assert TinyModelConfig().vocab_size >= ByteTokenizer().vocab_size  # the default config is one the trainer builds
@@ -286,14 +281,14 @@ def test_max_hours_under_the_batch_minimum_is_refused(example_trial: dict[str, A
 
 
 def test_inputs_in_readable_buckets_pass(example_trial: dict[str, Any]) -> None:
-    from lambdas.domain.trial import unreadable_inputs
+    from lambdas.domain.trial.rules import unreadable_inputs
 
     spec = parse_trial(example_trial)
     assert unreadable_inputs(spec, ["example-datasets"], artifacts_bucket="artifacts") == []
 
 
 def test_every_unreadable_input_is_named(example_trial: dict[str, Any]) -> None:
-    from lambdas.domain.trial import unreadable_inputs
+    from lambdas.domain.trial.rules import unreadable_inputs
 
     example_trial["baseline_logs_uri"] = "s3://artifacts/trials/earlier/gpu/"
     example_trial["data"]["validation_uri"] = "s3://artifacts/uploads/validation.jsonl"
@@ -310,7 +305,7 @@ def test_every_unreadable_input_is_named(example_trial: dict[str, Any]) -> None:
 
 
 def test_no_data_buckets_leaves_only_the_artifacts_bucket(example_trial: dict[str, Any]) -> None:
-    from lambdas.domain.trial import unreadable_inputs
+    from lambdas.domain.trial.rules import unreadable_inputs
 
     spec = parse_trial(example_trial)
     found = {p.path for p in unreadable_inputs(spec, [], artifacts_bucket="artifacts")}
@@ -336,7 +331,8 @@ def test_compiler_flags_have_one_form_per_option(example_trial: dict[str, Any], 
 @pytest.mark.parametrize("value", [10**100, 1e100, 65_537, 2**63])
 def test_effective_batch_size_has_an_upper_bound_named_in_the_schema_and_the_message(
         example_trial: dict[str, Any], value: Any) -> None:
-    from lambdas.domain.trial import MAX_EFFECTIVE_BATCH_SIZE, json_schema
+    from lambdas.domain.trial.rules import json_schema
+    from lambdas.domain.trial.spec import MAX_EFFECTIVE_BATCH_SIZE
 
     example_trial["effective_batch_size"] = value
     found = problems(example_trial)

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from lambdas.domain.json_types import JsonValue
-from lambdas.domain.trial_record import RECORD_VERSION, ExecutionInput, TrialRecord
+from lambdas.domain.trial.trial_record import RECORD_VERSION, ExecutionInput, TrialRecord
 
 # A trial item as the plane wrote it before records were versioned: no schema_version and no runs; the run
 # targets live only in the workflow input (by target: gpu, trn2, compile, fallback), the instance types only in the

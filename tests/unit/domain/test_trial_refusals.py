@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.trial import TrialInvalid, parse_trial
+from lambdas.domain.trial.rules import TrialInvalid, parse_trial
 
 
 def problems(doc: Any, **kw: Any) -> dict[str, str]:

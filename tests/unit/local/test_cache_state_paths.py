@@ -15,7 +15,7 @@ import boto3
 from moto import mock_aws
 
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
-from lambdas.domain.trial import parse_trial
+from lambdas.domain.trial.rules import parse_trial
 
 ROOT = Path(__file__).resolve().parents[3]
 

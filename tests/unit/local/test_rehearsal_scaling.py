@@ -14,8 +14,9 @@ from dualtrack.local.progress import Progress
 from dualtrack.local.rehearsal import Rehearsal, RehearsalOptions
 from dualtrack.local.staging import REHEARSAL_STAGE
 from infra.config import stage_config
-from lambdas.domain.job_targets import JobTarget
-from lambdas.domain.trial import TrialSpec, parse_trial
+from lambdas.domain.trial.job_targets import JobTarget
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.services.trial_submission import job_targets
 
 ROOT = Path(__file__).resolve().parents[3]

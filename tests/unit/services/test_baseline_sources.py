@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.trial import parse_trial
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.baseline_sources import baseline_refused
 from tests import fakes
 

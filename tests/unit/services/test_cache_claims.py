@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.compile_cache import cache_key
+from lambdas.domain.cache.compile_cache import cache_key
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.ledger import summary_entry
-from lambdas.domain.trial import parse_trial
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money.ledger import summary_entry
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.domain.vocabulary import COMPILE_RUN
 from lambdas.services.cache_observation import observe_run
 from lambdas.services.cache_resolution import CompileCaches

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from lambdas.domain.artifacts import ArtifactRejected
+from lambdas.domain.evidence.artifacts import ArtifactRejected
 from lambdas.services.artifact_recording import record_cache_object
 from tests.fakes import InMemoryCacheRegistry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from lambdas.domain.job_access import CACHE_TAG
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.job_credentials import vend
 from tests.fakes import InMemoryTrials
 from tests.unit.services.test_job_credentials import JOB, Jobs, Signed, Writer, request, session, single_node

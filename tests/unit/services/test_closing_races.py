@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain import ledger as L
-from lambdas.domain.cost import compute_run_cost
 from lambdas.domain.events import BatchJobStateChangeDetail
-from lambdas.domain.ledger import cost_body
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec, parse_trial
-from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.cost import compute_run_cost
+from lambdas.domain.money.ledger import cost_body
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.cache_observation import RefusedClaim
 from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.ports import Started

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from lambdas.domain.ledger import LedgerRow, SummaryFact
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money.ledger import LedgerRow, SummaryFact
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.cost_reporting import cost_report, render_cost_markdown
 from tests.builders import run_cost, stored_cost
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from lambdas.adapters.caller_identity import sts_endpoints
 from lambdas.domain.job_access import IdentityUnproven, assumed_role, identity_request
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.job_credentials import CredentialsRefused, CredentialsRequest, identify, job_settings, vend
 from tests.fakes import InMemoryTrials
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain import ledger as L
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.run_settlement import RunSettlement
 from tests import fakes

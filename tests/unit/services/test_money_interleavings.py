@@ -25,9 +25,10 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from lambdas.domain.events import BatchJobStateChangeDetail
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec, parse_trial
-from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 from lambdas.domain.vocabulary import BATCH_TERMINAL, TRIAL_ACTIVE
 from lambdas.services.cache_observation import RefusedClaim
 from lambdas.services.limit_guard import LimitGuard

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 import pytest
 
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec, parse_trial
-from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.limit_guard import LimitGuard
 from lambdas.services.ports import Started
 from lambdas.services.reconciliation import reconcile

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lambdas.domain import ledger as L
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.runtime.events import BatchJobStateChangeEvent
 from lambdas.services.cache_observation import RefusedClaim
 from lambdas.services.limit_guard import LimitGuard

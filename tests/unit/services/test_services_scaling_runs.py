@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain import ledger as L
 from lambdas.domain.json_types import JsonObject
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import parse_trial
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.money import ledger as L
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.job_credentials import CredentialsRefused, identify, vend
 from lambdas.services.run_settlement import ForeignEvent, JobIdentity, RunSettlement, identify_job
 from lambdas.services.trial_reporting import gather, report_stopped_trial, run_names, write_report
@@ -110,7 +110,7 @@ def test_a_stop_terminates_a_scaling_runs_live_job_too() -> None:
 
 def test_status_shows_a_scaling_run_and_counts_its_cost_in_the_total() -> None:
     """GET /trials/{id} lists every run the trial was placed with, so its total is what the limit guard counts."""
-    from lambdas.domain.governance import Governance
+    from lambdas.domain.trial.governance import Governance
 
     trials, ledger = fakes.InMemoryTrials(), fakes.InMemoryLedger()
     trials.create(placed_record("t-1", team="team-nlp", max_steps=1000))

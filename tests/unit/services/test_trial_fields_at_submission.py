@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.governance import Governance
-from lambdas.domain.job_targets import parse_job_targets
-from lambdas.domain.prices import load_price_table, worst_case_usd
-from lambdas.domain.trial import TrialInvalid, TrialSpec
+from lambdas.domain.money.prices import load_price_table, worst_case_usd
+from lambdas.domain.trial.governance import Governance
+from lambdas.domain.trial.job_targets import parse_job_targets
+from lambdas.domain.trial.rules import TrialInvalid
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import FALLBACK_RUN
 from lambdas.services.trial_submission import Admission, Stage, SubmissionRefused, admit, execution_input, falls_back
 from tests import fakes

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lambdas.domain.trial import parse_trial
-from lambdas.domain.trial_record import TrialRecord
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.trial_record import TrialRecord
 from lambdas.services.trial_reporting import gather, run_names, write_report
 from tests import fakes
 from tests.builders import run_cost, run_summary, stored_cost

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.governance import Caller, Governance, NotPermitted
-from lambdas.domain.job_targets import JobTargets, parse_job_targets
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec, parse_trial
-from lambdas.domain.trial_record import ExecutionInput, TrialRecord
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.governance import Caller, Governance, NotPermitted
+from lambdas.domain.trial.job_targets import JobTargets, parse_job_targets
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.trial_record import ExecutionInput, TrialRecord
 from lambdas.services.ports import Started
 from lambdas.services.trial_status import Stopper, set_status
 from lambdas.services.trial_submission import (

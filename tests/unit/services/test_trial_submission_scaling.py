@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from lambdas.domain.governance import Governance
-from lambdas.domain.job_targets import JobTarget, parse_job_targets
-from lambdas.domain.prices import load_price_table
-from lambdas.domain.trial import TrialSpec, parse_trial
-from lambdas.domain.trial_record import JobPlacement
+from lambdas.domain.money.prices import load_price_table
+from lambdas.domain.trial.governance import Governance
+from lambdas.domain.trial.job_targets import JobTarget, parse_job_targets
+from lambdas.domain.trial.rules import parse_trial
+from lambdas.domain.trial.spec import TrialSpec
+from lambdas.domain.trial.trial_record import JobPlacement
 from lambdas.services.trial_submission import (
     Plane,
     Stage,

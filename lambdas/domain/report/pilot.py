@@ -1,8 +1,8 @@
 """A Trainium2 pilot judged against the team's GPU baseline.
 
 A trial routed ``trn2_trial`` runs only a trn2 track; the GPU side of its comparison is the baseline it declares
-(``baseline_logs_uri``, ``lambdas.domain.baseline``). Every figure says where it comes from: ``measured`` on the trn2
-run, or ``from_baseline``.
+(``baseline_logs_uri``, ``lambdas.domain.evidence.baseline``). Every figure says where it comes from: ``measured``
+on the trn2 run, or ``from_baseline``.
 
 The rule, in order (the first that applies gives the verdict):
 
@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lambdas.domain.baseline import Baseline, compare
-from lambdas.domain.cost import RunCost
-from lambdas.domain.figures import significant
-from lambdas.domain.markdown_table import md_row
-from lambdas.domain.prices import PriceMissing, PriceTable
-from lambdas.domain.report_model import (
+from lambdas.domain.evidence.baseline import Baseline, compare
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.prices import PriceMissing, PriceTable
+from lambdas.domain.report.model import (
     NEVER_RAN,
     BaselineCompared,
     Check,
@@ -44,7 +42,7 @@ from lambdas.domain.report_model import (
     TrackRecord,
     Verdict,
 )
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.trial.spec import TrialSpec
 
 PILOT_CHECK = "trn2 run reproduces the baseline"
 # Acceptance checks that compare the trn2 run with a GPU track of the same trial: a pilot has none to compare with.
@@ -203,35 +201,3 @@ def build_pilot(spec: TrialSpec, trn2: TrackRecord, baseline: Baseline, checks: 
                                rule=STAND_IN_RULE)
     verdict, reasons = _judge(trn2, [*checks, pilot_check(loss)], ratio, "; ".join(missing))
     return PilotComparison(loss=loss, figures=figures, cost_ratio=ratio, verdict=verdict, reasons=reasons, rule=RULE)
-
-
-def pilot_rows(pilot: PilotComparison | None) -> list[tuple[str, str, str]]:
-    """Each pilot figure as (figure with its unit, trn2 measured, GPU baseline) text, for the HTML report."""
-    return [] if pilot is None else [(f"{row.figure} ({row.unit})", _shown(row.trn2), _shown(row.baseline))
-                                     for row in pilot.figures]
-
-
-def _shown(figure: PilotFigure) -> str:
-    if figure.value is None:
-        return f"- ({figure.note})"
-    bounds = figure.interval
-    spread = (f" ({bounds.confidence:.0%} interval {significant(bounds.low)} to {significant(bounds.high)})"
-              if bounds else "")
-    return f"{significant(figure.value)}{spread}"
-
-
-def pilot_markdown(pilot: PilotComparison | None) -> list[str]:
-    """The pilot section of the Markdown report: the losses against the baseline and each figure beside the
-    baseline's, marked by where it comes from; nothing for a trial with a GPU track."""
-    if pilot is None:
-        return []
-    reproduced = {True: "within loss_tolerance", False: "OUTSIDE loss_tolerance", None: "not evidenced"}
-    out = ["## Trainium2 pilot against the GPU baseline", "",
-           f"Losses {reproduced[pilot.loss.reproduced]}: {pilot.loss.format} at {pilot.loss.uri}; {pilot.loss.detail}",
-           "", "| figure | trn2 (measured) | GPU baseline (from_baseline) |", "|---|---|---|"]
-    out += [md_row([f"{row.figure} ({row.unit})", _shown(row.trn2), _shown(row.baseline)]) for row in pilot.figures]
-    ratio = pilot.cost_ratio
-    out += ["", (f"Cost per step, trn2 / baseline: {ratio.estimate:.3f}x ({ratio.confidence:.0%} interval "
-                 f"{ratio.low:.3f}-{ratio.high:.3f}, the trn2 side's alone)" if ratio
-                 else "Cost per step, trn2 / baseline: not evidenced"), "", f"Rule: {pilot.rule}.", ""]
-    return out

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from lambdas.domain.decision import ANSWERS
-from lambdas.domain.figures import significant
-from lambdas.domain.markdown_table import md_row
-from lambdas.domain.report_model import BasisDecision, Decision, SideCosts
+from lambdas.domain.report.decision import ANSWERS
+from lambdas.domain.report.model import BasisDecision, Decision, SideCosts
+from lambdas.rendering.figures import significant
+from lambdas.rendering.markdown_table import md_row
 
 MISSING = "\u2014"
 SIDE_NAMES = {"trn2": "Trainium2 side", "gpu": "GPU side"}

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lambdas.domain.vocabulary import COMPILE_QUEUE_SUFFIX
 
 if TYPE_CHECKING:  # a trial's booking is read by functions that never check quotas
-    from lambdas.domain.governance import Quotas
+    from lambdas.domain.trial.governance import Quotas
 
 ACTIVE = "active"  # trials holding a place
 COMPILE_JOBS = "compile_jobs"  # warm-up compile jobs booked across the team's compile queues

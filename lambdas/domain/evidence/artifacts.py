@@ -14,8 +14,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from lambdas.domain.ledger import LedgerEntry, checkpoint_entry, summary_entry
-from lambdas.domain.run_summary import MAX_BYTES, MAX_SECONDS, RunSummary
+from lambdas.domain.evidence.run_summary import MAX_BYTES, MAX_SECONDS, RunSummary
+from lambdas.domain.money.ledger import LedgerEntry, checkpoint_entry, summary_entry
 from lambdas.domain.vocabulary import RUN_PATTERN
 
 MAX_STEP = 10**9

@@ -1,6 +1,6 @@
 """The trial report as a typed document: one model per section, field names as the report's JSON keys.
 
-``lambdas.domain.report.build_trial_report`` builds a ``TrialReport``; ``model_dump(mode="json")`` is the stored
+``lambdas.domain.report.build.build_trial_report`` builds a ``TrialReport``; ``model_dump(mode="json")`` is the stored
 report.json, and ``TrialReport.model_validate`` reads one back (the CLI renders a fetched report from it). A field
 with a default is one that a reader may find missing from a report written before it existed. Figures keep the
 number type they were computed as (a sum over no attempts is the integer 0): ``int | float`` where either occurs,
@@ -14,8 +14,8 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from lambdas.domain.baseline import Format
-from lambdas.domain.run_limits import LimitCrossed
+from lambdas.domain.evidence.baseline import Format
+from lambdas.domain.money.run_limits import LimitCrossed
 
 # ``trn2_viable_pays_back``: cheaper per steady-state step, but this trial's one-time costs (compile, the warm-up
 # compile stage, migration reruns) are not yet paid back; the decision says after how many steps they are.
@@ -56,7 +56,7 @@ class LossPoint(_Model):
 
 
 class IntervalView(_Model):
-    """A bootstrap interval as ``lambdas.domain.evidence.Interval.as_json`` writes it."""
+    """A bootstrap interval as ``lambdas.domain.evidence.evidence.Interval.as_json`` writes it."""
 
     estimate: float
     low: float
@@ -162,7 +162,8 @@ class CostView(_Model):
     queue_s: float | None
 
     def components(self) -> dict[str, str]:
-        """The five components and their total, by key (``lambdas.domain.cost.COMPONENTS``, then ``total_usd``)."""
+        """The five components and their total, by key (``lambdas.domain.money.cost.COMPONENTS``, then
+        ``total_usd``)."""
         return {
             "effective_training_usd": self.effective_training_usd,
             "compile_usd": self.compile_usd,
@@ -374,7 +375,7 @@ class BaselineUncompared(_Model):
 
 
 class BaselineCompared(_Model):
-    """``lambdas.domain.baseline.BaselineComparison`` with the baseline's URI."""
+    """``lambdas.domain.evidence.baseline.BaselineComparison`` with the baseline's URI."""
 
     uri: str
     format: Format

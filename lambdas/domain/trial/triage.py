@@ -25,7 +25,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict
 
-from lambdas.domain.trial import Route, TrackName, TrialSpec
+from lambdas.domain.trial.spec import Route, TrackName, TrialSpec
 
 
 class Scores(BaseModel):

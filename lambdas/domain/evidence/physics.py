@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from lambdas.domain.run_summary import RunSummary
+from lambdas.domain.evidence.run_summary import RunSummary
 
 
 def _bad(value: float | None) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from lambdas.domain.trial import Problem, TrialSpec
+from lambdas.domain.trial.rules import Problem
+from lambdas.domain.trial.spec import TrialSpec
 from lambdas.domain.vocabulary import COMPILE_RUN
 
 
@@ -18,7 +19,7 @@ def priced_runs(spec: TrialSpec, worst: Mapping[str, Decimal]) -> str:
 
 
 def budget_problem(spec: TrialSpec, worst: Mapping[str, Decimal], attempts: int) -> Problem | None:
-    """Why the trial's worst case (``lambdas.domain.prices.worst_case_usd`` at ``attempts`` per run) does not fit
+    """Why the trial's worst case (``lambdas.domain.money.prices.worst_case_usd`` at ``attempts`` per run) does not fit
     its ``limits.max_usd``, with the figure and the fix; None when it fits or the trial sets no max_usd."""
     limits = spec.limits
     if limits is None or limits.max_usd is None:

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.prices import CAPACITY_BASIS, HOURS, Capacity, PriceTable
+from lambdas.domain.money.prices import CAPACITY_BASIS, HOURS, Capacity, PriceTable
 from lambdas.domain.vocabulary import COMPILE_RUN
 
 Component = Literal[

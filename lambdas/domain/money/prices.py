@@ -19,7 +19,7 @@ from lambdas.domain.json_types import JsonObject
 from lambdas.domain.vocabulary import COMPILE_RUN
 
 if TYPE_CHECKING:
-    from lambdas.domain.trial import TrialSpec
+    from lambdas.domain.trial.spec import TrialSpec
 
 
 HOURS = Decimal(3600)

@@ -4,7 +4,7 @@ stay where the untrained model put them and the run's times and costs describe n
 show both that its weights changed (the trainer's ``learning`` record of every attempt) and that its training loss
 fell by the trial's declared margin by its declared step (``evaluation.learning``). A run that does not is
 "unusable evidence": the report names why and gives no verdict on it, as for a physically impossible summary
-(``lambdas.domain.physics``).
+(``lambdas.domain.evidence.physics``).
 
 The loss is judged on medians of a few steps at each end, so one noisy batch neither fails a run that learned nor
 passes one that did not. It is judged from the run's own first steps: a run that began from another run's
@@ -17,8 +17,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from lambdas.domain.run_summary import RunSummary
-from lambdas.domain.trial import TrialSpec
+from lambdas.domain.evidence.run_summary import RunSummary
+from lambdas.domain.trial.spec import TrialSpec
 
 # Steps in each median: a quarter of the steps up to the declared one, at least 1, at most WINDOW_STEPS.
 WINDOW_STEPS = 10

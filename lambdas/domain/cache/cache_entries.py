@@ -1,5 +1,5 @@
 """The compile-cache registry's entries, who may speak for an entry, and the completion marker that makes an entry
-servable. None of it needs a trial spec (the key computed from one is ``lambdas.domain.compile_cache``), so the
+servable. None of it needs a trial spec (the key computed from one is ``lambdas.domain.cache.compile_cache``), so the
 functions that only observe, list or check entries load this module alone."""
 
 from __future__ import annotations

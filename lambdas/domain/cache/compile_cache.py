@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-from lambdas.domain.cache_entries import (
+from lambdas.domain.cache.cache_entries import (
     ENTRY_MARKER,
     QUARANTINE,
     EntryRejected,
@@ -23,12 +23,13 @@ from lambdas.domain.cache_entries import (
     entry_name,
 )
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.catalogue import InstanceCatalogue, load_catalogue
 from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.trial import TrialSpec, Trn2Track, track_layout
+from lambdas.domain.trial.catalogue import InstanceCatalogue, load_catalogue
+from lambdas.domain.trial.layout import track_layout
+from lambdas.domain.trial.spec import TrialSpec, Trn2Track
 
-# The registry's entries and the completion marker need no trial spec: they are lambdas.domain.cache_entries, which
-# the functions that only observe, list or check entries load alone; they are named here too, beside the key.
+# The registry's entries and the completion marker need no trial spec: they are lambdas.domain.cache.cache_entries,
+# which the functions that only observe, list or check entries load alone; they are named here too, beside the key.
 __all__ = [
     "CHANGE_CLASSES",
     "COMPONENT_CLASSES",

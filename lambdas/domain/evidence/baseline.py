@@ -20,7 +20,7 @@ The GPU track reproduces the baseline when, at the steps both logged, the traini
 ``loss_tolerance`` as a relative gap (the same margin, measured the same way, as the Trainium2 comparison's), and so
 does the validation loss where both have it. Only then does the Trainium2-against-GPU comparison mean what it says.
 A Trainium2 pilot (a trn2 run and no GPU track) is compared with the baseline itself, the same way
-(``lambdas.domain.pilot``).
+(``lambdas.domain.report.pilot``).
 
 Where a baseline may be read from (``baseline_refusal``): teams have no data locations of their own (the stage's
 governance gives a team members, approvers and quotas, never buckets), so the stage's data buckets are shared by its
@@ -282,7 +282,7 @@ def baseline_refusal(uri: str, team: str, *, artifacts_root: str, team_of: Calla
     ``artifacts_root`` is the artifacts bucket's URI (``s3://<bucket>/``); ``team_of`` gives the team of a trial id
     (None: no such trial, or one of no team); ``data_buckets``, where known, are named in the refusal. A URI outside
     the artifacts bucket is not this check's: the stage's data buckets are shared, and any other bucket is the
-    readability check's to refuse (``lambdas.domain.trial.unreadable_inputs``)."""
+    readability check's to refuse (``lambdas.domain.trial.rules.unreadable_inputs``)."""
     if not uri.startswith(artifacts_root):
         return None
     parts = uri.removeprefix(artifacts_root).split("/")

@@ -40,7 +40,7 @@ class _Model(BaseModel):
 
 class Quotas(_Model):
     """A team's limits: checked when a trial is submitted, and those a running trial can cross (dollars, failed
-    retries, writes) checked again as its facts arrive (``lambdas.domain.run_limits``). None: no limit."""
+    retries, writes) checked again as its facts arrive (``lambdas.domain.money.run_limits``). None: no limit."""
 
     concurrent_trials: Annotated[int, Field(ge=1, le=10_000)] | None = Field(
         default=None, description="trials of the team waiting for approval, submitting or running at once")

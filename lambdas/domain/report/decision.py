@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
-from lambdas.domain.cost import RunCost
-from lambdas.domain.evidence import Interval
-from lambdas.domain.prices import PriceMissing, PriceTable
-from lambdas.domain.report_model import (
+from lambdas.domain.evidence.evidence import Interval
+from lambdas.domain.money.cost import RunCost
+from lambdas.domain.money.prices import PriceMissing, PriceTable
+from lambdas.domain.report.model import (
     BasisDecision,
     BreakEven,
     Decision,

@@ -18,8 +18,8 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 from lambdas.domain.canonical import canonical_json
-from lambdas.domain.cost import AttemptUsage, Phases, RunCost, RunUsage
 from lambdas.domain.json_types import JsonIn, JsonMapping, JsonObject
+from lambdas.domain.money.cost import AttemptUsage, Phases, RunCost, RunUsage
 from lambdas.domain.vocabulary import BATCH_TERMINAL, BatchStatus, track_of
 
 COST_ENTRY_KEY = "cost"

@@ -17,9 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lambdas.domain.booking import Booking
 from lambdas.domain.json_types import JsonObject, JsonValue
-from lambdas.domain.run_limits import (
+from lambdas.domain.money.booking import Booking
+from lambdas.domain.money.run_limits import (
     SPEND_ATTRIBUTE,
     WRITTEN_BYTES,
     WRITTEN_OBJECTS,

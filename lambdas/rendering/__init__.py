@@ -1,0 +1,1 @@
+"""Markdown and HTML renderings of the typed report model (``lambdas.domain.report.model``), with its templates."""
